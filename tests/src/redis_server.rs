@@ -1,0 +1,199 @@
+//! A `redis-server` of the test's own, on a free loopback port.
+//!
+//! Tests that need Redis start one of these instead of using the machine's
+//! shared instance, so they can kill it, restart it (empty, or from its AOF
+//! file) and slow it down without disturbing anyone else. The process is
+//! killed when the value is dropped.
+//!
+//! This file has no dependency beyond `std`, so the domain crates include it
+//! in their own integration tests with `#[path = "../../tests/src/redis_server.rs"]`
+//! and the cross-crate tests use it through `sluice_tests::redis_server`.
+//!
+//! When `redis-server` is not on the PATH, [`RedisServer::start`] returns
+//! `None` after printing a loud `SKIPPED` line, except under `CI=true`, where
+//! a missing server is a failure (it panics).
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How a test wants its server configured.
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// Turn on the append-only file with `appendfsync always`, so a restart
+    /// recovers every acknowledged write.
+    pub appendonly: bool,
+    /// Extra `--name value` arguments, passed as given.
+    pub extra_args: Vec<String>,
+}
+
+/// A running `redis-server` child process.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    options: RedisOptions,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server with default options (no persistence).
+    pub fn start() -> Option<Self> {
+        Self::start_with(RedisOptions::default())
+    }
+
+    /// Starts a server with the given options, or returns `None` (loudly)
+    /// when `redis-server` is missing outside CI.
+    pub fn start_with(options: RedisOptions) -> Option<Self> {
+        if !redis_available() {
+            let msg = "redis-server not found on PATH";
+            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+                panic!("{msg}: CI=true requires it (apt-get install redis-server)");
+            }
+            eprintln!("\n*** SKIPPED: {msg}; this test needs a real Redis and did not run ***\n");
+            return None;
+        }
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create redis dir");
+        let mut server = RedisServer {
+            port,
+            dir,
+            options,
+            child: None,
+        };
+        server.spawn();
+        Some(server)
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--save")
+            .arg("")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--protected-mode")
+            .arg("no")
+            .arg("--enable-debug-command")
+            .arg("local");
+        if self.options.appendonly {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        cmd.args(&self.options.extra_args);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = cmd.spawn().expect("spawn redis-server");
+        self.child = Some(child);
+        wait_ready(self.port);
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// A `redis://` URL for clients.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The working directory (AOF files live here).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Kills the process at once (SIGKILL): nothing is flushed beyond what
+    /// `appendfsync always` already wrote.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port. With AOF on it reloads its
+    /// data; without, it comes back empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Kills the server, deletes its files and starts it again empty.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        std::fs::create_dir_all(&self.dir).expect("create redis dir");
+        self.spawn();
+    }
+
+    /// Sends one inline command and returns the raw reply (for test setup
+    /// such as `DEBUG SLEEP` or `CLIENT PAUSE`).
+    pub fn command(&self, line: &str) -> String {
+        let mut stream = TcpStream::connect(self.addr()).expect("connect redis");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        stream
+            .write_all(format!("{line}\r\n").as_bytes())
+            .expect("write");
+        let mut buf = [0u8; 4096];
+        let n = stream.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether `redis-server` can be started here.
+pub fn redis_available() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn wait_ready(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+            if s.write_all(b"PING\r\n").is_ok() {
+                let mut buf = [0u8; 64];
+                if let Ok(n) = s.read(&mut buf) {
+                    if buf[..n].starts_with(b"+PONG") {
+                        return;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server on port {port} did not become ready in 10 s");
+}
