@@ -1,1 +1,246 @@
-//! sluice-reservation
+//! Stock, holds and payment confirmation for sluice: the part that must
+//! never sell a unit twice.
+//!
+//! Admitted visitors reserve stock through the gateway; this crate decides
+//! each reservation in one atomic step (one Lua script in Redis, one
+//! critical section in memory) and knows nothing of HTTP.
+//!
+//! # Vocabulary
+//!
+//! - **event**: one thing on sale with its own stock, named by an
+//!   [`EventId`] (`[A-Za-z0-9_-]{1,64}`), guarded by a room.
+//! - **stock**: `total` units; at every moment each unit is exactly one of
+//!   *available*, *held* or *confirmed* (sold).
+//! - **hold**: units taken by one visitor for a while ([`HoldId`] =
+//!   `{event}.{128 random bits}`); it ends in exactly one of *confirmed*
+//!   (paid), *released* (by its visitor or a failed payment) or *expired*.
+//! - **cart limit**: most units one visitor may hold and buy together
+//!   (held + confirmed + asked ≤ limit).
+//! - **hold TTL**: how long a hold lasts; its **deadline** is the store's
+//!   clock at the hold plus the TTL. A hold past its deadline *is* expired,
+//!   for every reader at once, even before the reaper visits it.
+//! - **idempotency key**: the `Idempotency-Key` a client sends with a hold;
+//!   the same key from the same visitor returns the same hold (for 24 h).
+//! - **payment event id**: the webhook's id; the same id for the same hold
+//!   answers the same and changes nothing (for 7 days).
+//! - **reaper**: returns the stock of expired holds; any number of gateways
+//!   may run it at once ([`Inventory::reap`]). Holds, reads and releases
+//!   also reap what they meet, so the reaper is a sweeper, not a
+//!   precondition.
+//! - **stream**: the event's log of transitions (`held`, `confirmed`,
+//!   `released`, `expired`, `stock`), a Redis Stream an origin consumes with
+//!   a consumer group (fields in `STREAM.md`), a bounded ring in memory.
+//!
+//! # Layout
+//!
+//! - [`types`]: ids, [`StockSpec`], outcomes and views.
+//! - [`memory`]: [`MemoryInventory`], the reference semantics (embedded
+//!   default: one gateway, no Redis), with an injected [`Clock`].
+//! - [`redis`]: [`RedisInventory`], the key schema, and the scripts in
+//!   `lua/*.lua` (one per operation, `common.lua` prepended).
+//! - [`clock`], [`error`].
+//! - `conformance` (feature `test-util`): one suite run against both
+//!   stores, with a plain model for property tests.
+//!
+//! # Invariants (checked by the conformance suite on both stores)
+//!
+//! 1. `available + held + confirmed = total` after every operation.
+//! 2. `available` never goes below zero; no visitor ever has more than the
+//!    cart limit held + confirmed.
+//! 3. Each hold ends in exactly one terminal state, once.
+//! 4. The stock of a released or expired hold returns exactly once,
+//!    whatever number of reapers, releases and webhooks race for it. (The
+//!    hold's entry in the deadline index is the token: whoever removes it
+//!    returns the units or books them as confirmed.)
+//! 5. A hold is never confirmed after its deadline (per the store's clock).
+//! 6. A missing stock counter answers "not ready", never "sold out".
+
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+
+pub mod clock;
+#[cfg(feature = "test-util")]
+pub mod conformance;
+pub mod error;
+pub mod memory;
+pub mod redis;
+pub mod types;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{ReservationError, Result};
+pub use memory::MemoryInventory;
+pub use redis::{RedisConfig, RedisInventory};
+pub use types::{
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView,
+    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+};
+
+use std::time::Duration;
+
+/// How many expired holds an ordinary operation (hold, read) reaps on the
+/// way, at most. Keeps each script short; the reaper does the bulk.
+pub const LAZY_REAP_MAX: usize = 64;
+/// How long an idempotency key is remembered.
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How long a payment event id's answer is remembered.
+pub const PAYMENT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a hold is kept after it ended (or after its deadline), for
+/// `GET /_sluice/holds/{id}`, repeated releases and late webhooks.
+pub const HOLD_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Largest accepted total: counters stay exact in Lua's doubles.
+pub const MAX_TOTAL: u64 = 1 << 53;
+
+/// The atomic operations of a stock store. Every method is one atomic step
+/// in the store; business answers are values inside `Ok`, `Err` is a fault.
+pub trait Inventory: Send + Sync {
+    /// Loads or changes an event's stock (versioned; see
+    /// [`SetStockOutcome`]).
+    fn set_stock(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+    ) -> impl Future<Output = Result<SetStockOutcome>> + Send;
+
+    /// Takes `qty` units for `visitor`, checking stock and the cart limit.
+    fn hold(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+    ) -> impl Future<Output = Result<HoldOutcome>> + Send;
+
+    /// The hold, if it exists and belongs to `visitor`.
+    fn get_hold(
+        &self,
+        hold_id: &HoldId,
+        visitor: &str,
+    ) -> impl Future<Output = Result<Option<HoldView>>> + Send;
+
+    /// Gives a hold back (its owner only; idempotent).
+    fn release(
+        &self,
+        hold_id: &HoldId,
+        visitor: &str,
+    ) -> impl Future<Output = Result<ReleaseOutcome>> + Send;
+
+    /// Applies a payment outcome (idempotent by `payment_event_id`).
+    fn confirm(
+        &self,
+        hold_id: &HoldId,
+        payment_event_id: &str,
+        succeeded: bool,
+    ) -> impl Future<Output = Result<ConfirmOutcome>> + Send;
+
+    /// Expires up to `max` holds of `event` whose deadline passed, oldest
+    /// first; returns how many this call expired (each exactly once across
+    /// all concurrent callers).
+    fn reap(&self, event: &EventId, max: usize) -> impl Future<Output = Result<usize>> + Send;
+
+    /// The event's counters and settings; `None` when the store knows
+    /// nothing of it. Reaps up to [`LAZY_REAP_MAX`] expired holds first.
+    fn read(&self, event: &EventId) -> impl Future<Output = Result<Option<EventState>>> + Send;
+
+    /// Events whose stock was ever set (the reaper's work list).
+    fn events(&self) -> impl Future<Output = Result<Vec<EventId>>> + Send;
+
+    /// The last `n` transitions of the event, oldest first.
+    fn recent_transitions(
+        &self,
+        event: &EventId,
+        n: usize,
+    ) -> impl Future<Output = Result<Vec<Transition>>> + Send;
+
+    /// Reaps every known event, up to `max_per_event` holds each: one pass
+    /// of the gateway's reaper task. Returns the holds expired in all.
+    fn reap_all(&self, max_per_event: usize) -> impl Future<Output = Result<usize>> + Send {
+        async move {
+            let mut n = 0;
+            for event in self.events().await? {
+                n += self.reap(&event, max_per_event).await?;
+            }
+            Ok(n)
+        }
+    }
+}
+
+/// The store the gateway holds: one concrete type, so generics stop here.
+#[derive(Clone)]
+pub enum InventoryBackend {
+    /// One process, no Redis.
+    Memory(MemoryInventory),
+    /// Shared by every gateway through Redis.
+    Redis(RedisInventory),
+}
+
+macro_rules! delegate {
+    ($self:ident, $inv:ident => $call:expr) => {
+        match $self {
+            InventoryBackend::Memory($inv) => $call.await,
+            InventoryBackend::Redis($inv) => $call.await,
+        }
+    };
+}
+
+impl Inventory for InventoryBackend {
+    async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
+        delegate!(self, inv => inv.set_stock(event, spec))
+    }
+
+    async fn hold(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        delegate!(self, inv => inv.hold(event, visitor, qty, idempotency_key))
+    }
+
+    async fn get_hold(&self, hold_id: &HoldId, visitor: &str) -> Result<Option<HoldView>> {
+        delegate!(self, inv => inv.get_hold(hold_id, visitor))
+    }
+
+    async fn release(&self, hold_id: &HoldId, visitor: &str) -> Result<ReleaseOutcome> {
+        delegate!(self, inv => inv.release(hold_id, visitor))
+    }
+
+    async fn confirm(
+        &self,
+        hold_id: &HoldId,
+        payment_event_id: &str,
+        succeeded: bool,
+    ) -> Result<ConfirmOutcome> {
+        delegate!(self, inv => inv.confirm(hold_id, payment_event_id, succeeded))
+    }
+
+    async fn reap(&self, event: &EventId, max: usize) -> Result<usize> {
+        delegate!(self, inv => inv.reap(event, max))
+    }
+
+    async fn read(&self, event: &EventId) -> Result<Option<EventState>> {
+        delegate!(self, inv => inv.read(event))
+    }
+
+    async fn events(&self) -> Result<Vec<EventId>> {
+        delegate!(self, inv => inv.events())
+    }
+
+    async fn recent_transitions(&self, event: &EventId, n: usize) -> Result<Vec<Transition>> {
+        delegate!(self, inv => inv.recent_transitions(event, n))
+    }
+}
+
+/// Validates a spec before any store sees it; `Some(reason)` when refused.
+pub(crate) fn spec_problem(spec: &StockSpec) -> Option<&'static str> {
+    if spec.total > MAX_TOTAL {
+        Some("total above 2^53")
+    } else if spec.cart_limit == 0 {
+        Some("cart_limit must be at least 1")
+    } else if spec.hold_ttl.is_zero() {
+        Some("hold_ttl must be positive")
+    } else {
+        None
+    }
+}

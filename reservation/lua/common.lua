@@ -1,0 +1,79 @@
+-- common.lua: prepended to every script of the reservation store except
+-- get_hold.lua (see reservation/src/redis.rs). Not a script on its own.
+--
+-- Shared KEYS (every script that includes this file):
+--   KEYS[1] sluice:{ev}:stock      available units (string counter)
+--   KEYS[2] sluice:{ev}:meta       hash: total, cart_limit, hold_ttl_ms,
+--                                  version, room, held, confirmed
+--   KEYS[3] sluice:{ev}:deadlines  zset: member "{suffix}:{qty}:{visitor}",
+--                                  score = deadline (ms). A hold's units are
+--                                  out exactly while its member is here:
+--                                  whoever ZREMs it books them (once).
+--   KEYS[4] sluice:{ev}:visitors   hash: visitor -> held + confirmed units
+--   KEYS[5] sluice:{ev}:stream     the event's transition stream
+-- Shared ARGV:
+--   ARGV[1] stream MAXLEN (approximate cap, `MAXLEN ~`)
+--   ARGV[2] the event id (hold ids are "{event}.{suffix}")
+-- The only clock is redis.call('TIME').
+
+local K_STOCK, K_META, K_DEADLINES, K_VISITORS, K_STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local MAXLEN, EVENT = ARGV[1], ARGV[2]
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Appends one transition to the stream. `extra` is a flat list of more
+-- field/value pairs (payment_event_id, reason, version).
+local function emit(kind, suffix, visitor, qty, available, now, extra)
+  local hold_id = ''
+  if suffix ~= '' then hold_id = EVENT .. '.' .. suffix end
+  local args = {'XADD', K_STREAM, 'MAXLEN', '~', MAXLEN, '*',
+    'type', kind, 'event', EVENT, 'hold_id', hold_id, 'visitor', visitor,
+    'qty', tostring(qty), 'available', tostring(available), 'ts_ms', tostring(now)}
+  if extra then
+    for _, v in ipairs(extra) do args[#args + 1] = v end
+  end
+  redis.call(unpack(args))
+end
+
+local function visitor_sub(visitor, qty)
+  if redis.call('HINCRBY', K_VISITORS, visitor, -qty) <= 0 then
+    redis.call('HDEL', K_VISITORS, visitor)
+  end
+end
+
+-- Returns the units of the hold behind `member` if they are still out.
+-- True when this call returned them (and logged `expired`).
+local function expire_member(member, now)
+  if redis.call('ZREM', K_DEADLINES, member) == 0 then return false end
+  local suffix, qty, visitor = string.match(member, '^([^:]*):(%d+):(.*)$')
+  qty = tonumber(qty)
+  local available = redis.call('INCRBY', K_STOCK, qty)
+  redis.call('HINCRBY', K_META, 'held', -qty)
+  visitor_sub(visitor, qty)
+  emit('expired', suffix, visitor, qty, available, now, {'reason', 'deadline'})
+  return true
+end
+
+-- Expires up to `max` holds whose deadline passed, oldest first. The hold
+-- hashes are not touched (not in KEYS): a held hold past its deadline reads
+-- as expired anyway.
+local function reap_expired(now, max)
+  if max <= 0 then return 0 end
+  local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, max)
+  local n = 0
+  for _, member in ipairs(due) do
+    if expire_member(member, now) then n = n + 1 end
+  end
+  return n
+end
+
+-- Compares two canonical decimal strings (no sign, no leading zeros)
+-- without going through Lua's doubles: versions are u64.
+local function dec_gt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+

@@ -1,0 +1,52 @@
+-- confirm.lua: apply a payment outcome to a hold (common.lua prepended).
+--
+-- KEYS[1..5] as in common.lua
+-- KEYS[6] sluice:{ev}:hold:{suffix}
+-- KEYS[7] sluice:{ev}:pay:{suffix}:{payment_event_id}   the recorded answer
+-- ARGV[1..2] as in common.lua
+-- ARGV[3] payment_event_id
+-- ARGV[4] '1' payment succeeded, '0' failed
+-- ARGV[5] retention after the hold ends, ms
+-- ARGV[6] how long the answer to this payment event is kept, ms
+--
+-- Returns {answer} with answer one of 'confirmed', 'released', 'expired',
+-- 'not_found', 'not_ready'. The same payment event id for the same hold
+-- returns the recorded answer and changes nothing. A hold past its deadline
+-- (by TIME) is never confirmed: its units go back once, answer 'expired'.
+-- A failed payment releases a held hold. 'not_found' and 'not_ready' are
+-- not recorded.
+-- Writes: the hold's status, counters, XADD type=confirmed|released|expired.
+local K_HOLD, K_PAY = KEYS[6], KEYS[7]
+local prior = redis.call('GET', K_PAY)
+if prior then return {prior} end
+local h = redis.call('HMGET', K_HOLD, 'visitor', 'qty', 'status', 'deadline_ms', 'member')
+if not h[1] then return {'not_found'} end
+
+local answer = h[3]
+if answer == 'held' then
+  if not redis.call('GET', K_STOCK) then return {'not_ready'} end
+  local now = now_ms()
+  local qty, deadline, member = tonumber(h[2]), tonumber(h[4]), h[5]
+  local suffix = string.match(member, '^([^:]*)')
+  if deadline <= now or redis.call('ZREM', K_DEADLINES, member) == 0 then
+    expire_member(member, now)
+    answer = 'expired'
+  elseif ARGV[4] == '1' then
+    redis.call('HINCRBY', K_META, 'held', -qty)
+    redis.call('HINCRBY', K_META, 'confirmed', qty)
+    answer = 'confirmed'
+    emit('confirmed', suffix, h[1], qty, tonumber(redis.call('GET', K_STOCK)), now,
+      {'payment_event_id', ARGV[3]})
+  else
+    local available = redis.call('INCRBY', K_STOCK, qty)
+    redis.call('HINCRBY', K_META, 'held', -qty)
+    visitor_sub(h[1], qty)
+    answer = 'released'
+    emit('released', suffix, h[1], qty, available, now,
+      {'reason', 'payment_failed', 'payment_event_id', ARGV[3]})
+  end
+  redis.call('HSET', K_HOLD, 'status', answer, 'ended_ms', tostring(now))
+  redis.call('PEXPIRE', K_HOLD, ARGV[5])
+end
+redis.call('SET', K_PAY, answer, 'PX', ARGV[6])
+return {answer}

@@ -1,0 +1,69 @@
+-- hold.lua: take `qty` units for a visitor (common.lua prepended).
+--
+-- KEYS[1..5] as in common.lua
+-- KEYS[6] sluice:{ev}:hold:{suffix}   the new hold's hash (or the replayed one)
+-- KEYS[7] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
+-- ARGV[1..2] as in common.lua
+-- ARGV[3] visitor
+-- ARGV[4] qty (integer)
+-- ARGV[5] hold suffix (22 base64url chars; the Rust side generates it, or
+--         passes the suffix a REDIRECT named)
+-- ARGV[6] how many expired holds to reap first (LAZY_REAP_MAX)
+-- ARGV[7] idempotency key TTL, ms
+-- ARGV[8] hold retention after its deadline, ms
+--
+-- Returns one of:
+--   {'NOT_READY'}                      stock counter or settings missing
+--   {'REDIRECT', suffix}               the idempotency key names another
+--                                      hold: call again with that suffix
+--   {'REPLAYED', qty, status, deadline_ms, available}
+--   {'INVALID_QTY', limit}             qty 0 or above the cart limit
+--   {'CART_LIMIT', limit, have}        have + qty > limit
+--   {'SOLD_OUT', available}
+--   {'HELD', qty, 'held', deadline_ms, available}
+-- Writes on HELD: DECRBY stock, meta.held += qty, visitors[visitor] += qty,
+-- the hold hash (PEXPIREAT deadline + retention), ZADD deadlines, the
+-- idempotency key (PX ttl), XADD type=held.
+
+if not redis.call('GET', K_STOCK) then return {'NOT_READY'} end
+local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms')
+if not meta[1] or not meta[2] then return {'NOT_READY'} end
+local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
+local now = now_ms()
+reap_expired(now, tonumber(ARGV[6]))
+
+local visitor, qty, suffix = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local K_HOLD, K_IDEM = KEYS[6], KEYS[7]
+
+if K_IDEM then
+  local prior = redis.call('GET', K_IDEM)
+  if prior then
+    if prior ~= suffix then return {'REDIRECT', prior} end
+    local h = redis.call('HMGET', K_HOLD, 'visitor', 'qty', 'status', 'deadline_ms')
+    if h[1] == visitor then
+      local status, deadline = h[3], tonumber(h[4])
+      if status == 'held' and deadline <= now then status = 'expired' end
+      return {'REPLAYED', tonumber(h[2]), status, deadline, tonumber(redis.call('GET', K_STOCK))}
+    end
+    -- The hold is gone (past its retention): take a new one under this id.
+  end
+end
+
+if qty < 1 or qty > limit then return {'INVALID_QTY', limit} end
+local have = tonumber(redis.call('HGET', K_VISITORS, visitor) or '0')
+if have + qty > limit then return {'CART_LIMIT', limit, have} end
+local available = tonumber(redis.call('GET', K_STOCK))
+if available < qty then return {'SOLD_OUT', available} end
+
+available = redis.call('DECRBY', K_STOCK, qty)
+redis.call('HINCRBY', K_META, 'held', qty)
+redis.call('HINCRBY', K_VISITORS, visitor, qty)
+local deadline = now + ttl
+local member = suffix .. ':' .. qty .. ':' .. visitor
+redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', qty, 'status', 'held',
+  'deadline_ms', tostring(deadline), 'created_ms', tostring(now), 'member', member)
+redis.call('PEXPIREAT', K_HOLD, tostring(deadline + tonumber(ARGV[8])))
+redis.call('ZADD', K_DEADLINES, tostring(deadline), member)
+if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[7]) end
+emit('held', suffix, visitor, qty, available, now, {'expires_at_ms', tostring(deadline)})
+return {'HELD', qty, 'held', deadline, available}

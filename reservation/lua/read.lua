@@ -1,0 +1,18 @@
+-- read.lua: an event's counters and settings (common.lua prepended).
+--
+-- KEYS[1..5] as in common.lua
+-- ARGV[1..2] as in common.lua
+-- ARGV[3] how many expired holds to reap first (LAZY_REAP_MAX)
+--
+-- Returns one of:
+--   {'UNKNOWN'}   no settings stored
+--   {'STATE', total, cart_limit, hold_ttl_ms, version, room, held,
+--    confirmed, available}   available is nil (false) when the stock
+--                            counter is missing: not ready
+-- All numbers as decimal strings.
+local m = redis.call('HMGET', K_META, 'total', 'cart_limit', 'hold_ttl_ms', 'version', 'room', 'held', 'confirmed')
+if not m[1] then return {'UNKNOWN'} end
+if redis.call('GET', K_STOCK) then reap_expired(now_ms(), tonumber(ARGV[3])) end
+m = redis.call('HMGET', K_META, 'total', 'cart_limit', 'hold_ttl_ms', 'version', 'room', 'held', 'confirmed')
+local stock = redis.call('GET', K_STOCK)
+return {'STATE', m[1], m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '', m[6] or '0', m[7] or '0', stock}

@@ -1,0 +1,599 @@
+//! The in-memory store: the reference semantics of [`Inventory`].
+//!
+//! One mutex over every event. Each operation is a short critical section
+//! with no `.await` inside, so the lock is the exact counterpart of a Lua
+//! script running in Redis. Contention is not a concern: the waiting room
+//! caps the rate of reservations long before this lock would.
+//!
+//! It mirrors the Redis store closely, down to the details that decide
+//! outcomes: the deadline index is ordered by `(deadline, member)` with the
+//! same member encoding (`{suffix}:{qty}:{visitor}`), ordinary operations
+//! reap at most [`LAZY_REAP_MAX`] expired holds on the way, and a hold is
+//! "out" (its units taken) exactly while its member is in the index.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::Result;
+use crate::types::{
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView,
+    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+};
+use crate::{
+    HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem,
+};
+
+/// Default number of transitions kept per event.
+pub const DEFAULT_LOG_CAPACITY: usize = 10_000;
+/// How often (store time) `reap` also drops ended holds and stale records.
+const PURGE_EVERY_MS: u64 = 10_000;
+
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The in-memory [`Inventory`]. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct MemoryInventory {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    clock: Arc<dyn Clock>,
+    log_capacity: usize,
+    events: Mutex<HashMap<EventId, EventData>>,
+}
+
+/// One event. Field names follow the Redis keys they stand for.
+struct EventData {
+    total: u64,
+    cart_limit: u32,
+    hold_ttl_ms: u64,
+    version: u64,
+    room: String,
+    /// `sluice:{ev}:stock`.
+    available: u64,
+    held: u64,
+    confirmed: u64,
+    /// `sluice:{ev}:hold:{suffix}`, keyed by suffix.
+    holds: HashMap<String, HoldRec>,
+    /// `sluice:{ev}:deadlines`: `(deadline_ms, member)`; a hold's units are
+    /// out exactly while its member is here.
+    deadlines: BTreeSet<(u64, String)>,
+    /// `sluice:{ev}:visitors`: held + confirmed units per visitor.
+    visitors: HashMap<String, u32>,
+    /// `sluice:{ev}:idem:…`: (visitor, key) → (suffix, expires_ms).
+    idem: HashMap<(String, String), (String, u64)>,
+    /// `sluice:{ev}:pay:…`: (suffix, payment id) → (answer, expires_ms).
+    payments: HashMap<(String, String), (ConfirmOutcome, u64)>,
+    /// `sluice:{ev}:stream`, bounded.
+    log: VecDeque<Transition>,
+    last_purge_ms: u64,
+}
+
+struct HoldRec {
+    visitor: String,
+    qty: u32,
+    /// As stored: `Held` past its deadline reads as `Expired`.
+    status: HoldStatus,
+    deadline_ms: u64,
+    member: String,
+    purge_at_ms: u64,
+}
+
+impl HoldRec {
+    fn status_at(&self, now: u64) -> HoldStatus {
+        if self.status == HoldStatus::Held && self.deadline_ms <= now {
+            HoldStatus::Expired
+        } else {
+            self.status
+        }
+    }
+}
+
+fn member_of(suffix: &str, qty: u32, visitor: &str) -> String {
+    format!("{suffix}:{qty}:{visitor}")
+}
+
+impl MemoryInventory {
+    /// A store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// A store on the given clock (a [`crate::ManualClock`] in tests).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self::with_clock_and_log(clock, DEFAULT_LOG_CAPACITY)
+    }
+
+    /// A store keeping at most `log_capacity` transitions per event.
+    pub fn with_clock_and_log(clock: Arc<dyn Clock>, log_capacity: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                clock,
+                log_capacity: log_capacity.max(1),
+                events: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
+}
+
+impl Default for MemoryInventory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// === impl EventData ===
+
+impl EventData {
+    fn log(&mut self, cap: usize, t: Transition) {
+        while self.log.len() >= cap {
+            self.log.pop_front();
+        }
+        self.log.push_back(t);
+    }
+
+    fn visitor_sub(&mut self, visitor: &str, qty: u32) {
+        if let Some(c) = self.visitors.get_mut(visitor) {
+            *c = c.saturating_sub(qty);
+            if *c == 0 {
+                self.visitors.remove(visitor);
+            }
+        }
+    }
+
+    /// Returns the units of the hold behind `member` if they are still out
+    /// (the member is in the index); true when this call returned them.
+    fn expire_member(&mut self, event: &EventId, cap: usize, deadline: u64, member: &str, now: u64) -> bool {
+        if !self.deadlines.remove(&(deadline, member.to_owned())) {
+            return false;
+        }
+        let mut parts = member.splitn(3, ':');
+        let suffix = parts.next().unwrap_or_default().to_owned();
+        let qty: u32 = parts.next().and_then(|q| q.parse().ok()).unwrap_or(0);
+        let visitor = parts.next().unwrap_or_default().to_owned();
+        self.available += u64::from(qty);
+        self.held = self.held.saturating_sub(u64::from(qty));
+        self.visitor_sub(&visitor, qty);
+        if let Some(h) = self.holds.get_mut(&suffix) {
+            h.status = HoldStatus::Expired;
+        }
+        let available = self.available;
+        self.log(
+            cap,
+            Transition {
+                kind: TransitionKind::Expired,
+                hold_id: format!("{event}.{suffix}"),
+                visitor,
+                qty: u64::from(qty),
+                available,
+                ts_ms: now,
+                payment_event_id: None,
+            },
+        );
+        true
+    }
+
+    /// Expires up to `max` holds whose deadline passed, oldest first.
+    fn reap(&mut self, event: &EventId, cap: usize, now: u64, max: usize) -> usize {
+        let due: Vec<(u64, String)> = self
+            .deadlines
+            .iter()
+            .take_while(|(d, _)| *d <= now)
+            .take(max)
+            .cloned()
+            .collect();
+        let mut n = 0;
+        for (deadline, member) in due {
+            if self.expire_member(event, cap, deadline, &member, now) {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn purge(&mut self, now: u64) {
+        if now.saturating_sub(self.last_purge_ms) < PURGE_EVERY_MS {
+            return;
+        }
+        self.last_purge_ms = now;
+        self.holds.retain(|_, h| h.purge_at_ms > now);
+        self.idem.retain(|_, (_, exp)| *exp > now);
+        self.payments.retain(|_, (_, exp)| *exp > now);
+    }
+
+    fn view(&self, event: &EventId, suffix: &str, h: &HoldRec, now: u64) -> HoldView {
+        HoldView {
+            hold_id: HoldId::from_parts(event, suffix),
+            event: event.clone(),
+            qty: h.qty,
+            status: h.status_at(now),
+            expires_at: h.deadline_ms / 1000,
+            expires_at_ms: h.deadline_ms,
+            available: self.available,
+            visitor: h.visitor.clone(),
+        }
+    }
+
+    /// Ends a held hold whose deadline has not passed: confirmed (units
+    /// booked as sold) or released (units back).
+    fn finish(
+        &mut self,
+        event: &EventId,
+        cap: usize,
+        suffix: &str,
+        to: HoldStatus,
+        now: u64,
+        payment_event_id: Option<&str>,
+    ) {
+        let Some(h) = self.holds.get(suffix) else {
+            return;
+        };
+        let (qty, deadline, member, visitor) =
+            (h.qty, h.deadline_ms, h.member.clone(), h.visitor.clone());
+        self.deadlines.remove(&(deadline, member));
+        let q = u64::from(qty);
+        self.held = self.held.saturating_sub(q);
+        let kind = if to == HoldStatus::Confirmed {
+            self.confirmed += q;
+            TransitionKind::Confirmed
+        } else {
+            self.available += q;
+            self.visitor_sub(&visitor, qty);
+            TransitionKind::Released
+        };
+        if let Some(h) = self.holds.get_mut(suffix) {
+            h.status = to;
+            h.purge_at_ms = now.saturating_add(ms(HOLD_RETENTION));
+        }
+        let available = self.available;
+        self.log(
+            cap,
+            Transition {
+                kind,
+                hold_id: format!("{event}.{suffix}"),
+                visitor,
+                qty: q,
+                available,
+                ts_ms: now,
+                payment_event_id: payment_event_id.map(str::to_owned),
+            },
+        );
+    }
+
+    /// Expires a held hold past its deadline (returning its units if still
+    /// out) and marks it expired.
+    fn expire_hold(&mut self, event: &EventId, cap: usize, suffix: &str, now: u64) {
+        let Some(h) = self.holds.get(suffix) else {
+            return;
+        };
+        let (deadline, member) = (h.deadline_ms, h.member.clone());
+        self.expire_member(event, cap, deadline, &member, now);
+        if let Some(h) = self.holds.get_mut(suffix) {
+            h.status = HoldStatus::Expired;
+            h.purge_at_ms = now.saturating_add(ms(HOLD_RETENTION));
+        }
+    }
+}
+
+// === impl Inventory ===
+
+impl Inventory for MemoryInventory {
+    async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
+        if let Some(reason) = spec_problem(spec) {
+            return Ok(SetStockOutcome::Invalid { reason });
+        }
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let (outcome, e) = match events.get_mut(event) {
+            Some(e) => {
+                if spec.version <= e.version {
+                    return Ok(SetStockOutcome::Stale {
+                        current_version: e.version,
+                    });
+                }
+                if spec.total < e.held + e.confirmed {
+                    return Ok(SetStockOutcome::BelowCommitted {
+                        held: e.held,
+                        confirmed: e.confirmed,
+                    });
+                }
+                e.available = spec.total - e.held - e.confirmed;
+                (
+                    SetStockOutcome::Updated {
+                        available: e.available,
+                    },
+                    e,
+                )
+            }
+            None => {
+                let e = events.entry(event.clone()).or_insert(EventData {
+                    total: spec.total,
+                    cart_limit: spec.cart_limit,
+                    hold_ttl_ms: 0,
+                    version: spec.version,
+                    room: String::new(),
+                    available: spec.total,
+                    held: 0,
+                    confirmed: 0,
+                    holds: HashMap::new(),
+                    deadlines: BTreeSet::new(),
+                    visitors: HashMap::new(),
+                    idem: HashMap::new(),
+                    payments: HashMap::new(),
+                    log: VecDeque::new(),
+                    last_purge_ms: now,
+                });
+                (
+                    SetStockOutcome::Created {
+                        available: spec.total,
+                    },
+                    e,
+                )
+            }
+        };
+        e.total = spec.total;
+        e.cart_limit = spec.cart_limit;
+        e.hold_ttl_ms = spec.hold_ttl_ms();
+        e.version = spec.version;
+        e.room = spec.room.clone();
+        let available = e.available;
+        e.log(
+            cap,
+            Transition {
+                kind: TransitionKind::Stock,
+                hold_id: String::new(),
+                visitor: String::new(),
+                qty: spec.total,
+                available,
+                ts_ms: now,
+                payment_event_id: None,
+            },
+        );
+        Ok(outcome)
+    }
+
+    async fn hold(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(event) else {
+            return Ok(HoldOutcome::NotReady);
+        };
+        e.reap(event, cap, now, LAZY_REAP_MAX);
+        let idem_key = idempotency_key.map(|k| (visitor.to_owned(), k.to_owned()));
+        if let Some(k) = &idem_key
+            && let Some((suffix, exp)) = e.idem.get(k)
+            && *exp > now
+            && let Some(h) = e.holds.get(suffix)
+            && h.visitor == visitor
+        {
+            return Ok(HoldOutcome::Replayed(e.view(event, suffix, h, now)));
+        }
+        let limit = e.cart_limit;
+        if qty == 0 || qty > limit {
+            return Ok(HoldOutcome::InvalidQuantity { limit });
+        }
+        let have = e.visitors.get(visitor).copied().unwrap_or(0);
+        if u64::from(have) + u64::from(qty) > u64::from(limit) {
+            return Ok(HoldOutcome::CartLimitExceeded { limit, held: have });
+        }
+        let q = u64::from(qty);
+        if e.available < q {
+            return Ok(HoldOutcome::SoldOut {
+                available: e.available,
+            });
+        }
+        let hold_id = HoldId::generate(event);
+        let suffix = hold_id.suffix().to_owned();
+        e.available -= q;
+        e.held += q;
+        *e.visitors.entry(visitor.to_owned()).or_insert(0) += qty;
+        let deadline = now.saturating_add(e.hold_ttl_ms);
+        let member = member_of(&suffix, qty, visitor);
+        e.deadlines.insert((deadline, member.clone()));
+        e.holds.insert(
+            suffix.clone(),
+            HoldRec {
+                visitor: visitor.to_owned(),
+                qty,
+                status: HoldStatus::Held,
+                deadline_ms: deadline,
+                member,
+                purge_at_ms: deadline.saturating_add(ms(HOLD_RETENTION)),
+            },
+        );
+        if let Some(k) = idem_key {
+            e.idem
+                .insert(k, (suffix.clone(), now.saturating_add(ms(IDEMPOTENCY_TTL))));
+        }
+        let available = e.available;
+        e.log(
+            cap,
+            Transition {
+                kind: TransitionKind::Held,
+                hold_id: hold_id.to_string(),
+                visitor: visitor.to_owned(),
+                qty: q,
+                available,
+                ts_ms: now,
+                payment_event_id: None,
+            },
+        );
+        Ok(HoldOutcome::Held(HoldView {
+            hold_id,
+            event: event.clone(),
+            qty,
+            status: HoldStatus::Held,
+            expires_at: deadline / 1000,
+            expires_at_ms: deadline,
+            available,
+            visitor: visitor.to_owned(),
+        }))
+    }
+
+    async fn get_hold(&self, hold_id: &HoldId, visitor: &str) -> Result<Option<HoldView>> {
+        let now = self.now();
+        let event = hold_id.event();
+        let events = self.inner.events.lock();
+        let Some(e) = events.get(&event) else {
+            return Ok(None);
+        };
+        Ok(e
+            .holds
+            .get(hold_id.suffix())
+            .filter(|h| h.visitor == visitor)
+            .map(|h| e.view(&event, hold_id.suffix(), h, now)))
+    }
+
+    async fn release(&self, hold_id: &HoldId, visitor: &str) -> Result<ReleaseOutcome> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let event = hold_id.event();
+        let suffix = hold_id.suffix();
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(&event) else {
+            return Ok(ReleaseOutcome::NotFound);
+        };
+        let Some(h) = e.holds.get(suffix).filter(|h| h.visitor == visitor) else {
+            return Ok(ReleaseOutcome::NotFound);
+        };
+        Ok(match h.status {
+            HoldStatus::Confirmed => ReleaseOutcome::Confirmed,
+            HoldStatus::Released => ReleaseOutcome::AlreadyReleased,
+            HoldStatus::Expired => ReleaseOutcome::Expired,
+            HoldStatus::Held if h.deadline_ms <= now => {
+                e.expire_hold(&event, cap, suffix, now);
+                ReleaseOutcome::Expired
+            }
+            HoldStatus::Held => {
+                e.finish(&event, cap, suffix, HoldStatus::Released, now, None);
+                ReleaseOutcome::Released
+            }
+        })
+    }
+
+    async fn confirm(
+        &self,
+        hold_id: &HoldId,
+        payment_event_id: &str,
+        succeeded: bool,
+    ) -> Result<ConfirmOutcome> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let event = hold_id.event();
+        let suffix = hold_id.suffix();
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(&event) else {
+            return Ok(ConfirmOutcome::NotFound);
+        };
+        let pay_key = (suffix.to_owned(), payment_event_id.to_owned());
+        if let Some((answer, exp)) = e.payments.get(&pay_key)
+            && *exp > now
+        {
+            return Ok(*answer);
+        }
+        let Some(h) = e.holds.get(suffix) else {
+            return Ok(ConfirmOutcome::NotFound);
+        };
+        let answer = match h.status {
+            HoldStatus::Confirmed => ConfirmOutcome::Confirmed,
+            HoldStatus::Released => ConfirmOutcome::Released,
+            HoldStatus::Expired => ConfirmOutcome::Expired,
+            HoldStatus::Held if h.deadline_ms <= now => {
+                e.expire_hold(&event, cap, suffix, now);
+                ConfirmOutcome::Expired
+            }
+            HoldStatus::Held if succeeded => {
+                e.finish(
+                    &event,
+                    cap,
+                    suffix,
+                    HoldStatus::Confirmed,
+                    now,
+                    Some(payment_event_id),
+                );
+                ConfirmOutcome::Confirmed
+            }
+            HoldStatus::Held => {
+                e.finish(
+                    &event,
+                    cap,
+                    suffix,
+                    HoldStatus::Released,
+                    now,
+                    Some(payment_event_id),
+                );
+                ConfirmOutcome::Released
+            }
+        };
+        e.payments
+            .insert(pay_key, (answer, now.saturating_add(ms(PAYMENT_TTL))));
+        Ok(answer)
+    }
+
+    async fn reap(&self, event: &EventId, max: usize) -> Result<usize> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(event) else {
+            return Ok(0);
+        };
+        let n = e.reap(event, cap, now, max);
+        e.purge(now);
+        Ok(n)
+    }
+
+    async fn read(&self, event: &EventId) -> Result<Option<EventState>> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(event) else {
+            return Ok(None);
+        };
+        e.reap(event, cap, now, LAZY_REAP_MAX);
+        Ok(Some(EventState {
+            event: event.clone(),
+            total: e.total,
+            available: Some(e.available),
+            held: e.held,
+            confirmed: e.confirmed,
+            version: e.version,
+            cart_limit: e.cart_limit,
+            hold_ttl_secs: e.hold_ttl_ms.div_ceil(1000),
+            hold_ttl_ms: e.hold_ttl_ms,
+            room: e.room.clone(),
+            invariant_holds: e.available + e.held + e.confirmed == e.total,
+        }))
+    }
+
+    async fn events(&self) -> Result<Vec<EventId>> {
+        let mut v: Vec<EventId> = self.inner.events.lock().keys().cloned().collect();
+        v.sort();
+        Ok(v)
+    }
+
+    async fn recent_transitions(&self, event: &EventId, n: usize) -> Result<Vec<Transition>> {
+        let events = self.inner.events.lock();
+        let Some(e) = events.get(event) else {
+            return Ok(Vec::new());
+        };
+        let skip = e.log.len().saturating_sub(n);
+        Ok(e.log.iter().skip(skip).cloned().collect())
+    }
+}

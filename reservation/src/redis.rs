@@ -1,0 +1,683 @@
+//! The Redis store: every operation is one Lua script, every key of an event
+//! under its hash tag, `TIME` the only clock.
+//!
+//! # Key schema
+//!
+//! For event `ev` (the braces are literal: `{ev}` is the Redis Cluster hash
+//! tag, so one event lives on one shard and every script runs unchanged on
+//! a cluster):
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `sluice:{ev}:stock` | string | available units. Missing = not ready (never "sold out") |
+//! | `sluice:{ev}:meta` | hash | `total`, `cart_limit`, `hold_ttl_ms`, `version`, `room`, `held`, `confirmed` |
+//! | `sluice:{ev}:hold:{suffix}` | hash | one hold: `visitor`, `qty`, `status` (`held`/`confirmed`/`released`/`expired`), `deadline_ms`, `created_ms`, `ended_ms`, `member`; expires [`HOLD_RETENTION`] after its deadline or end |
+//! | `sluice:{ev}:deadlines` | sorted set | member `{suffix}:{qty}:{visitor}`, score = deadline (ms). A hold's units are out exactly while its member is here; whoever removes it books them, once |
+//! | `sluice:{ev}:visitors` | hash | visitor → held + confirmed units (the cart limit's count) |
+//! | `sluice:{ev}:idem:{len}:{visitor}:{key}` | string | hold suffix for an `Idempotency-Key` (`len` = the visitor's byte length, so visitor and key cannot run into each other); PX [`IDEMPOTENCY_TTL`] |
+//! | `sluice:{ev}:pay:{suffix}:{payment_event_id}` | string | the answer given to that payment event for that hold; PX [`PAYMENT_TTL`] |
+//! | `sluice:{ev}:stream` | stream | transitions (`STREAM.md`), `MAXLEN ~` [`RedisConfig::stream_maxlen`] |
+//! | `sluice:events` | set | every event whose stock was set (for the reaper's loop). Outside any hash tag and never touched by a script |
+//!
+//! A held hold is expired as soon as `TIME` passes its deadline: every script
+//! and read derives that from `deadline_ms`, so it holds "everywhere at once"
+//! even before a reaper removed its member. The scripts that meet expired
+//! members (hold, read, reap) return their units on the way; only hold
+//! hashes named in `KEYS` are ever rewritten (Cluster rule).
+//!
+//! # Scripts
+//!
+//! `lua/common.lua` (shared KEYS 1–5, ARGV 1–2 and helpers) is prepended to
+//! `hold`, `release`, `confirm`, `reap`, `set_stock` and `read`;
+//! `get_hold.lua` stands alone. Each file's header documents its KEYS, ARGV
+//! and return values. They run through [`redis::Script`] (EVALSHA, loaded
+//! again on `NOSCRIPT`), each call bounded by [`RedisConfig::timeout`].
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+
+use crate::error::{ReservationError, Result};
+use crate::types::{
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView,
+    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+};
+use crate::{
+    HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem,
+};
+
+/// The registry of events (outside any hash tag).
+pub const EVENTS_KEY: &str = "sluice:events";
+
+/// The scripts' sources, as sent to Redis (common prelude included).
+pub mod source {
+    /// `hold.lua` with `common.lua`.
+    pub const HOLD: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/hold.lua")
+    );
+    /// `release.lua` with `common.lua`.
+    pub const RELEASE: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/release.lua")
+    );
+    /// `confirm.lua` with `common.lua`.
+    pub const CONFIRM: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/confirm.lua")
+    );
+    /// `reap.lua` with `common.lua`.
+    pub const REAP: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/reap.lua")
+    );
+    /// `set_stock.lua` with `common.lua`.
+    pub const SET_STOCK: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/set_stock.lua")
+    );
+    /// `read.lua` with `common.lua`.
+    pub const READ: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/read.lua")
+    );
+    /// `get_hold.lua` (standalone).
+    pub const GET_HOLD: &str = include_str!("../lua/get_hold.lua");
+}
+
+/// Settings of the Redis store.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// `redis://…` for one server, `redis+cluster://…` (comma-separated
+    /// seed nodes after the scheme are not supported: give one seed) for
+    /// Redis Cluster.
+    pub url: String,
+    /// Bound on every call (connect included): a slow Redis becomes
+    /// [`ReservationError::Timeout`], never a hang. Default 2 s.
+    pub timeout: Duration,
+    /// Approximate cap of each event's stream (`XADD MAXLEN ~`). Default
+    /// 100,000 entries.
+    pub stream_maxlen: u64,
+}
+
+impl RedisConfig {
+    /// Defaults for the given URL.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            timeout: Duration::from_secs(2),
+            stream_maxlen: 100_000,
+        }
+    }
+}
+
+/// The connection: one multiplexed connection to a standalone server, or a
+/// cluster connection. Both are cheap to clone and reconnect by themselves.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+struct Scripts {
+    hold: Script,
+    release: Script,
+    confirm: Script,
+    reap: Script,
+    set_stock: Script,
+    read: Script,
+    get_hold: Script,
+}
+
+/// The Redis [`Inventory`]. Cheap to clone: clones share one multiplexed
+/// connection.
+#[derive(Clone)]
+pub struct RedisInventory {
+    conn: Conn,
+    timeout: Duration,
+    maxlen: String,
+    scripts: std::sync::Arc<Scripts>,
+}
+
+/// The keys of one event.
+struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    fn new(event: &EventId) -> Self {
+        Self {
+            prefix: format!("sluice:{{{event}}}:"),
+        }
+    }
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+    /// KEYS[1..5] of every script with common.lua.
+    fn common(&self) -> [String; 5] {
+        [
+            self.key("stock"),
+            self.key("meta"),
+            self.key("deadlines"),
+            self.key("visitors"),
+            self.key("stream"),
+        ]
+    }
+    fn hold(&self, suffix: &str) -> String {
+        format!("{}hold:{suffix}", self.prefix)
+    }
+    fn idem(&self, visitor: &str, key: &str) -> String {
+        format!("{}idem:{}:{visitor}:{key}", self.prefix, visitor.len())
+    }
+    fn pay(&self, suffix: &str, payment_event_id: &str) -> String {
+        format!("{}pay:{suffix}:{payment_event_id}", self.prefix)
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+// === reply parsing ===
+
+fn protocol(what: &str, v: &Value) -> ReservationError {
+    ReservationError::Protocol(format!("{what}: {v:?}"))
+}
+
+fn items(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(protocol("expected an array", &other)),
+    }
+}
+
+fn text(v: Option<&Value>) -> Result<String> {
+    match v {
+        Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Some(Value::SimpleString(s)) => Ok(s.clone()),
+        Some(Value::Int(i)) => Ok(i.to_string()),
+        Some(other) => Err(protocol("expected text", other)),
+        None => Err(ReservationError::Protocol("reply too short".into())),
+    }
+}
+
+fn int(v: Option<&Value>) -> Result<i64> {
+    match v {
+        Some(Value::Int(i)) => Ok(*i),
+        Some(Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| ReservationError::Protocol(format!("not an integer: {b:?}"))),
+        Some(other) => Err(protocol("expected an integer", other)),
+        None => Err(ReservationError::Protocol("reply too short".into())),
+    }
+}
+
+fn uint(v: Option<&Value>) -> Result<u64> {
+    Ok(u64::try_from(int(v)?.max(0)).unwrap_or(0))
+}
+
+fn u32_of(v: Option<&Value>) -> Result<u32> {
+    Ok(u32::try_from(int(v)?.max(0)).unwrap_or(u32::MAX))
+}
+
+fn status(v: Option<&Value>) -> Result<HoldStatus> {
+    let s = text(v)?;
+    HoldStatus::parse(&s).ok_or_else(|| ReservationError::Protocol(format!("bad status {s}")))
+}
+
+// === impl RedisInventory ===
+
+impl RedisInventory {
+    /// Connects (within `config.timeout`) and prepares the scripts.
+    pub async fn connect(config: &RedisConfig) -> Result<Self> {
+        let timeout = config.timeout;
+        let conn = if let Some(rest) = config.url.strip_prefix("redis+cluster://") {
+            let url = format!("redis://{rest}");
+            let client = redis::cluster::ClusterClientBuilder::new(vec![url])
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .build()
+                .map_err(|e| ReservationError::Config(e.to_string()))?;
+            let conn = tokio::time::timeout(timeout, client.get_async_connection())
+                .await
+                .map_err(|_| ReservationError::Timeout(timeout))?
+                .map_err(ReservationError::from_redis)?;
+            Conn::Cluster(conn)
+        } else {
+            let client = redis::Client::open(config.url.as_str())
+                .map_err(|e| ReservationError::Config(e.to_string()))?;
+            let cm_config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_number_of_retries(2);
+            let conn = tokio::time::timeout(
+                timeout,
+                ConnectionManager::new_with_config(client, cm_config),
+            )
+            .await
+            .map_err(|_| ReservationError::Timeout(timeout))?
+            .map_err(ReservationError::from_redis)?;
+            Conn::Single(conn)
+        };
+        Ok(Self {
+            conn,
+            timeout,
+            maxlen: config.stream_maxlen.max(1).to_string(),
+            scripts: std::sync::Arc::new(Scripts {
+                hold: Script::new(source::HOLD),
+                release: Script::new(source::RELEASE),
+                confirm: Script::new(source::CONFIRM),
+                reap: Script::new(source::REAP),
+                set_stock: Script::new(source::SET_STOCK),
+                read: Script::new(source::READ),
+                get_hold: Script::new(source::GET_HOLD),
+            }),
+        })
+    }
+
+    /// Loads every script now (optional: `EVALSHA` falls back on its own).
+    pub async fn load_scripts(&self) -> Result<()> {
+        let s = &self.scripts;
+        for script in [
+            &s.hold,
+            &s.release,
+            &s.confirm,
+            &s.reap,
+            &s.set_stock,
+            &s.read,
+            &s.get_hold,
+        ] {
+            let mut conn = self.conn.clone();
+            self.bounded(script.prepare_invoke().load_async(&mut conn))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The SHA1 of the hold script (for `redis-benchmark EVALSHA`).
+    pub fn hold_script_sha(&self) -> String {
+        self.scripts.hold.get_hash().to_owned()
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| ReservationError::Timeout(self.timeout))?
+            .map_err(ReservationError::from_redis)
+    }
+
+    /// Runs a script with common.lua's KEYS 1–5 and ARGV 1–2 first.
+    async fn run_common(
+        &self,
+        script: &Script,
+        event: &EventId,
+        keys: &Keys,
+        extra_keys: &[String],
+        extra_args: &[String],
+    ) -> Result<Value> {
+        let mut inv = script.prepare_invoke();
+        for k in keys.common().iter().chain(extra_keys) {
+            inv.key(k);
+        }
+        inv.arg(&self.maxlen).arg(event.as_str());
+        for a in extra_args {
+            inv.arg(a);
+        }
+        let mut conn = self.conn.clone();
+        self.bounded(inv.invoke_async::<Value>(&mut conn)).await
+    }
+
+    async fn hold_once(
+        &self,
+        event: &EventId,
+        keys: &Keys,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+        suffix: &str,
+    ) -> Result<Vec<Value>> {
+        let mut extra = vec![keys.hold(suffix)];
+        if let Some(k) = idempotency_key {
+            extra.push(keys.idem(visitor, k));
+        }
+        let args = [
+            visitor.to_owned(),
+            qty.to_string(),
+            suffix.to_owned(),
+            LAZY_REAP_MAX.to_string(),
+            ms(IDEMPOTENCY_TTL).to_string(),
+            ms(HOLD_RETENTION).to_string(),
+        ];
+        items(
+            self.run_common(&self.scripts.hold, event, keys, &extra, &args)
+                .await?,
+        )
+    }
+}
+
+impl Inventory for RedisInventory {
+    async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
+        if let Some(reason) = spec_problem(spec) {
+            return Ok(SetStockOutcome::Invalid { reason });
+        }
+        let keys = Keys::new(event);
+        let args = [
+            spec.total.to_string(),
+            spec.cart_limit.to_string(),
+            spec.hold_ttl_ms().to_string(),
+            spec.version.to_string(),
+            spec.room.clone(),
+        ];
+        let r = items(
+            self.run_common(&self.scripts.set_stock, event, &keys, &[], &args)
+                .await?,
+        )?;
+        let outcome = match text(r.first())?.as_str() {
+            "STALE" => SetStockOutcome::Stale {
+                current_version: text(r.get(1))?.parse().unwrap_or(0),
+            },
+            "BELOW" => SetStockOutcome::BelowCommitted {
+                held: uint(r.get(1))?,
+                confirmed: uint(r.get(2))?,
+            },
+            "CREATED" => SetStockOutcome::Created {
+                available: uint(r.get(1))?,
+            },
+            "UPDATED" => SetStockOutcome::Updated {
+                available: uint(r.get(1))?,
+            },
+            other => return Err(ReservationError::Protocol(format!("set_stock: {other}"))),
+        };
+        if matches!(
+            outcome,
+            SetStockOutcome::Created { .. } | SetStockOutcome::Updated { .. }
+        ) {
+            let mut conn = self.conn.clone();
+            self.bounded(
+                redis::cmd("SADD")
+                    .arg(EVENTS_KEY)
+                    .arg(event.as_str())
+                    .query_async::<i64>(&mut conn),
+            )
+            .await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn hold(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        let keys = Keys::new(event);
+        let mut suffix = HoldId::generate(event).suffix().to_owned();
+        // A REDIRECT names the hold an idempotency key already points to; it
+        // can only repeat if the key is rewritten in between (it expired and
+        // another request took it), so a few rounds are plenty.
+        let mut r = Vec::new();
+        for _ in 0..4 {
+            r = self
+                .hold_once(event, &keys, visitor, qty, idempotency_key, &suffix)
+                .await?;
+            if text(r.first())? == "REDIRECT" {
+                suffix = text(r.get(1))?;
+                continue;
+            }
+            break;
+        }
+        let view = |r: &[Value], suffix: &str| -> Result<HoldView> {
+            let deadline = uint(r.get(3))?;
+            Ok(HoldView {
+                hold_id: HoldId::from_parts(event, suffix),
+                event: event.clone(),
+                qty: u32_of(r.get(1))?,
+                status: status(r.get(2))?,
+                expires_at: deadline / 1000,
+                expires_at_ms: deadline,
+                available: uint(r.get(4))?,
+                visitor: visitor.to_owned(),
+            })
+        };
+        Ok(match text(r.first())?.as_str() {
+            "HELD" => HoldOutcome::Held(view(&r, &suffix)?),
+            "REPLAYED" => HoldOutcome::Replayed(view(&r, &suffix)?),
+            "NOT_READY" => HoldOutcome::NotReady,
+            "INVALID_QTY" => HoldOutcome::InvalidQuantity {
+                limit: u32_of(r.get(1))?,
+            },
+            "CART_LIMIT" => HoldOutcome::CartLimitExceeded {
+                limit: u32_of(r.get(1))?,
+                held: u32_of(r.get(2))?,
+            },
+            "SOLD_OUT" => HoldOutcome::SoldOut {
+                available: uint(r.get(1))?,
+            },
+            other => return Err(ReservationError::Protocol(format!("hold: {other}"))),
+        })
+    }
+
+    async fn get_hold(&self, hold_id: &HoldId, visitor: &str) -> Result<Option<HoldView>> {
+        let event = hold_id.event();
+        let keys = Keys::new(&event);
+        let mut inv = self.scripts.get_hold.prepare_invoke();
+        inv.key(keys.key("stock"))
+            .key(keys.hold(hold_id.suffix()))
+            .arg(visitor);
+        let mut conn = self.conn.clone();
+        let r = items(self.bounded(inv.invoke_async::<Value>(&mut conn)).await?)?;
+        if text(r.first())? != "FOUND" {
+            return Ok(None);
+        }
+        let deadline = uint(r.get(3))?;
+        Ok(Some(HoldView {
+            hold_id: hold_id.clone(),
+            event,
+            qty: u32_of(r.get(1))?,
+            status: status(r.get(2))?,
+            expires_at: deadline / 1000,
+            expires_at_ms: deadline,
+            available: uint(r.get(4))?,
+            visitor: visitor.to_owned(),
+        }))
+    }
+
+    async fn release(&self, hold_id: &HoldId, visitor: &str) -> Result<ReleaseOutcome> {
+        let event = hold_id.event();
+        let keys = Keys::new(&event);
+        let r = items(
+            self.run_common(
+                &self.scripts.release,
+                &event,
+                &keys,
+                &[keys.hold(hold_id.suffix())],
+                &[visitor.to_owned(), ms(HOLD_RETENTION).to_string()],
+            )
+            .await?,
+        )?;
+        Ok(match text(r.first())?.as_str() {
+            "RELEASED" => ReleaseOutcome::Released,
+            "ALREADY_RELEASED" => ReleaseOutcome::AlreadyReleased,
+            "EXPIRED" => ReleaseOutcome::Expired,
+            "CONFIRMED" => ReleaseOutcome::Confirmed,
+            "NOT_FOUND" => ReleaseOutcome::NotFound,
+            "NOT_READY" => ReleaseOutcome::NotReady,
+            other => return Err(ReservationError::Protocol(format!("release: {other}"))),
+        })
+    }
+
+    async fn confirm(
+        &self,
+        hold_id: &HoldId,
+        payment_event_id: &str,
+        succeeded: bool,
+    ) -> Result<ConfirmOutcome> {
+        let event = hold_id.event();
+        let keys = Keys::new(&event);
+        let suffix = hold_id.suffix();
+        let r = items(
+            self.run_common(
+                &self.scripts.confirm,
+                &event,
+                &keys,
+                &[keys.hold(suffix), keys.pay(suffix, payment_event_id)],
+                &[
+                    payment_event_id.to_owned(),
+                    if succeeded { "1" } else { "0" }.to_owned(),
+                    ms(HOLD_RETENTION).to_string(),
+                    ms(PAYMENT_TTL).to_string(),
+                ],
+            )
+            .await?,
+        )?;
+        let answer = text(r.first())?;
+        ConfirmOutcome::parse(&answer)
+            .ok_or_else(|| ReservationError::Protocol(format!("confirm: {answer}")))
+    }
+
+    async fn reap(&self, event: &EventId, max: usize) -> Result<usize> {
+        let keys = Keys::new(event);
+        let v = self
+            .run_common(&self.scripts.reap, event, &keys, &[], &[max.to_string()])
+            .await?;
+        Ok(usize::try_from(int(Some(&v))?.max(0)).unwrap_or(0))
+    }
+
+    async fn read(&self, event: &EventId) -> Result<Option<EventState>> {
+        let keys = Keys::new(event);
+        let r = items(
+            self.run_common(
+                &self.scripts.read,
+                event,
+                &keys,
+                &[],
+                &[LAZY_REAP_MAX.to_string()],
+            )
+            .await?,
+        )?;
+        if text(r.first())? != "STATE" {
+            return Ok(None);
+        }
+        let total = uint(r.get(1))?;
+        let hold_ttl_ms = uint(r.get(3))?;
+        let held = uint(r.get(6))?;
+        let confirmed = uint(r.get(7))?;
+        let available = match r.get(8) {
+            None | Some(Value::Nil) => None,
+            v => Some(uint(v)?),
+        };
+        Ok(Some(EventState {
+            event: event.clone(),
+            total,
+            available,
+            held,
+            confirmed,
+            version: text(r.get(4))?.parse().unwrap_or(0),
+            cart_limit: u32_of(r.get(2))?,
+            hold_ttl_secs: hold_ttl_ms.div_ceil(1000),
+            hold_ttl_ms,
+            room: text(r.get(5))?,
+            invariant_holds: available.is_some_and(|a| a + held + confirmed == total),
+        }))
+    }
+
+    async fn events(&self) -> Result<Vec<EventId>> {
+        let mut conn = self.conn.clone();
+        let names: Vec<String> = self
+            .bounded(redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn))
+            .await?;
+        let mut v: Vec<EventId> = names.iter().filter_map(|n| EventId::parse(n)).collect();
+        v.sort();
+        Ok(v)
+    }
+
+    async fn recent_transitions(&self, event: &EventId, n: usize) -> Result<Vec<Transition>> {
+        let keys = Keys::new(event);
+        let mut conn = self.conn.clone();
+        let v: Value = self
+            .bounded(
+                redis::cmd("XREVRANGE")
+                    .arg(keys.key("stream"))
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(n)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        let mut out = Vec::new();
+        for entry in items(v)? {
+            let parts = items(entry)?;
+            let fields = match parts.into_iter().nth(1) {
+                Some(Value::Array(f)) => f,
+                Some(Value::Map(m)) => m.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+                other => return Err(ReservationError::Protocol(format!("stream: {other:?}"))),
+            };
+            let mut t = Transition {
+                kind: TransitionKind::Stock,
+                hold_id: String::new(),
+                visitor: String::new(),
+                qty: 0,
+                available: 0,
+                ts_ms: 0,
+                payment_event_id: None,
+            };
+            for pair in fields.chunks(2) {
+                let name = text(pair.first())?;
+                let value = text(pair.get(1))?;
+                match name.as_str() {
+                    "type" => {
+                        t.kind = TransitionKind::parse(&value).ok_or_else(|| {
+                            ReservationError::Protocol(format!("stream type {value}"))
+                        })?;
+                    }
+                    "hold_id" => t.hold_id = value,
+                    "visitor" => t.visitor = value,
+                    "qty" => t.qty = value.parse().unwrap_or(0),
+                    "available" => t.available = value.parse().unwrap_or(0),
+                    "ts_ms" => t.ts_ms = value.parse().unwrap_or(0),
+                    "payment_event_id" => t.payment_event_id = Some(value),
+                    _ => {}
+                }
+            }
+            out.push(t);
+        }
+        out.reverse();
+        Ok(out)
+    }
+}

@@ -1,0 +1,493 @@
+//! Identifiers, settings and outcomes shared by both stores.
+
+use std::fmt;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde::Serialize;
+
+/// Longest event id, in bytes.
+pub const MAX_EVENT_ID_LEN: usize = 64;
+/// Characters of the random part of a hold id (128 bits in unpadded base64url).
+pub const HOLD_SUFFIX_LEN: usize = 22;
+
+fn is_id_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+// === EventId ===
+
+/// An event (one thing on sale, with its own stock): `[A-Za-z0-9_-]{1,64}`.
+///
+/// The id becomes the Redis hash tag of every key of the event, which is why
+/// braces, colons and dots are refused.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct EventId(String);
+
+impl EventId {
+    /// Validates an event id; `None` when it is empty, longer than 64 bytes
+    /// or holds a character outside `[A-Za-z0-9_-]`.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s.is_empty() || s.len() > MAX_EVENT_ID_LEN || !s.bytes().all(is_id_char) {
+            return None;
+        }
+        Some(Self(s.to_owned()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+// === HoldId ===
+
+/// A hold: `{event}.{22 base64url characters of 128 random bits}`.
+///
+/// The event is part of the id so that `GET /_sluice/holds/{hold_id}` and
+/// the payment webhook find the event (and its Redis shard) from the id
+/// alone; the random part makes ids unguessable.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct HoldId(String);
+
+impl HoldId {
+    /// A fresh random hold id of `event`.
+    pub fn generate(event: &EventId) -> Self {
+        let bytes = rand::random::<u128>().to_le_bytes();
+        let suffix = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        Self(format!("{}.{suffix}", event.as_str()))
+    }
+
+    /// The id of the hold with random part `suffix` in `event`.
+    pub(crate) fn from_parts(event: &EventId, suffix: &str) -> Self {
+        Self(format!("{}.{suffix}", event.as_str()))
+    }
+
+    /// Validates the shape of a hold id (no store lookup).
+    pub fn parse(s: &str) -> Option<Self> {
+        let (event, suffix) = s.rsplit_once('.')?;
+        EventId::parse(event)?;
+        if suffix.len() != HOLD_SUFFIX_LEN || !suffix.bytes().all(is_id_char) {
+            return None;
+        }
+        // 22 base64 characters carry 132 bits: the last one must leave the
+        // 4 spare bits zero, as our encoder does. Decoding checks that.
+        let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(suffix)
+            .ok()?;
+        if decoded.len() != 16 {
+            return None;
+        }
+        Some(Self(s.to_owned()))
+    }
+
+    /// The event the hold belongs to.
+    pub fn event(&self) -> EventId {
+        let (event, _) = self.0.rsplit_once('.').unwrap_or((&self.0, ""));
+        EventId(event.to_owned())
+    }
+
+    /// The random part (22 characters).
+    pub fn suffix(&self) -> &str {
+        self.0.rsplit_once('.').map(|(_, s)| s).unwrap_or("")
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for HoldId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+// === StockSpec ===
+
+/// What the operator loads with `PUT /_sluice/admin/events/{event}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StockSpec {
+    /// Units on sale in all (available + held + confirmed).
+    pub total: u64,
+    /// Most units one visitor may hold and buy (held + confirmed), ≥ 1.
+    pub cart_limit: u32,
+    /// How long a hold lasts before its stock goes back. Kept to the
+    /// millisecond (the HTTP API speaks whole seconds).
+    pub hold_ttl: Duration,
+    /// Monotonic version of this stock sync: a version not above the stored
+    /// one is refused.
+    pub version: u64,
+    /// The room whose admitted visitors may buy.
+    pub room: String,
+}
+
+impl StockSpec {
+    /// The hold TTL in whole milliseconds (at least 1).
+    pub(crate) fn hold_ttl_ms(&self) -> u64 {
+        u64::try_from(self.hold_ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+}
+
+/// Answer to `set_stock`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SetStockOutcome {
+    /// The event did not exist (or was lost with its store): created, with
+    /// `available = total`.
+    Created {
+        /// Units available after the change.
+        available: u64,
+    },
+    /// The event existed with a lower version: total, cart limit, hold TTL
+    /// and room replaced; `available = total − held − confirmed`. Existing
+    /// holds keep their deadlines.
+    Updated {
+        /// Units available after the change.
+        available: u64,
+    },
+    /// The version is not above the stored one: nothing changed (HTTP 409
+    /// `stale_version`).
+    Stale {
+        /// The version in the store.
+        current_version: u64,
+    },
+    /// The new total is below what visitors already hold or bought: refused,
+    /// nothing changed (the gateway answers 409; the operator must raise the
+    /// total or wait for holds to lapse). Refusing keeps
+    /// `available + held + confirmed = total` true at all times.
+    BelowCommitted {
+        /// Units currently held.
+        held: u64,
+        /// Units confirmed (sold).
+        confirmed: u64,
+    },
+    /// The spec itself is unusable (cart limit 0, TTL 0, total above
+    /// 2^53): nothing changed (HTTP 422 `invalid_setting`).
+    Invalid {
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+// === holds ===
+
+/// Where a hold is in its life. `Held` is the only non-terminal state; each
+/// hold reaches exactly one of the other three, once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldStatus {
+    /// Stock taken, deadline not passed.
+    Held,
+    /// Paid: the units are sold.
+    Confirmed,
+    /// Given back by its visitor or by a failed payment.
+    Released,
+    /// Its deadline passed before payment (whether or not the reaper has
+    /// visited it yet).
+    Expired,
+}
+
+impl HoldStatus {
+    /// The lower-case name used by the HTTP API and the stream.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Held => "held",
+            Self::Confirmed => "confirmed",
+            Self::Released => "released",
+            Self::Expired => "expired",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "held" => Self::Held,
+            "confirmed" => Self::Confirmed,
+            "released" => Self::Released,
+            "expired" => Self::Expired,
+            _ => return None,
+        })
+    }
+}
+
+/// A hold as the visitor sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HoldView {
+    /// The hold's id.
+    pub hold_id: HoldId,
+    /// Its event.
+    pub event: EventId,
+    /// Units held.
+    pub qty: u32,
+    /// Its state, with expiry applied at read time.
+    pub status: HoldStatus,
+    /// Deadline in Unix seconds (rounded down: the hold is certain to be
+    /// valid before this second).
+    pub expires_at: u64,
+    /// Deadline in Unix milliseconds (the store's own clock).
+    pub expires_at_ms: u64,
+    /// Units available in the event after the operation (for reads: now).
+    pub available: u64,
+    /// The owner (the admission token's `sub`).
+    pub visitor: String,
+}
+
+/// Answer to `hold`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum HoldOutcome {
+    /// A new hold (HTTP 201).
+    Held(HoldView),
+    /// The same `Idempotency-Key` from the same visitor: the earlier hold, as
+    /// it is now (HTTP 201 with the same body). Nothing changed.
+    Replayed(HoldView),
+    /// Not enough stock (HTTP 409 `sold_out`).
+    SoldOut {
+        /// Units available.
+        available: u64,
+    },
+    /// held + confirmed + asked would exceed the cart limit (HTTP 409
+    /// `cart_limit_exceeded`).
+    CartLimitExceeded {
+        /// The event's cart limit.
+        limit: u32,
+        /// Units this visitor already holds or bought.
+        held: u32,
+    },
+    /// Zero, or above the cart limit (HTTP 422 `invalid_quantity`).
+    InvalidQuantity {
+        /// The event's cart limit.
+        limit: u32,
+    },
+    /// The stock counter or the event's settings are missing: stock never
+    /// loaded, or lost with the store (HTTP 503 `inventory_not_ready`).
+    /// Never reported as sold out. The store cannot tell "never loaded"
+    /// from "lost" (an empty restarted Redis forgets both), so an event
+    /// unknown to the store also answers `NotReady`: the gateway answers
+    /// 404 `event_not_found` for events outside its configuration.
+    NotReady,
+}
+
+/// Answer to `release`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseOutcome {
+    /// Released now; its units went back to stock.
+    Released,
+    /// Released before (not an error: HTTP 200 `released`).
+    AlreadyReleased,
+    /// Its deadline had passed; its stock went back (now or before) exactly
+    /// once. Not an error either.
+    Expired,
+    /// Paid: cannot be released (HTTP 409 `hold_confirmed`).
+    Confirmed,
+    /// No such hold, or another visitor's (HTTP 404 `hold_not_found`).
+    NotFound,
+    /// The hold exists but the event's stock counter is missing (lost with
+    /// part of the store): nothing changed (HTTP 503 `inventory_not_ready`).
+    /// Only the Redis store can answer this.
+    NotReady,
+}
+
+/// Answer to `confirm`. Repeating a `payment_event_id` for the same hold
+/// answers what the first delivery answered, and changes nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfirmOutcome {
+    /// The hold is confirmed (by this payment, or by an earlier one: a
+    /// failed payment arriving after success leaves it confirmed).
+    Confirmed,
+    /// The hold is released: by this failed payment, or it was released
+    /// before this payment arrived. After a *succeeded* payment this means
+    /// the money must be refunded; the gateway may answer 409.
+    Released,
+    /// The hold lapsed before the payment (per the store's clock): never
+    /// confirmed, its stock went back exactly once (HTTP 409 `hold_expired`).
+    Expired,
+    /// No such hold (HTTP 404 `hold_not_found`).
+    NotFound,
+    /// The hold exists but the event's stock counter is missing: nothing
+    /// changed, nothing recorded (HTTP 503 `inventory_not_ready`). Only the
+    /// Redis store can answer this.
+    NotReady,
+}
+
+impl ConfirmOutcome {
+    /// The lower-case name (`confirmed`, `released`, `expired`,
+    /// `not_found`, `not_ready`), as recorded per payment event.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Confirmed => "confirmed",
+            Self::Released => "released",
+            Self::Expired => "expired",
+            Self::NotFound => "not_found",
+            Self::NotReady => "not_ready",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "confirmed" => Self::Confirmed,
+            "released" => Self::Released,
+            "expired" => Self::Expired,
+            "not_found" => Self::NotFound,
+            "not_ready" => Self::NotReady,
+            _ => return None,
+        })
+    }
+}
+
+// === event state ===
+
+/// An event's counters and settings (`GET /_sluice/admin/events/{event}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventState {
+    /// The event.
+    pub event: EventId,
+    /// Units on sale in all.
+    pub total: u64,
+    /// Units free to hold; `None` when the stock counter is missing (not
+    /// ready: see [`EventState::ready`]).
+    pub available: Option<u64>,
+    /// Units in holds not yet confirmed, released or reaped.
+    pub held: u64,
+    /// Units sold.
+    pub confirmed: u64,
+    /// Version of the last stock sync.
+    pub version: u64,
+    /// Most units per visitor.
+    pub cart_limit: u32,
+    /// Hold TTL in whole seconds (rounded up).
+    pub hold_ttl_secs: u64,
+    /// Hold TTL in milliseconds.
+    pub hold_ttl_ms: u64,
+    /// The room whose admitted visitors may buy.
+    pub room: String,
+    /// `available + held + confirmed == total` (false when not ready).
+    pub invariant_holds: bool,
+}
+
+impl EventState {
+    /// Whether holds can be taken (the stock counter exists).
+    pub fn ready(&self) -> bool {
+        self.available.is_some()
+    }
+}
+
+// === transitions ===
+
+/// Kind of a transition in the event's log (the Redis stream's `type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionKind {
+    /// A hold was taken.
+    Held,
+    /// A hold was paid.
+    Confirmed,
+    /// A hold was released (by its visitor, or a failed payment).
+    Released,
+    /// A hold's deadline passed and its stock went back.
+    Expired,
+    /// The stock was set (`set_stock`).
+    Stock,
+}
+
+impl TransitionKind {
+    /// The stream's `type` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Held => "held",
+            Self::Confirmed => "confirmed",
+            Self::Released => "released",
+            Self::Expired => "expired",
+            Self::Stock => "stock",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "held" => Self::Held,
+            "confirmed" => Self::Confirmed,
+            "released" => Self::Released,
+            "expired" => Self::Expired,
+            "stock" => Self::Stock,
+            _ => return None,
+        })
+    }
+}
+
+/// One entry of an event's transition log (see `STREAM.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Transition {
+    /// What happened.
+    pub kind: TransitionKind,
+    /// The hold (empty for `stock`).
+    pub hold_id: String,
+    /// The hold's visitor (empty for `stock`).
+    pub visitor: String,
+    /// Units moved (for `stock`: the new total).
+    pub qty: u64,
+    /// Units available after the transition.
+    pub available: u64,
+    /// Store time of the transition, Unix milliseconds.
+    pub ts_ms: u64,
+    /// The payment event that caused a `confirmed` or payment `released`.
+    pub payment_event_id: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn event_ids() {
+        assert!(EventId::parse("demo").is_some());
+        assert!(EventId::parse("A-z_09").is_some());
+        assert!(EventId::parse(&"a".repeat(64)).is_some());
+        for bad in ["", "a.b", "a{b}", "a:b", "a b", "é", &"a".repeat(65)] {
+            assert!(EventId::parse(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hold_ids_round_trip() {
+        let ev = EventId::parse("demo").unwrap();
+        for _ in 0..100 {
+            let id = HoldId::generate(&ev);
+            assert_eq!(id.suffix().len(), HOLD_SUFFIX_LEN);
+            let parsed = HoldId::parse(id.as_str()).unwrap();
+            assert_eq!(parsed, id);
+            assert_eq!(parsed.event(), ev);
+        }
+    }
+
+    #[test]
+    fn bad_hold_ids() {
+        let good = HoldId::generate(&EventId::parse("demo").unwrap());
+        let suffix = good.suffix().to_owned();
+        for bad in [
+            String::new(),
+            "demo".into(),
+            format!("demo.{}", &suffix[..21]),
+            format!("demo.{suffix}A"),
+            format!(".{suffix}"),
+            format!("de{{mo.{suffix}"),
+            format!("demo.{}+", &suffix[..21]),
+            "demo.AAAAAAAAAAAAAAAAAAAAA_".into(),
+        ] {
+            assert!(HoldId::parse(&bad).is_none(), "{bad:?}");
+        }
+    }
+}
