@@ -1,0 +1,131 @@
+//! The replay-guard conformance suite (feature `test-util`).
+//!
+//! Every [`ReplayStore`] backend must pass [`run_all`]; each check is also
+//! public so a failing one can be run alone. Ids are random per call, so a
+//! shared Redis needs no cleanup between runs.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::guard::ReplayStore;
+
+fn fresh_id() -> [u8; 16] {
+    rand::random()
+}
+
+/// Runs every check against `guard`.
+pub async fn run_all<G: ReplayStore + 'static>(guard: Arc<G>) {
+    first_use_then_replay(&*guard).await;
+    ids_are_independent(&*guard).await;
+    expires_after_ttl(&*guard).await;
+    concurrent_redemption_accepts_once(guard.clone(), 64).await;
+    many_ids_race(guard).await;
+}
+
+/// The first use of an id is accepted, every later one refused.
+pub async fn first_use_then_replay<G: ReplayStore>(guard: &G) {
+    let id = fresh_id();
+    let ttl = Duration::from_secs(30);
+    assert!(
+        guard.consume_once(&id, ttl).await.unwrap(),
+        "first use must pass"
+    );
+    assert!(
+        !guard.consume_once(&id, ttl).await.unwrap(),
+        "second use is a replay"
+    );
+    assert!(
+        !guard.consume_once(&id, ttl).await.unwrap(),
+        "third use is a replay"
+    );
+}
+
+/// Consuming one id does not consume another, even one differing in a bit.
+pub async fn ids_are_independent<G: ReplayStore>(guard: &G) {
+    let a = fresh_id();
+    let mut b = a;
+    b[15] ^= 1;
+    let mut c = a;
+    c[0] ^= 0x80;
+    let ttl = Duration::from_secs(30);
+    assert!(guard.consume_once(&a, ttl).await.unwrap());
+    assert!(guard.consume_once(&b, ttl).await.unwrap());
+    assert!(guard.consume_once(&c, ttl).await.unwrap());
+}
+
+/// After its TTL an id is forgotten (the challenge has expired by then, so
+/// forgetting it is safe).
+pub async fn expires_after_ttl<G: ReplayStore>(guard: &G) {
+    let id = fresh_id();
+    let ttl = Duration::from_millis(50);
+    assert!(guard.consume_once(&id, ttl).await.unwrap());
+    assert!(!guard.consume_once(&id, ttl).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        guard.consume_once(&id, ttl).await.unwrap(),
+        "expired id must be accepted again"
+    );
+}
+
+/// `tasks` tasks race to redeem one id: exactly one wins.
+pub async fn concurrent_redemption_accepts_once<G: ReplayStore + 'static>(
+    guard: Arc<G>,
+    tasks: usize,
+) {
+    let id = fresh_id();
+    let barrier = Arc::new(tokio::sync::Barrier::new(tasks));
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let guard = guard.clone();
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                guard
+                    .consume_once(&id, Duration::from_secs(30))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut wins = 0;
+    for h in handles {
+        if h.await.unwrap() {
+            wins += 1;
+        }
+    }
+    assert_eq!(
+        wins, 1,
+        "exactly one of {tasks} racing redemptions must win"
+    );
+}
+
+/// 16 ids, each raced by 8 tasks: each id wins exactly once.
+pub async fn many_ids_race<G: ReplayStore + 'static>(guard: Arc<G>) {
+    let ids: Vec<[u8; 16]> = (0..16).map(|_| fresh_id()).collect();
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        for (i, id) in ids.iter().enumerate() {
+            let guard = guard.clone();
+            let id = *id;
+            handles.push(tokio::spawn(async move {
+                (
+                    i,
+                    guard
+                        .consume_once(&id, Duration::from_secs(30))
+                        .await
+                        .unwrap(),
+                )
+            }));
+        }
+    }
+    let mut wins = [0u32; 16];
+    for h in handles {
+        let (i, won) = h.await.unwrap();
+        if won {
+            wins[i] += 1;
+        }
+    }
+    assert_eq!(wins, [1; 16]);
+}
