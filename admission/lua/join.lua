@@ -1,0 +1,39 @@
+-- join.lua: hand out the next seq; passthrough when nobody waits.
+--
+-- KEYS: as lib.lua (state, claims, batches, sessions).
+-- ARGV: none.
+-- Returns:
+--   {0}                               the room has no state
+--   {2}                               the room is closed
+--   {1, seq, epoch, admitted(0|1), frontier}
+--
+-- First brings the room up to TIME (advance: refunds, sessions, admits
+-- those already waiting), then seq = ++tail; admitted at once when
+-- frontier == seq - 1, credit >= 1, not halted and room under the cap. A
+-- passthrough place is claimed by the join itself (its bit is set).
+
+local now = now_ms()
+local st = load()
+if not st then
+  return {0}
+end
+if st.closed == 1 then
+  return {2}
+end
+advance(st, now)
+local room = room_under_cap(st)
+st.tail = st.tail + 1
+local seq = st.tail
+st.joins = st.joins + 1
+local admitted = 0
+if not halted(st) and st.frontier == seq - 1 and st.credit >= MICRO
+    and (room < 0 or room >= 1) then
+  st.frontier = seq
+  st.credit = st.credit - MICRO
+  st.admitted = st.admitted + 1
+  st.claimed = st.claimed + 1
+  redis.call('SETBIT', CLAIMS, seq, 1)
+  admitted = 1
+end
+save(st)
+return {1, seq, st.epoch, admitted, st.frontier}

@@ -1,0 +1,185 @@
+-- lib.lua: shared by every admission script (prepended to each one when
+-- the script is built; Redis runs the pair as one script). A line-for-line
+-- port of admission/src/bucket.rs and admission/src/room.rs: change them
+-- together, the conformance suite holds them to the same results.
+--
+-- KEYS (every script, same order, one hash tag {room} for Redis Cluster):
+--   KEYS[1] sluice:{room}:state     hash, the room's state and settings
+--   KEYS[2] sluice:{room}:claims    string, claim bitmap (bit seq = claimed)
+--   KEYS[3] sluice:{room}:batches   list of "from:to:at_ms" advance batches
+--   KEYS[4] sluice:{room}:sessions  sorted set, member = session id,
+--                                   score = deadline (ms, store clock)
+--
+-- State hash fields (all integers, written with '%d' so no value goes
+-- through Lua's 14-digit number formatting):
+--   tail frontier credit(micro-admissions) last_ms epoch
+--   joins admitted claimed refunded late   (counters)
+--   pending  (admitted, unclaimed, in an open batch)
+--   settled  (seqs <= settled are outside every open batch)
+--   rate_m (milli-admissions/s) burst_u (micro) paused closed
+--   max_active (-1: no cap) claim_ms
+--   settings (JSON of RoomSettings, written by configure)
+--
+-- Every value stays below 2^53, so Lua's doubles are exact: rate_m <= 1e9
+-- and one advance counts at most 3,600,000 ms.
+--
+-- The clock: redis.call('TIME') only, never the caller's.
+
+local S, CLAIMS, BATCHES, SESS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local MICRO = 1000000
+local MAX_ELAPSED = 3600000
+
+local FIELDS = {'tail', 'frontier', 'credit', 'last_ms', 'epoch', 'joins',
+  'admitted', 'claimed', 'refunded', 'late', 'pending', 'settled', 'rate_m',
+  'burst_u', 'paused', 'closed', 'max_active', 'claim_ms'}
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- The state, or nil when the room has none.
+local function load()
+  local v = redis.call('HMGET', S, unpack(FIELDS))
+  if not v[1] then
+    return nil
+  end
+  local st = {}
+  for i, f in ipairs(FIELDS) do
+    st[f] = tonumber(v[i]) or 0
+  end
+  return st
+end
+
+local function save(st)
+  local args = {}
+  for _, f in ipairs(FIELDS) do
+    args[#args + 1] = f
+    args[#args + 1] = int(st[f])
+  end
+  redis.call('HSET', S, unpack(args))
+end
+
+local function halted(st)
+  return st.paused == 1 or st.closed == 1
+end
+
+local function prune_sessions(now)
+  redis.call('ZREMRANGEBYSCORE', SESS, '-inf', now)
+end
+
+local function live_sessions(now)
+  return redis.call('ZCOUNT', SESS, '(' .. int(now), '+inf')
+end
+
+-- Refund unclaimed seqs of batches whose claim window has passed.
+local function settle(st, now)
+  local refund = 0
+  while true do
+    local b = redis.call('LINDEX', BATCHES, 0)
+    if not b then
+      break
+    end
+    local from, to, at = string.match(b, '^(%d+):(%d+):(%d+)$')
+    from, to, at = tonumber(from), tonumber(to), tonumber(at)
+    if at + st.claim_ms > now then
+      break
+    end
+    redis.call('LPOP', BATCHES)
+    local claimed = redis.call('BITCOUNT', CLAIMS, from, to, 'BIT')
+    local unclaimed = (to - from + 1) - claimed
+    refund = refund + unclaimed
+    st.pending = math.max(0, st.pending - unclaimed)
+    if to > st.settled then
+      st.settled = to
+    end
+  end
+  st.refunded = st.refunded + refund
+  return refund * MICRO
+end
+
+-- Room under the active cap; -1 = unlimited. Call after prune_sessions.
+local function room_under_cap(st)
+  if st.max_active < 0 then
+    return -1
+  end
+  local r = st.max_active - redis.call('ZCARD', SESS) - st.pending
+  if r < 0 then
+    r = 0
+  end
+  return r
+end
+
+-- bucket.rs Bucket::advance
+local function bucket_advance(st, now, room, refund)
+  local elapsed = now - st.last_ms
+  if elapsed < 0 then
+    elapsed = 0
+  end
+  if elapsed > MAX_ELAPSED then
+    elapsed = MAX_ELAPSED
+  end
+  if now > st.last_ms then
+    st.last_ms = now
+  end
+  local earned = 0
+  if not halted(st) then
+    earned = st.rate_m * elapsed
+  end
+  st.credit = st.credit + earned + refund
+  local n = 0
+  if not halted(st) and st.credit >= MICRO then
+    n = math.floor(st.credit / MICRO)
+    local q = st.tail - st.frontier
+    if q < n then
+      n = q
+    end
+    if room >= 0 and room < n then
+      n = room
+    end
+    st.frontier = st.frontier + n
+    st.credit = st.credit - n * MICRO
+  end
+  if st.credit > st.burst_u then
+    st.credit = st.burst_u
+  end
+  return n
+end
+
+-- room.rs RoomCore::advance
+local function advance(st, now)
+  prune_sessions(now)
+  local refund = settle(st, now)
+  local room = room_under_cap(st)
+  local n = bucket_advance(st, now, room, refund)
+  if n > 0 then
+    redis.call('RPUSH', BATCHES,
+      int(st.frontier - n + 1) .. ':' .. int(st.frontier) .. ':' .. int(now))
+    st.pending = st.pending + n
+    st.admitted = st.admitted + n
+  end
+  return n
+end
+
+-- room.rs RoomCore::reseed
+local function reseed(st, min_tail, min_frontier)
+  local before = st.frontier
+  st.tail = math.max(st.tail, min_tail, min_frontier)
+  st.frontier = math.max(st.frontier, min_frontier)
+  if st.frontier > before then
+    st.settled = math.max(st.settled, st.frontier)
+  end
+end
+
+-- The snapshot reply: {1, tail, frontier, credit, rate_m, burst_u, paused,
+-- closed, epoch, active_sessions, pending, max_active, admitted, claimed,
+-- joins, refunded, late, now_ms}
+local function snapshot(st, now, active)
+  return {1, st.tail, st.frontier, st.credit, st.rate_m, st.burst_u,
+    st.paused, st.closed, st.epoch, active, st.pending, st.max_active,
+    st.admitted, st.claimed, st.joins, st.refunded, st.late, now}
+end

@@ -1,0 +1,385 @@
+//! The Redis store: many gateways sharing one queue per room.
+//!
+//! Every operation is one Lua script (`admission/lua/*.lua`, each prefixed
+//! with `lib.lua`, the port of [`crate::room`]), sent by SHA with `EVALSHA`
+//! and reloaded on `NOSCRIPT`. The server's `TIME` is the only clock, so
+//! gateways with skewed clocks agree. Every call is bounded by
+//! [`RedisConfig::timeout`]: a slow Redis gives
+//! [`AdmissionError::StoreTimeout`], never a hung request.
+//!
+//! # Key schema
+//!
+//! All keys of a room share the hash tag `{room}`, and every script gets all
+//! four in `KEYS[]`, so the scripts run unchanged on Redis Cluster:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `sluice:{room}:state` | hash | tail, frontier, credit (micro-admissions), last_ms, epoch, counters (joins, admitted, claimed, refunded, late), pending, settled, the bucket parameters (rate_m, burst_u, paused, closed, max_active, claim_ms) and `settings` (JSON of [`RoomSettings`]) |
+//! | `sluice:{room}:claims` | string | the claim bitmap: bit `seq` set = claimed |
+//! | `sluice:{room}:batches` | list | open advance batches `from:to:at_ms`, oldest first |
+//! | `sluice:{room}:sessions` | sorted set | session id → deadline (ms, `TIME`) |
+//!
+//! The prefix `sluice` is [`RedisConfig::prefix`]. Requires Redis ≥ 7.0
+//! (`BITCOUNT … BIT`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+
+use crate::bucket::{BucketParams, MICRO};
+use crate::error::{AdmissionError, validate_room_id};
+use crate::memory::validate_session_id;
+use crate::settings::RoomSettings;
+use crate::store::{ClaimOutcome, JoinOutcome, QueueStore, Result, Snapshot};
+
+const LIB: &str = include_str!("../lua/lib.lua");
+const JOIN: &str = include_str!("../lua/join.lua");
+const ADVANCE: &str = include_str!("../lua/advance.lua");
+const SNAPSHOT: &str = include_str!("../lua/snapshot.lua");
+const CLAIM: &str = include_str!("../lua/claim.lua");
+const CONFIGURE: &str = include_str!("../lua/configure.lua");
+const SESSION: &str = include_str!("../lua/session.lua");
+
+/// Settings of the Redis store.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// Bound on every call (connect, script, reply). Default 1 s.
+    pub timeout: Duration,
+    /// Key prefix. Default `sluice`.
+    pub prefix: String,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(1),
+            prefix: "sluice".into(),
+        }
+    }
+}
+
+/// A connection to standalone Redis or to a cluster; both multiplex and
+/// reconnect on their own, and clone cheaply.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+struct Scripts {
+    join: Script,
+    advance: Script,
+    snapshot: Script,
+    claim: Script,
+    configure: Script,
+    session: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let s = |body: &str| Script::new(&format!("{LIB}\n{body}"));
+        Self {
+            join: s(JOIN),
+            advance: s(ADVANCE),
+            snapshot: s(SNAPSHOT),
+            claim: s(CLAIM),
+            configure: s(CONFIGURE),
+            session: s(SESSION),
+        }
+    }
+}
+
+/// The Redis store; cheap to clone.
+#[derive(Clone)]
+pub struct RedisQueueStore {
+    conn: Conn,
+    scripts: Arc<Scripts>,
+    cfg: RedisConfig,
+}
+
+impl std::fmt::Debug for RedisQueueStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisQueueStore")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl RedisQueueStore {
+    /// Connects to `url`: `redis://…` (standalone, over a
+    /// `ConnectionManager`) or `redis+cluster://host:port[,host:port…]`
+    /// (Redis Cluster; each node as `redis://host:port`).
+    pub async fn connect(url: &str, cfg: RedisConfig) -> Result<Self> {
+        if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            let nodes: Vec<String> = rest
+                .trim_end_matches('/')
+                .split(',')
+                .map(|n| format!("redis://{n}"))
+                .collect();
+            return Self::connect_cluster(&nodes, cfg).await;
+        }
+        let client = redis::Client::open(url)?;
+        let mcfg = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(cfg.timeout))
+            .set_connection_timeout(Some(cfg.timeout));
+        let cm = tokio::time::timeout(cfg.timeout * 2, ConnectionManager::new_with_config(client, mcfg))
+            .await
+            .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
+        Ok(Self::from_manager(cm, cfg))
+    }
+
+    /// Connects to a Redis Cluster through any of `nodes` (`redis://…`).
+    pub async fn connect_cluster(nodes: &[String], cfg: RedisConfig) -> Result<Self> {
+        let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
+        let conn = tokio::time::timeout(cfg.timeout * 2, client.get_async_connection())
+            .await
+            .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
+        Ok(Self {
+            conn: Conn::Cluster(conn),
+            scripts: Arc::new(Scripts::new()),
+            cfg,
+        })
+    }
+
+    /// Wraps an existing connection manager.
+    pub fn from_manager(cm: ConnectionManager, cfg: RedisConfig) -> Self {
+        Self {
+            conn: Conn::Single(cm),
+            scripts: Arc::new(Scripts::new()),
+            cfg,
+        }
+    }
+
+    /// The four keys of `room`, in the scripts' `KEYS[]` order.
+    pub fn keys(&self, room: &str) -> [String; 4] {
+        let p = &self.cfg.prefix;
+        [
+            format!("{p}:{{{room}}}:state"),
+            format!("{p}:{{{room}}}:claims"),
+            format!("{p}:{{{room}}}:batches"),
+            format!("{p}:{{{room}}}:sessions"),
+        ]
+    }
+
+    async fn bounded<T>(&self, fut: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T> {
+        match tokio::time::timeout(self.cfg.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if e.is_timeout() => Err(AdmissionError::StoreTimeout(self.cfg.timeout)),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(AdmissionError::StoreTimeout(self.cfg.timeout)),
+        }
+    }
+
+    /// Runs `script` for `room`; maps status 0 (no state) and 2 (closed).
+    async fn run(&self, script: &Script, room: &str, args: &[String]) -> Result<Vec<i64>> {
+        validate_room_id(room)?;
+        let mut inv = script.prepare_invoke();
+        for k in self.keys(room) {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        match reply.first() {
+            Some(1) => Ok(reply),
+            Some(0) => Err(AdmissionError::RoomNotFound(room.to_owned())),
+            Some(2) => Err(AdmissionError::Closed(room.to_owned())),
+            _ => Err(AdmissionError::Protocol(format!("script reply {reply:?}"))),
+        }
+    }
+
+    fn snapshot_from(room: &str, r: &[i64]) -> Result<Snapshot> {
+        if r.len() < 18 {
+            return Err(AdmissionError::Protocol(format!("snapshot reply {r:?}")));
+        }
+        let u = |i: usize| r[i].max(0) as u64;
+        Ok(Snapshot {
+            room: room.to_owned(),
+            tail: u(1),
+            frontier: u(2),
+            credit: r[3] as f64 / MICRO as f64,
+            rate_per_sec: r[4] as f64 / 1000.0,
+            burst: r[5] as f64 / MICRO as f64,
+            paused: r[6] == 1,
+            closed: r[7] == 1,
+            epoch: u(8),
+            active_sessions: u(9),
+            pending_claims: u(10),
+            max_active: if r[11] < 0 { None } else { Some(r[11] as u64) },
+            admitted_total: u(12),
+            claimed_total: u(13),
+            joins_total: u(14),
+            refunded_total: u(15),
+            late_claims_total: u(16),
+            store_now_ms: u(17),
+        })
+    }
+
+    async fn configure_script(
+        &self,
+        mode: &str,
+        room: &str,
+        settings: Option<&RoomSettings>,
+        min_tail: u64,
+        min_frontier: u64,
+    ) -> Result<Snapshot> {
+        let mut args = vec![mode.to_owned()];
+        match settings {
+            Some(s) => {
+                s.validate()?;
+                let mut s = s.clone();
+                s.recalibrate();
+                let p = BucketParams::from_settings(&s);
+                let json = serde_json::to_string(&s)
+                    .map_err(|e| AdmissionError::Protocol(e.to_string()))?;
+                args.extend([
+                    p.rate_milli.to_string(),
+                    p.burst_micro.to_string(),
+                    u8::from(p.paused).to_string(),
+                    u8::from(p.closed).to_string(),
+                    s.effective_max_active()
+                        .map(|m| m as i64)
+                        .unwrap_or(-1)
+                        .to_string(),
+                    (s.claim_window.as_millis() as u64).to_string(),
+                    json,
+                ]);
+            }
+            None => args.extend(std::iter::repeat_n(String::from("0"), 7)),
+        }
+        args.push(min_tail.to_string());
+        args.push(min_frontier.to_string());
+        let r = self.run(&self.scripts.configure, room, &args).await?;
+        Self::snapshot_from(room, &r)
+    }
+
+    async fn session(&self, room: &str, op: &str, id: &str, ttl: Duration) -> Result<i64> {
+        validate_session_id(id)?;
+        let args = [op.to_owned(), id.to_owned(), (ttl.as_millis() as u64).to_string()];
+        let r = self.run(&self.scripts.session, room, &args).await?;
+        r.get(1)
+            .copied()
+            .ok_or_else(|| AdmissionError::Protocol(format!("session reply {r:?}")))
+    }
+}
+
+impl QueueStore for RedisQueueStore {
+    async fn configure(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
+        self.configure_script("configure", room, Some(settings), 0, 0)
+            .await
+    }
+
+    async fn recover(
+        &self,
+        room: &str,
+        settings: &RoomSettings,
+        min_tail: u64,
+        min_frontier: u64,
+    ) -> Result<Snapshot> {
+        self.configure_script("configure", room, Some(settings), min_tail, min_frontier)
+            .await
+    }
+
+    async fn settings(&self, room: &str) -> Result<Option<RoomSettings>> {
+        validate_room_id(room)?;
+        let [state, ..] = self.keys(room);
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(state).arg("settings");
+        let json: Option<String> = self.bounded(cmd.query_async(&mut conn)).await?;
+        json.map(|j| {
+            serde_json::from_str(&j)
+                .map_err(|e| AdmissionError::Protocol(format!("stored settings: {e}")))
+        })
+        .transpose()
+    }
+
+    async fn join(&self, room: &str) -> Result<JoinOutcome> {
+        let r = self.run(&self.scripts.join, room, &[]).await?;
+        if r.len() < 5 {
+            return Err(AdmissionError::Protocol(format!("join reply {r:?}")));
+        }
+        Ok(JoinOutcome {
+            seq: r[1] as u64,
+            epoch: r[2] as u64,
+            admitted: r[3] == 1,
+            frontier: r[4] as u64,
+        })
+    }
+
+    async fn advance(&self, room: &str) -> Result<Snapshot> {
+        let r = self.run(&self.scripts.advance, room, &[]).await?;
+        Self::snapshot_from(room, &r)
+    }
+
+    async fn snapshot(&self, room: &str) -> Result<Snapshot> {
+        let r = self.run(&self.scripts.snapshot, room, &[]).await?;
+        Self::snapshot_from(room, &r)
+    }
+
+    async fn claim(&self, room: &str, seq: u64) -> Result<ClaimOutcome> {
+        let r = self
+            .run(&self.scripts.claim, room, &[seq.to_string()])
+            .await?;
+        match r.get(1) {
+            Some(0) => Ok(ClaimOutcome::Claimed),
+            Some(1) => Ok(ClaimOutcome::AlreadyClaimed),
+            Some(2) => Ok(ClaimOutcome::NotAdmitted),
+            Some(3) => Ok(ClaimOutcome::Late),
+            _ => Err(AdmissionError::Protocol(format!("claim reply {r:?}"))),
+        }
+    }
+
+    async fn session_start(&self, room: &str, session_id: &str, ttl: Duration) -> Result<u64> {
+        Ok(self.session(room, "start", session_id, ttl).await?.max(0) as u64)
+    }
+
+    async fn session_touch(&self, room: &str, session_id: &str, ttl: Duration) -> Result<bool> {
+        Ok(self.session(room, "touch", session_id, ttl).await? == 1)
+    }
+
+    async fn session_end(&self, room: &str, session_id: &str) -> Result<bool> {
+        Ok(self
+            .session(room, "end", session_id, Duration::ZERO)
+            .await?
+            == 1)
+    }
+
+    async fn reseed(&self, room: &str, min_tail: u64, min_frontier: u64) -> Result<Snapshot> {
+        self.configure_script("reseed", room, None, min_tail, min_frontier)
+            .await
+    }
+}

@@ -1,0 +1,386 @@
+//! One room's complete admission state machine: the bucket plus the claim
+//! bitmap, the advance batches (no-show refunds) and the sessions (the
+//! active cap). Pure and synchronous, with the time passed in: the memory
+//! store keeps one per room behind a mutex, the simulator drives it
+//! directly, and `lua/lib.lua` is its port.
+//!
+//! # No-shows
+//!
+//! Every advance that admits `n > 0` records a batch `(from, to, at_ms)`.
+//! When an advance finds a batch older than the claim window, it counts the
+//! unclaimed seqs of the batch in the claim bitmap, gives that many slots
+//! back as credit (once: the batch is dropped) and moves `settled` to the
+//! batch's end. A claim of a seq ≤ `settled` is therefore late
+//! ([`ClaimOutcome::Late`]).
+//!
+//! # The active cap
+//!
+//! `pending` counts admitted places still inside their claim window and not
+//! yet claimed. With a cap, one advance admits at most
+//! `max_active − active_sessions − pending` (never below zero): visitors
+//! still on their way to claim a place hold a slot too, or a cap would
+//! admit a whole window's worth of them at once.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use crate::bucket::{Bucket, BucketParams, MICRO};
+use crate::settings::RoomSettings;
+use crate::store::{ClaimOutcome, JoinOutcome, Snapshot};
+
+/// An advance batch: seqs `from..=to` admitted at `at_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    /// First seq of the batch.
+    pub from: u64,
+    /// Last seq of the batch.
+    pub to: u64,
+    /// When they were admitted (store clock, ms).
+    pub at_ms: u64,
+}
+
+/// One bit per seq.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimBitmap {
+    words: Vec<u64>,
+}
+
+impl ClaimBitmap {
+    /// Whether `seq` is set.
+    pub fn get(&self, seq: u64) -> bool {
+        let (w, b) = ((seq / 64) as usize, seq % 64);
+        self.words.get(w).is_some_and(|x| x & (1 << b) != 0)
+    }
+
+    /// Sets `seq`; returns the previous value.
+    pub fn set(&mut self, seq: u64) -> bool {
+        let (w, b) = ((seq / 64) as usize, seq % 64);
+        if self.words.len() <= w {
+            self.words.resize(w + 1, 0);
+        }
+        let was = self.words[w] & (1 << b) != 0;
+        self.words[w] |= 1 << b;
+        was
+    }
+
+    /// Set bits in `from..=to`.
+    pub fn count(&self, from: u64, to: u64) -> u64 {
+        if from > to {
+            return 0;
+        }
+        let mut n = 0u64;
+        let (fw, lw) = ((from / 64) as usize, (to / 64) as usize);
+        for w in fw..=lw.min(self.words.len().saturating_sub(1)) {
+            let mut x = self.words.get(w).copied().unwrap_or(0);
+            if w == fw {
+                x &= u64::MAX << (from % 64);
+            }
+            if w == lw {
+                let hi = to % 64;
+                if hi < 63 {
+                    x &= (1u64 << (hi + 1)) - 1;
+                }
+            }
+            n += u64::from(x.count_ones());
+        }
+        n
+    }
+}
+
+/// Counters kept for the gateway's rates and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Joins.
+    pub joins: u64,
+    /// Seqs admitted.
+    pub admitted: u64,
+    /// Places claimed.
+    pub claimed: u64,
+    /// No-show slots refunded.
+    pub refunded: u64,
+    /// Late claims.
+    pub late: u64,
+}
+
+/// The whole state of one room.
+#[derive(Clone, Debug)]
+pub struct RoomCore {
+    settings: RoomSettings,
+    params: BucketParams,
+    max_active: Option<u64>,
+    claim_window_ms: u64,
+    /// The bucket.
+    pub bucket: Bucket,
+    /// The room's epoch.
+    pub epoch: u64,
+    claims: ClaimBitmap,
+    batches: VecDeque<Batch>,
+    pending: u64,
+    settled: u64,
+    sessions: HashMap<String, u64>,
+    deadlines: BTreeSet<(u64, String)>,
+    /// Counters.
+    pub counters: Counters,
+}
+
+impl RoomCore {
+    /// A new room at `now_ms` with the given settings (assumed valid) and
+    /// epoch, its tail and frontier raised to the floors.
+    pub fn new(
+        now_ms: u64,
+        settings: &RoomSettings,
+        epoch: u64,
+        min_tail: u64,
+        min_frontier: u64,
+    ) -> Self {
+        let params = BucketParams::from_settings(settings);
+        let mut bucket = Bucket::new(now_ms, &params);
+        bucket.reseed(min_tail, min_frontier);
+        Self {
+            settings: settings.clone(),
+            params,
+            max_active: settings.effective_max_active(),
+            claim_window_ms: settings.claim_window.as_millis() as u64,
+            bucket,
+            epoch,
+            claims: ClaimBitmap::default(),
+            batches: VecDeque::new(),
+            pending: 0,
+            settled: min_frontier,
+            sessions: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &RoomSettings {
+        &self.settings
+    }
+
+    /// Changes the settings, re-anchoring the bucket at `now_ms` (credit
+    /// earned at the old rate is settled first).
+    pub fn configure(&mut self, now_ms: u64, settings: &RoomSettings) {
+        self.advance(now_ms);
+        let new = BucketParams::from_settings(settings);
+        self.bucket.reanchor(now_ms, &self.params, &new);
+        self.params = new;
+        self.max_active = settings.effective_max_active();
+        self.claim_window_ms = settings.claim_window.as_millis() as u64;
+        self.settings = settings.clone();
+    }
+
+    fn prune_sessions(&mut self, now_ms: u64) {
+        while let Some((deadline, _)) = self.deadlines.first() {
+            if *deadline > now_ms {
+                break;
+            }
+            if let Some((_, id)) = self.deadlines.pop_first() {
+                self.sessions.remove(&id);
+            }
+        }
+    }
+
+    /// Gives back unclaimed slots of batches whose window has passed;
+    /// returns the refund in micro-admissions.
+    fn settle(&mut self, now_ms: u64) -> i64 {
+        let mut refund = 0u64;
+        while let Some(b) = self.batches.front().copied() {
+            if b.at_ms + self.claim_window_ms > now_ms {
+                break;
+            }
+            self.batches.pop_front();
+            let unclaimed = (b.to - b.from + 1) - self.claims.count(b.from, b.to);
+            refund += unclaimed;
+            self.pending = self.pending.saturating_sub(unclaimed);
+            self.settled = self.settled.max(b.to);
+        }
+        self.counters.refunded += refund;
+        refund as i64 * MICRO
+    }
+
+    fn room_under_cap(&self) -> u64 {
+        match self.max_active {
+            Some(m) => m.saturating_sub(self.sessions.len() as u64 + self.pending),
+            None => u64::MAX,
+        }
+    }
+
+    /// Brings the room up to `now_ms`; returns how many were admitted.
+    pub fn advance(&mut self, now_ms: u64) -> u64 {
+        self.prune_sessions(now_ms);
+        let refund = self.settle(now_ms);
+        let room = self.room_under_cap();
+        let n = self.bucket.advance(now_ms, &self.params, room, refund);
+        if n > 0 {
+            let to = self.bucket.frontier;
+            self.batches.push_back(Batch {
+                from: to - n + 1,
+                to,
+                at_ms: now_ms,
+            });
+            self.pending += n;
+            self.counters.admitted += n;
+        }
+        n
+    }
+
+    /// Joins: `None` when the room is closed.
+    pub fn join(&mut self, now_ms: u64) -> Option<JoinOutcome> {
+        if self.params.closed {
+            return None;
+        }
+        self.advance(now_ms);
+        let room = self.room_under_cap();
+        let (seq, admitted) = self.bucket.join(&self.params, room);
+        self.counters.joins += 1;
+        if admitted {
+            self.counters.admitted += 1;
+            self.counters.claimed += 1;
+            self.claims.set(seq);
+        }
+        Some(JoinOutcome {
+            seq,
+            epoch: self.epoch,
+            admitted,
+            frontier: self.bucket.frontier,
+        })
+    }
+
+    /// Claims an admitted place.
+    pub fn claim(&mut self, seq: u64) -> ClaimOutcome {
+        if seq == 0 || seq > self.bucket.frontier {
+            return ClaimOutcome::NotAdmitted;
+        }
+        if self.claims.set(seq) {
+            return ClaimOutcome::AlreadyClaimed;
+        }
+        self.counters.claimed += 1;
+        if seq > self.settled {
+            self.pending = self.pending.saturating_sub(1);
+            ClaimOutcome::Claimed
+        } else {
+            self.counters.late += 1;
+            self.bucket.credit_micro -= MICRO;
+            ClaimOutcome::Late
+        }
+    }
+
+    /// Starts or renews a session; returns the active count.
+    pub fn session_start(&mut self, now_ms: u64, id: &str, ttl_ms: u64) -> u64 {
+        self.prune_sessions(now_ms);
+        let deadline = now_ms + ttl_ms;
+        if let Some(old) = self.sessions.insert(id.to_owned(), deadline) {
+            self.deadlines.remove(&(old, id.to_owned()));
+        }
+        self.deadlines.insert((deadline, id.to_owned()));
+        self.sessions.len() as u64
+    }
+
+    /// Renews a live session.
+    pub fn session_touch(&mut self, now_ms: u64, id: &str, ttl_ms: u64) -> bool {
+        self.prune_sessions(now_ms);
+        if self.sessions.contains_key(id) {
+            self.session_start(now_ms, id, ttl_ms);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Ends a session.
+    pub fn session_end(&mut self, now_ms: u64, id: &str) -> bool {
+        self.prune_sessions(now_ms);
+        match self.sessions.remove(id) {
+            Some(d) => {
+                self.deadlines.remove(&(d, id.to_owned()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Raises tail and frontier. Seqs admitted this way are in no batch:
+    /// they are treated as settled.
+    pub fn reseed(&mut self, min_tail: u64, min_frontier: u64) {
+        let before = self.bucket.frontier;
+        self.bucket.reseed(min_tail, min_frontier);
+        if self.bucket.frontier > before {
+            self.settled = self.settled.max(self.bucket.frontier);
+        }
+    }
+
+    /// The state at `now_ms` (sessions past their deadline not counted).
+    pub fn snapshot(&self, room: &str, now_ms: u64) -> Snapshot {
+        let expired = self
+            .deadlines
+            .range(..(now_ms + 1, String::new()))
+            .count() as u64;
+        Snapshot {
+            room: room.to_owned(),
+            tail: self.bucket.tail,
+            frontier: self.bucket.frontier,
+            credit: self.bucket.credit_micro as f64 / MICRO as f64,
+            rate_per_sec: self.params.rate_milli as f64 / 1000.0,
+            burst: self.params.burst_micro as f64 / MICRO as f64,
+            paused: self.params.paused,
+            closed: self.params.closed,
+            epoch: self.epoch,
+            active_sessions: self.sessions.len() as u64 - expired,
+            pending_claims: self.pending,
+            max_active: self.max_active,
+            admitted_total: self.counters.admitted,
+            claimed_total: self.counters.claimed,
+            joins_total: self.counters.joins,
+            refunded_total: self.counters.refunded,
+            late_claims_total: self.counters.late,
+            store_now_ms: now_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn bitmap_counts_ranges() {
+        let mut b = ClaimBitmap::default();
+        for s in [1, 2, 63, 64, 65, 200] {
+            assert!(!b.set(s));
+        }
+        assert!(b.set(64));
+        assert_eq!(b.count(1, 200), 6);
+        assert_eq!(b.count(3, 63), 1);
+        assert_eq!(b.count(63, 64), 2);
+        assert_eq!(b.count(66, 199), 0);
+        assert_eq!(b.count(0, 1_000_000), 6);
+        assert_eq!(b.count(5, 4), 0);
+    }
+
+    #[test]
+    fn no_show_refund_then_late_claim() {
+        let s = RoomSettings {
+            rate_per_sec: 10.0,
+            burst: 1.0,
+            claim_window: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let mut r = RoomCore::new(0, &s, 1, 0, 0);
+        r.bucket.credit_micro = 0;
+        for _ in 0..20 {
+            r.join(0).unwrap();
+        }
+        assert_eq!(r.advance(1_000), 10);
+        assert_eq!(r.claim(3), ClaimOutcome::Claimed);
+        assert_eq!(r.claim(3), ClaimOutcome::AlreadyClaimed);
+        assert_eq!(r.claim(11), ClaimOutcome::NotAdmitted);
+        assert_eq!(r.advance(5_999), 10); // capped by the queue: 10 left
+        // window passes: 9 unclaimed slots refunded
+        r.advance(6_000);
+        assert_eq!(r.counters.refunded, 9);
+        assert_eq!(r.claim(4), ClaimOutcome::Late);
+        assert_eq!(r.claim(4), ClaimOutcome::AlreadyClaimed);
+    }
+}

@@ -1,0 +1,440 @@
+//! A room's admission settings, the admin patch, and calibration from
+//! origin capacity.
+//!
+//! # Calibration
+//!
+//! An operator either sets `rate_per_sec` directly, or states the origin's
+//! capacity and lets sluice derive the rate:
+//!
+//! ```text
+//! rate_per_sec = capacity_rps × (1 − safety_margin) / requests_per_visitor_per_sec
+//! ```
+//!
+//! (see [`derive_rate`]). Little's law then gives the number of admitted
+//! visitors on the site at once when each stays `session_length`:
+//!
+//! ```text
+//! max_active = ceil(rate_per_sec × session_length_seconds)
+//! ```
+//!
+//! (see [`little_max_active`]). An explicit `max_active` always wins; with
+//! `session_length` set and no explicit cap, the store enforces the Little
+//! cap ([`RoomSettings::effective_max_active`]).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The highest admission rate accepted (per second). Keeps the store's
+/// integer arithmetic (micro-admissions) exact in Lua doubles.
+pub const MAX_RATE_PER_SEC: f64 = 1_000_000.0;
+/// The largest burst accepted.
+pub const MAX_BURST: f64 = 1_000_000.0;
+
+/// A setting out of range: `field` names the setting as the admin API spells
+/// it (HTTP 422 `invalid_setting`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid setting {field}: {reason}")]
+pub struct InvalidSetting {
+    /// The setting, as named in the admin API.
+    pub field: &'static str,
+    /// Why it was refused, for the operator.
+    pub reason: String,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidSetting {
+    InvalidSetting {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// The admission settings of one room. Stored with the room's state, so
+/// every gateway sharing a store sees the same values within a tick.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoomSettings {
+    /// Admissions per second (the bucket's refill rate). Default 10. When
+    /// `capacity_rps` is set this is derived from it (see the module docs).
+    pub rate_per_sec: f64,
+    /// The most admissions that may be saved up while nobody waits, and so
+    /// the most let through at once after a quiet spell. At least 1 (a
+    /// smaller bucket could never hold one whole admission). Default 10.
+    pub burst: f64,
+    /// Paused: joins are taken, nobody is admitted, places are kept. Credit
+    /// does not accrue while paused and is capped at `burst`, so resuming
+    /// lets at most `burst` through at once, then the steady rate.
+    pub paused: bool,
+    /// Closed: joins are refused and nobody is admitted. Default false.
+    pub closed: bool,
+    /// The most admitted visitors at once (active sessions plus admitted
+    /// places not yet claimed). `None`: no cap unless `session_length` is
+    /// set (then Little's law). Default `None`.
+    pub max_active: Option<u64>,
+    /// How long an admitted visitor has to claim the place (fetch the
+    /// admission token) before the slot is refunded as credit. Default 60 s.
+    #[serde(with = "duration_ms")]
+    pub claim_window: Duration,
+    /// Idle lifetime of an active session: renewed by every request of the
+    /// visitor (sliding), ended by expiry or revoke. Default 5 minutes.
+    #[serde(with = "duration_ms")]
+    pub session_ttl: Duration,
+    /// The origin's capacity in requests per second. When set, the rate is
+    /// derived from it. Default `None`.
+    pub capacity_rps: Option<f64>,
+    /// The share of `capacity_rps` kept in reserve, in [0, 1). Default 0.2.
+    pub safety_margin: f64,
+    /// Requests per second one admitted visitor sends to the origin, for
+    /// calibration. Default 1.
+    pub requests_per_visitor_per_sec: f64,
+    /// How long an admitted visitor stays, for the Little cap. Default `None`.
+    #[serde(with = "opt_duration_ms")]
+    pub session_length: Option<Duration>,
+}
+
+impl Default for RoomSettings {
+    fn default() -> Self {
+        Self {
+            rate_per_sec: 10.0,
+            burst: 10.0,
+            paused: false,
+            closed: false,
+            max_active: None,
+            claim_window: Duration::from_secs(60),
+            session_ttl: Duration::from_secs(300),
+            capacity_rps: None,
+            safety_margin: 0.2,
+            requests_per_visitor_per_sec: 1.0,
+            session_length: None,
+        }
+    }
+}
+
+/// The admission rate that keeps the origin under its capacity:
+/// `capacity_rps × (1 − safety_margin) / requests_per_visitor_per_sec`.
+///
+/// With 1,000 requests/s of capacity, a 20% margin and 4 requests per
+/// second per visitor, 200 visitors/s are admitted.
+pub fn derive_rate(capacity_rps: f64, safety_margin: f64, requests_per_visitor_per_sec: f64) -> f64 {
+    if requests_per_visitor_per_sec <= 0.0 {
+        return 0.0;
+    }
+    (capacity_rps * (1.0 - safety_margin) / requests_per_visitor_per_sec).max(0.0)
+}
+
+/// Little's law: visitors on the site at once when `rate` arrive per second
+/// and each stays `session_length`: `ceil(rate × session_length_seconds)`,
+/// at least 1.
+pub fn little_max_active(rate: f64, session_length: Duration) -> u64 {
+    let v = (rate * session_length.as_secs_f64()).ceil();
+    if v.is_finite() && v >= 1.0 { v as u64 } else { 1 }
+}
+
+impl RoomSettings {
+    /// Checks every field; the first bad one is reported.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let finite_in = |field, v: f64, lo: f64, hi: f64| {
+            if v.is_finite() && v >= lo && v <= hi {
+                Ok(())
+            } else {
+                Err(invalid(field, format!("must be between {lo} and {hi}, got {v}")))
+            }
+        };
+        finite_in("rate_per_sec", self.rate_per_sec, 0.0, MAX_RATE_PER_SEC)?;
+        finite_in("burst", self.burst, 1.0, MAX_BURST)?;
+        if self.max_active == Some(0) {
+            return Err(invalid("max_active", "must be at least 1 (omit it for no cap)"));
+        }
+        let cw = self.claim_window;
+        if cw < Duration::from_secs(1) || cw > Duration::from_secs(86_400) {
+            return Err(invalid("claim_window", "must be between 1 s and 24 h"));
+        }
+        let st = self.session_ttl;
+        if st < Duration::from_secs(1) || st > Duration::from_secs(7 * 86_400) {
+            return Err(invalid("session_ttl", "must be between 1 s and 7 days"));
+        }
+        if let Some(c) = self.capacity_rps {
+            finite_in("capacity_rps", c, f64::MIN_POSITIVE, 1e9)?;
+        }
+        if !(self.safety_margin.is_finite() && (0.0..1.0).contains(&self.safety_margin)) {
+            return Err(invalid("safety_margin", "must be in [0, 1)"));
+        }
+        finite_in(
+            "requests_per_visitor_per_sec",
+            self.requests_per_visitor_per_sec,
+            1e-6,
+            1e6,
+        )?;
+        if let Some(c) = self.capacity_rps {
+            let r = derive_rate(c, self.safety_margin, self.requests_per_visitor_per_sec);
+            if r > MAX_RATE_PER_SEC {
+                return Err(invalid("capacity_rps", "derives a rate above 1,000,000/s"));
+            }
+        }
+        if let Some(sl) = self.session_length {
+            if sl.is_zero() || sl > Duration::from_secs(86_400) {
+                return Err(invalid("session_length", "must be between 1 ms and 24 h"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-derives `rate_per_sec` from `capacity_rps` when that is set.
+    pub fn recalibrate(&mut self) {
+        if let Some(c) = self.capacity_rps {
+            self.rate_per_sec =
+                derive_rate(c, self.safety_margin, self.requests_per_visitor_per_sec);
+        }
+    }
+
+    /// The cap the store enforces: `max_active` if set, else the Little cap
+    /// from `session_length` if set, else none.
+    pub fn effective_max_active(&self) -> Option<u64> {
+        self.max_active.or_else(|| {
+            self.session_length
+                .map(|sl| little_max_active(self.rate_per_sec, sl))
+        })
+    }
+}
+
+/// A partial update of [`RoomSettings`], as sent to
+/// `PATCH /_sluice/admin/rooms/{room}`. Absent fields are left alone.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RoomPatch {
+    /// Sets the rate directly and turns capacity calibration off.
+    pub rate_per_sec: Option<f64>,
+    /// Sets the burst.
+    pub burst: Option<f64>,
+    /// Pauses or resumes admission.
+    pub paused: Option<bool>,
+    /// Closes or reopens the room.
+    pub closed: Option<bool>,
+    /// Sets the cap on admitted visitors at once; `0` removes it.
+    pub max_active: Option<u64>,
+    /// Sets the origin capacity and re-derives the rate from it.
+    pub capacity_rps: Option<f64>,
+    /// Sets the safety margin (re-derives the rate when calibrated).
+    pub safety_margin: Option<f64>,
+    /// Sets requests per visitor per second (re-derives when calibrated).
+    pub requests_per_visitor_per_sec: Option<f64>,
+    /// Sets the expected session length in seconds, for the Little cap; `0`
+    /// removes it.
+    pub session_length_secs: Option<f64>,
+    /// Sets the claim window in seconds.
+    pub claim_window_secs: Option<f64>,
+    /// Sets the session idle lifetime in seconds.
+    pub session_ttl_secs: Option<f64>,
+}
+
+impl RoomPatch {
+    /// Applies the patch to `settings`, all or nothing: on error `settings`
+    /// is unchanged. Giving both `rate_per_sec` and `capacity_rps` is an
+    /// error (which one should win?).
+    pub fn apply(&self, settings: &mut RoomSettings) -> Result<(), InvalidSetting> {
+        if self.rate_per_sec.is_some() && self.capacity_rps.is_some() {
+            return Err(invalid(
+                "rate_per_sec",
+                "give either rate_per_sec or capacity_rps, not both",
+            ));
+        }
+        let secs = |field, v: f64| {
+            if v.is_finite() && v >= 0.0 && v <= 1e7 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(invalid(field, "must be a number of seconds"))
+            }
+        };
+        let mut s = settings.clone();
+        if let Some(r) = self.rate_per_sec {
+            s.rate_per_sec = r;
+            s.capacity_rps = None;
+        }
+        if let Some(b) = self.burst {
+            s.burst = b;
+        }
+        if let Some(p) = self.paused {
+            s.paused = p;
+        }
+        if let Some(c) = self.closed {
+            s.closed = c;
+        }
+        if let Some(m) = self.max_active {
+            s.max_active = if m == 0 { None } else { Some(m) };
+        }
+        if let Some(c) = self.capacity_rps {
+            s.capacity_rps = Some(c);
+        }
+        if let Some(m) = self.safety_margin {
+            s.safety_margin = m;
+        }
+        if let Some(r) = self.requests_per_visitor_per_sec {
+            s.requests_per_visitor_per_sec = r;
+        }
+        if let Some(v) = self.session_length_secs {
+            let d = secs("session_length_secs", v)?;
+            s.session_length = if d.is_zero() { None } else { Some(d) };
+        }
+        if let Some(v) = self.claim_window_secs {
+            s.claim_window = secs("claim_window_secs", v)?;
+        }
+        if let Some(v) = self.session_ttl_secs {
+            s.session_ttl = secs("session_ttl_secs", v)?;
+        }
+        s.validate()?;
+        s.recalibrate();
+        s.validate()?;
+        *settings = s;
+        Ok(())
+    }
+}
+
+mod duration_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+mod opt_duration_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        RoomSettings::default().validate().unwrap();
+    }
+
+    #[test]
+    fn calibration_formulas() {
+        assert!((derive_rate(1000.0, 0.2, 4.0) - 200.0).abs() < 1e-9);
+        assert_eq!(little_max_active(200.0, Duration::from_secs(90)), 18_000);
+        assert_eq!(little_max_active(0.5, Duration::from_secs(3)), 2);
+        assert_eq!(little_max_active(0.0, Duration::from_secs(3)), 1);
+    }
+
+    #[test]
+    fn patch_capacity_rederives_rate() {
+        let mut s = RoomSettings::default();
+        let p = RoomPatch {
+            capacity_rps: Some(500.0),
+            safety_margin: Some(0.1),
+            requests_per_visitor_per_sec: Some(3.0),
+            ..Default::default()
+        };
+        p.apply(&mut s).unwrap();
+        assert!((s.rate_per_sec - 150.0).abs() < 1e-9);
+        // a later margin change re-derives again
+        RoomPatch {
+            safety_margin: Some(0.4),
+            ..Default::default()
+        }
+        .apply(&mut s)
+        .unwrap();
+        assert!((s.rate_per_sec - 100.0).abs() < 1e-9);
+        // setting the rate directly turns calibration off
+        RoomPatch {
+            rate_per_sec: Some(7.0),
+            ..Default::default()
+        }
+        .apply(&mut s)
+        .unwrap();
+        assert_eq!(s.capacity_rps, None);
+        assert_eq!(s.rate_per_sec, 7.0);
+    }
+
+    #[test]
+    fn patch_is_all_or_nothing() {
+        let mut s = RoomSettings::default();
+        let before = s.clone();
+        let err = RoomPatch {
+            burst: Some(0.5),
+            paused: Some(true),
+            ..Default::default()
+        }
+        .apply(&mut s)
+        .unwrap_err();
+        assert_eq!(err.field, "burst");
+        assert_eq!(s, before);
+        let err = RoomPatch {
+            rate_per_sec: Some(1.0),
+            capacity_rps: Some(1.0),
+            ..Default::default()
+        }
+        .apply(&mut s)
+        .unwrap_err();
+        assert_eq!(err.field, "rate_per_sec");
+        for bad in [f64::NAN, -1.0, 2e6] {
+            assert!(
+                RoomPatch {
+                    rate_per_sec: Some(bad),
+                    ..Default::default()
+                }
+                .apply(&mut s)
+                .is_err()
+            );
+        }
+        assert!(
+            RoomPatch {
+                safety_margin: Some(1.0),
+                ..Default::default()
+            }
+            .apply(&mut s)
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn little_cap_is_effective_unless_explicit() {
+        let mut s = RoomSettings {
+            rate_per_sec: 20.0,
+            session_length: Some(Duration::from_secs(30)),
+            ..Default::default()
+        };
+        assert_eq!(s.effective_max_active(), Some(600));
+        s.max_active = Some(50);
+        assert_eq!(s.effective_max_active(), Some(50));
+        RoomPatch {
+            max_active: Some(0),
+            ..Default::default()
+        }
+        .apply(&mut s)
+        .unwrap();
+        assert_eq!(s.effective_max_active(), Some(600));
+    }
+
+    #[test]
+    fn settings_roundtrip_json() {
+        let s = RoomSettings {
+            session_length: Some(Duration::from_millis(1500)),
+            capacity_rps: Some(100.0),
+            ..Default::default()
+        };
+        let j = serde_json::to_string(&s).unwrap();
+        let back: RoomSettings = serde_json::from_str(&j).unwrap();
+        assert_eq!(s, back);
+    }
+}
