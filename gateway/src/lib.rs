@@ -1,1 +1,50 @@
-//! gateway
+//! # sluice-gateway
+//!
+//! The gateway of sluice: an HTTP front (hyper 1 + tower, HTTP/1.1 and h2c)
+//! that stands between downstream visitors and the upstream origin, and
+//! wires the domain crates (`sluice-pow`, `sluice-admission`,
+//! `sluice-reservation`) to the network.
+//!
+//! ## Life of a request
+//!
+//! ```text
+//!  downstream ──▶ accept ──▶ header timeout ──▶ ClientInfo (trusted proxies)
+//!      │                                          │
+//!      │                        /_sluice/… ◀──────┴──────▶ anything else
+//!      │                  control plane (JSON,                │
+//!      │                  problem+json errors,          admission gate
+//!      │                  no-store, body limit)               │
+//!      │                                           proxy ──▶ upstream origin
+//!      ◀──────────────────── response (hop-by-hop removed) ◀──┘
+//! ```
+//!
+//! 1. **Accept.** [`server::serve`] accepts a TCP connection; a client that
+//!    sends nothing within the header timeout is dropped (slowloris).
+//! 2. **Client.** [`client_ip::ClientInfo`] decides who the client is: the
+//!    TCP peer, or, behind a trusted load balancer, the address it reports.
+//! 3. **Route.** Paths under `/_sluice/` are the gateway's own endpoints
+//!    ([`app`]); every other path belongs to the origin.
+//! 4. **Forward.** [`proxy::Proxy`] streams the request upstream over a
+//!    pooled connection, with forwarding headers set and hop-by-hop and
+//!    client-sent `Sluice-*` headers removed, and streams the answer back.
+//!
+//! ## Modules
+//! - [`config`] — TOML configuration, flags and environment, validation.
+//! - [`server`] — listener, connections, graceful shutdown.
+//! - [`app`] — routes, layers, shared state.
+//! - [`proxy`] — the reverse proxy.
+//! - [`client_ip`] — the downstream client's address.
+//! - [`problem`] — problem+json errors (the one place faults become HTTP).
+//! - [`rooms`] — the waiting rooms and their live settings.
+//! - [`demo_origin`] — the built-in demo shop.
+//! - [`cli`] — the `sluice` command line.
+
+pub mod app;
+pub mod cli;
+pub mod client_ip;
+pub mod config;
+pub mod demo_origin;
+pub mod problem;
+pub mod proxy;
+pub mod rooms;
+pub mod server;

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `sluice` binary: see `sluice --help`.
+
+fn main() -> std::process::ExitCode {
+    sluice_gateway::cli::main()
+}

@@ -1,1 +1,212 @@
-//! tests harness
+//! # sluice-tests
+//!
+//! The cross-crate test harness: real sockets, a real origin
+//! ([`origin::TestOrigin`]), a `redis-server` of the test's own
+//! ([`redis_server::RedisServer`]), gateways in-process
+//! ([`TestGateway::builder`]) or as child processes of the real `sluice`
+//! binary ([`GatewayProcess`]), and a small HTTP client ([`client`]).
+//! The end-to-end tests live in `tests/tests/`.
+
+pub mod client;
+pub mod origin;
+#[path = "redis_server.rs"]
+pub mod redis_server;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_gateway::app::AppState;
+use sluice_gateway::config::Config;
+use sluice_gateway::server::{self, RunningGateway};
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An in-process gateway on a free loopback port.
+pub struct TestGateway {
+    running: Option<RunningGateway>,
+    /// Its address.
+    pub addr: SocketAddr,
+}
+
+/// Builds a [`TestGateway`].
+pub struct TestGatewayBuilder {
+    config: Config,
+}
+
+impl TestGateway {
+    /// Starts building a gateway with a default config and a test admin
+    /// token.
+    pub fn builder() -> TestGatewayBuilder {
+        TestGatewayBuilder {
+            config: Config {
+                admin_token: Some(ADMIN_TOKEN.to_owned()),
+                ..Config::default()
+            },
+        }
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The gateway's state.
+    pub fn state(&self) -> &AppState {
+        #[allow(clippy::expect_used)]
+        &self.running.as_ref().expect("running").state
+    }
+
+    /// Drains and stops the gateway.
+    pub async fn shutdown(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await.expect("clean shutdown");
+        }
+    }
+}
+
+/// The admin token test gateways use.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+impl TestGatewayBuilder {
+    /// The origin to proxy to.
+    pub fn origin(mut self, url: impl Into<String>) -> Self {
+        self.config.origin = Some(url.into());
+        self
+    }
+
+    /// Redis URL for the stores.
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.config.redis = Some(url.into());
+        self
+    }
+
+    /// Edits the config before start.
+    pub fn config(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(&mut self.config);
+        self
+    }
+
+    /// Starts the gateway.
+    pub async fn spawn(self) -> TestGateway {
+        let config = self.config.with_defaults();
+        config.validate().expect("valid test config");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind gateway");
+        let state = AppState::new(config).expect("gateway state");
+        let running = server::spawn(state, listener).expect("spawn gateway");
+        TestGateway {
+            addr: running.addr,
+            running: Some(running),
+        }
+    }
+}
+
+/// Path of the `sluice` binary built by `cargo test --workspace` (cargo
+/// builds the gateway's binary for its own integration tests, into the
+/// same target directory as this test).
+pub fn sluice_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_owned();
+    let bin = dir.join(format!("sluice{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: run the suite with `cargo test --workspace` so cargo builds the sluice binary",
+        bin.display()
+    );
+    bin
+}
+
+/// A `sluice serve` child process.
+pub struct GatewayProcess {
+    child: Option<Child>,
+    /// Its address.
+    pub addr: SocketAddr,
+}
+
+impl GatewayProcess {
+    /// Starts `sluice serve` with these extra arguments, on a free port, and
+    /// waits for its "listening" line.
+    pub fn start(args: &[&str]) -> GatewayProcess {
+        let port = redis_server::free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let mut child = Command::new(sluice_bin())
+            .arg("serve")
+            .arg("--listen")
+            .arg(&listen)
+            .args(args)
+            .env_remove("SLUICE_CONFIG")
+            .env("SLUICE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sluice");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Some(Ok(line)) = lines.next() {
+                if line.contains("listening") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        if rx.recv_timeout(deadline - Instant::now()).is_err() {
+            let _ = child.kill();
+            panic!("sluice did not report listening within 20 s");
+        }
+        GatewayProcess {
+            child: Some(child),
+            addr: listen.parse().expect("addr"),
+        }
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Sends a signal (e.g. `TERM`, `KILL`) with `kill(1)`.
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .arg(format!("-{sig}"))
+                .arg(c.id().to_string())
+                .status();
+        }
+    }
+
+    /// Waits for the process to exit and returns its status code.
+    pub fn wait(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut()?;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -186,10 +186,10 @@ fn wait_ready(port: u16) {
             let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
             if s.write_all(b"PING\r\n").is_ok() {
                 let mut buf = [0u8; 64];
-                if let Ok(n) = s.read(&mut buf) {
-                    if buf[..n].starts_with(b"+PONG") {
-                        return;
-                    }
+                if let Ok(n) = s.read(&mut buf)
+                    && buf[..n].starts_with(b"+PONG")
+                {
+                    return;
                 }
             }
         }

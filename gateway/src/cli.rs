@@ -1,0 +1,213 @@
+//! The `sluice` command line: `serve`, `check-config`, and the operator
+//! tools. Flags of `serve` follow API.md's operating contract; each also
+//! reads the environment variable beside it. Precedence: flag or
+//! environment, then the config file, then the built-in default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tokio::net::TcpListener;
+
+use crate::app::AppState;
+use crate::config::{Config, ConfigError, EXIT_CONFIG, LogFormat};
+use crate::{demo_origin, server};
+
+/// sluice — an edge virtual waiting room.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Validate a config file and exit (0 valid, 64 invalid).
+    CheckConfig {
+        /// The TOML file to check.
+        file: PathBuf,
+    },
+}
+
+/// Flags of `sluice serve` (API.md, operating contract).
+#[derive(Debug, Args, Default)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SLUICE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Origin base URL [default: the built-in demo shop].
+    #[arg(long, env = "SLUICE_ORIGIN")]
+    pub origin: Option<String>,
+    /// Redis URL: redis:// or redis+cluster:// [default: in-memory stores].
+    #[arg(long, env = "SLUICE_REDIS_URL")]
+    pub redis: Option<String>,
+    /// Bearer token of the admin API [default: admin API closed].
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Shared proof-of-work HMAC secret [default: random at start].
+    #[arg(long, env = "SLUICE_POW_SECRET", hide_env_values = true)]
+    pub pow_secret: Option<String>,
+    /// Payment webhook HMAC secret [default: webhook refuses everything].
+    #[arg(long, env = "SLUICE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+    /// Directory of Ed25519 PKCS#8 keys [default: an ephemeral key].
+    #[arg(long, env = "SLUICE_KEYS_DIR")]
+    pub keys_dir: Option<PathBuf>,
+    /// TOML config file.
+    #[arg(long, env = "SLUICE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+impl ServeArgs {
+    /// The effective configuration: file, then flags and environment on top,
+    /// then the embedded default's room and event, validated.
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(v) = self.listen {
+            c.listen = v;
+        }
+        if let Some(v) = &self.origin {
+            c.origin = Some(v.clone());
+        }
+        if let Some(v) = &self.redis {
+            c.redis = Some(v.clone());
+        }
+        if let Some(v) = &self.admin_token {
+            c.admin_token = Some(v.clone());
+        }
+        if let Some(v) = &self.pow_secret {
+            c.pow_secret = Some(v.clone());
+        }
+        if let Some(v) = &self.webhook_secret {
+            c.webhook_secret = Some(v.clone());
+        }
+        if let Some(v) = &self.keys_dir {
+            c.keys_dir = Some(v.clone());
+        }
+        if let Some(v) = self.log_format {
+            c.log_format = v;
+        }
+        let c = c.with_defaults();
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { file } => {
+            match Config::from_file(&file).and_then(|c| {
+                let c = c.with_defaults();
+                c.validate().map(|()| c)
+            }) {
+                Ok(c) => {
+                    println!(
+                        "{}: ok ({} room(s), {} event(s))",
+                        file.display(),
+                        c.rooms.len(),
+                        c.events.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => config_failure(&e),
+            }
+        }
+        Command::Serve(args) => {
+            let config = match args.resolve() {
+                Ok(c) => c,
+                Err(e) => return config_failure(&e),
+            };
+            init_tracing(config.log_format);
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("sluice: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn config_failure(e: &ConfigError) -> ExitCode {
+    eprintln!("sluice: {e}");
+    ExitCode::from(EXIT_CONFIG as u8)
+}
+
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SLUICE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,hyper=warn,hyper_util=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// `sluice serve`: starts the demo origin when none is configured, binds,
+/// prints the address, and serves until SIGTERM or Ctrl-C.
+pub async fn serve(mut config: Config) -> anyhow::Result<()> {
+    if config.origin.is_none() {
+        let addr = demo_origin::spawn().await?;
+        tracing::info!(%addr, "no --origin given: serving the built-in demo shop");
+        config.origin = Some(format!("http://{addr}"));
+    }
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let state = AppState::new(config)?;
+    println!("sluice listening on http://{addr}/ — open it in a browser");
+    tracing::info!(%addr, "listening");
+    server::serve(state, listener, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("Ctrl-C received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,575 @@
+//! The gateway's configuration: a TOML file, overridden by flags and their
+//! environment variables (API.md, "Operating contract").
+//!
+//! Every section owns its defaults and its `validate()`. Unknown keys are
+//! rejected, durations are written like `"30s"` or `"5m"`. A configuration
+//! that does not validate stops the process with one line and exit code 64
+//! (`EX_USAGE`), before anything listens.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// Exit status of a configuration error (`EX_USAGE` of sysexits.h).
+pub const EXIT_CONFIG: i32 = 64;
+
+/// A configuration problem, one line, naming the offending setting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The path given.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema (unknown key,
+    /// wrong type, bad duration).
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The path given.
+        path: PathBuf,
+        /// The parser's message, folded to one line.
+        message: String,
+    },
+    /// A value is out of range or inconsistent with another.
+    #[error("invalid setting `{field}`: {reason}")]
+    Invalid {
+        /// Dotted path of the setting.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the gateway listens on (`--listen`, `SLUICE_LISTEN`).
+    pub listen: SocketAddr,
+    /// The origin's base URL (`--origin`, `SLUICE_ORIGIN`). None: the
+    /// built-in demo shop on a free loopback port.
+    pub origin: Option<String>,
+    /// Redis URL (`--redis`, `SLUICE_REDIS_URL`). None: in-memory stores.
+    pub redis: Option<String>,
+    /// Bearer token of the admin API (`--admin-token`). None: every admin
+    /// call answers 401.
+    pub admin_token: Option<String>,
+    /// Shared HMAC secret for proof-of-work challenges (`--pow-secret`).
+    /// None: random at start (only fine for a single gateway).
+    pub pow_secret: Option<String>,
+    /// HMAC secret of the payment webhook (`--webhook-secret`). None: the
+    /// webhook answers 400 `signature_invalid`.
+    pub webhook_secret: Option<String>,
+    /// Directory of PKCS#8 Ed25519 keys (`--keys-dir`). None: an ephemeral
+    /// key, with a warning.
+    pub keys_dir: Option<PathBuf>,
+    /// `text` (default) or `json` log lines.
+    pub log_format: LogFormat,
+    /// Peers whose `X-Forwarded-For` / `Forwarded` headers are believed
+    /// (a load balancer in front of the gateway). Addresses or CIDR ranges.
+    /// Empty: the TCP peer is the client, and any forwarding headers it sent
+    /// are replaced.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Timeouts of the HTTP front and the proxy.
+    pub timeouts: Timeouts,
+    /// Size limits.
+    pub limits: Limits,
+    /// How requests are forwarded to the origin.
+    pub proxy: ProxyConfig,
+    /// Waiting rooms. Empty: one room `default` guarding every path.
+    pub rooms: Vec<RoomConfig>,
+    /// Events sold through the reservation module. Empty: event `demo`.
+    pub events: Vec<EventConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            origin: None,
+            redis: None,
+            admin_token: None,
+            pow_secret: None,
+            webhook_secret: None,
+            keys_dir: None,
+            log_format: LogFormat::Text,
+            trusted_proxies: Vec::new(),
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
+            proxy: ProxyConfig::default(),
+            rooms: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Timeouts. Every wait on a peer is bounded.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Time a client has to send a request's headers (slowloris guard);
+    /// also bounds an idle keep-alive connection before its next request.
+    #[serde(with = "humantime_serde")]
+    pub header_read: Duration,
+    /// Time to open a TCP connection to the origin.
+    #[serde(with = "humantime_serde")]
+    pub upstream_connect: Duration,
+    /// Time for the origin to answer with its response headers.
+    #[serde(with = "humantime_serde")]
+    pub upstream_response: Duration,
+    /// How long SIGTERM waits for in-flight requests before closing.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Idle time after which a pooled upstream connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub upstream_idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header_read: Duration::from_secs(10),
+            upstream_connect: Duration::from_secs(5),
+            upstream_response: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
+            upstream_idle: Duration::from_secs(90),
+        }
+    }
+}
+
+/// Size limits.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request body accepted by the gateway's own endpoints
+    /// (`/_sluice/…`). Bodies forwarded to the origin are streamed and not
+    /// limited here.
+    pub control_body_bytes: usize,
+    /// Largest number of request headers.
+    pub max_headers: usize,
+    /// Largest total size of a request head (request line and headers).
+    pub max_header_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            control_body_bytes: 64 * 1024,
+            max_headers: 100,
+            max_header_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Forwarding to the origin.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Send the client's `Host` header to the origin (true), or the origin
+    /// URL's authority (false). `X-Forwarded-Host` always carries the
+    /// client's.
+    pub preserve_host: bool,
+    /// Most idle pooled connections kept per origin host.
+    pub pool_max_idle_per_host: usize,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            preserve_host: true,
+            pool_max_idle_per_host: 256,
+        }
+    }
+}
+
+/// One waiting room and the requests it guards.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoomConfig {
+    /// Room id (`[A-Za-z0-9_-]{1,64}`), used in URLs, cookies and keys.
+    pub id: String,
+    /// Host names this room guards (empty: any host).
+    pub hosts: Vec<String>,
+    /// Path prefixes this room guards (empty: every path). The most
+    /// specific match among all rooms wins.
+    pub paths: Vec<String>,
+    /// Path prefixes under the room's hosts that are never queued
+    /// (`/robots.txt`, static assets, feeds).
+    pub bypass_paths: Vec<String>,
+    /// Client address ranges that are never queued (monitoring, partners).
+    pub bypass_ips: Vec<IpNet>,
+    /// Admissions per second (0 with `capacity_rps` set: derived from it).
+    pub rate_per_sec: f64,
+    /// Admissions saved up while nobody waits.
+    pub burst: f64,
+}
+
+impl Default for RoomConfig {
+    fn default() -> Self {
+        RoomConfig {
+            id: "default".to_owned(),
+            hosts: Vec::new(),
+            paths: Vec::new(),
+            bypass_paths: vec!["/robots.txt".to_owned(), "/favicon.ico".to_owned()],
+            bypass_ips: Vec::new(),
+            rate_per_sec: 50.0,
+            burst: 50.0,
+        }
+    }
+}
+
+/// One event sold through the reservation module.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventConfig {
+    /// Event id (`[A-Za-z0-9_-]{1,64}`).
+    pub id: String,
+    /// The room whose admitted visitors may buy.
+    pub room: String,
+    /// Units loaded at start when the store has none (0: load nothing;
+    /// stock then comes from the admin API).
+    pub total: u64,
+    /// Most units one visitor may hold and buy.
+    pub cart_limit: u32,
+    /// How long a hold lasts before its stock goes back.
+    #[serde(with = "humantime_serde")]
+    pub hold_ttl: Duration,
+}
+
+impl Default for EventConfig {
+    fn default() -> Self {
+        EventConfig {
+            id: "demo".to_owned(),
+            room: "default".to_owned(),
+            total: 100,
+            cart_limit: 4,
+            hold_ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Whether `id` is a valid room or event id.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl Config {
+    /// Reads and parses a TOML file (no validation; see [`Config::validate`]).
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text; the error is folded to one line.
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| {
+            e.to_string()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('|'))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+    }
+
+    /// Fills in the embedded default's room and event when none are
+    /// configured.
+    pub fn with_defaults(mut self) -> Config {
+        if self.rooms.is_empty() {
+            self.rooms.push(RoomConfig::default());
+        }
+        if self.events.is_empty() {
+            let room = self.rooms[0].id.clone();
+            self.events.push(EventConfig {
+                room,
+                ..EventConfig::default()
+            });
+        }
+        self
+    }
+
+    /// Checks every setting; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(origin) = &self.origin {
+            let uri: http::Uri = origin
+                .parse()
+                .map_err(|e| ConfigError::invalid("origin", format!("{e}")))?;
+            match uri.scheme_str() {
+                Some("http") => {}
+                Some(other) => {
+                    return Err(ConfigError::invalid(
+                        "origin",
+                        format!("scheme `{other}` is not supported (use http://)"),
+                    ));
+                }
+                None => return Err(ConfigError::invalid("origin", "needs http://host:port")),
+            }
+            if uri.host().is_none() {
+                return Err(ConfigError::invalid("origin", "has no host"));
+            }
+        }
+        if let Some(redis) = &self.redis
+            && !(redis.starts_with("redis://")
+                || redis.starts_with("rediss://")
+                || redis.starts_with("redis+cluster://"))
+        {
+            return Err(ConfigError::invalid(
+                "redis",
+                "must start with redis:// or redis+cluster://",
+            ));
+        }
+        if let Some(t) = &self.admin_token
+            && t.len() < 16
+        {
+            return Err(ConfigError::invalid(
+                "admin_token",
+                "must be at least 16 characters",
+            ));
+        }
+        for (name, d) in [
+            ("timeouts.header_read", self.timeouts.header_read),
+            ("timeouts.upstream_connect", self.timeouts.upstream_connect),
+            (
+                "timeouts.upstream_response",
+                self.timeouts.upstream_response,
+            ),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::invalid(name, "must be above zero"));
+            }
+        }
+        if self.limits.control_body_bytes == 0 {
+            return Err(ConfigError::invalid(
+                "limits.control_body_bytes",
+                "must be above zero",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, room) in self.rooms.iter().enumerate() {
+            let field = format!("rooms[{i}]");
+            if !valid_id(&room.id) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.id"),
+                    "must match [A-Za-z0-9_-]{1,64}",
+                ));
+            }
+            if !seen.insert(room.id.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.id"),
+                    format!("room `{}` is defined twice", room.id),
+                ));
+            }
+            for p in room.paths.iter().chain(&room.bypass_paths) {
+                if !p.starts_with('/') {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.paths"),
+                        format!("`{p}` must start with /"),
+                    ));
+                }
+                if p.starts_with("/_sluice") {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.paths"),
+                        "/_sluice/ is reserved for the gateway",
+                    ));
+                }
+            }
+            if !(room.rate_per_sec.is_finite() && room.rate_per_sec >= 0.0) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.rate_per_sec"),
+                    "must be a number ≥ 0",
+                ));
+            }
+            if !(room.burst.is_finite() && room.burst >= 0.0) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.burst"),
+                    "must be a number ≥ 0",
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, ev) in self.events.iter().enumerate() {
+            let field = format!("events[{i}]");
+            if !valid_id(&ev.id) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.id"),
+                    "must match [A-Za-z0-9_-]{1,64}",
+                ));
+            }
+            if !seen.insert(ev.id.clone()) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.id"),
+                    format!("event `{}` is defined twice", ev.id),
+                ));
+            }
+            if !self.rooms.is_empty() && !self.rooms.iter().any(|r| r.id == ev.room) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.room"),
+                    format!("no room `{}` is configured", ev.room),
+                ));
+            }
+            if ev.cart_limit == 0 {
+                return Err(ConfigError::invalid(
+                    format!("{field}.cart_limit"),
+                    "must be at least 1",
+                ));
+            }
+            if ev.hold_ttl < Duration::from_secs(1) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.hold_ttl"),
+                    "must be at least 1s",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `peer` is one of the trusted proxies.
+    pub fn is_trusted_proxy(&self, peer: IpAddr) -> bool {
+        let peer = canonical_ip(peer);
+        self.trusted_proxies.iter().any(|net| net.contains(&peer))
+    }
+}
+
+/// Maps an IPv4-mapped IPv6 address to its IPv4 form.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(c.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_on_one_line() {
+        let err = Config::from_toml("listen = \"127.0.0.1:1\"\nbogus = 1\n").unwrap_err();
+        assert!(err.contains("bogus"), "{err}");
+        assert!(!err.contains('\n'));
+        let err = Config::from_toml("[timeouts]\nheader_reed = \"1s\"\n").unwrap_err();
+        assert!(err.contains("header_reed"), "{err}");
+    }
+
+    #[test]
+    fn durations_are_human() {
+        let c = Config::from_toml(
+            "[timeouts]\nheader_read = \"2s\"\nupstream_response = \"1m 30s\"\n[[events]]\nid = \"x\"\nhold_ttl = \"5m\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.timeouts.header_read, Duration::from_secs(2));
+        assert_eq!(c.timeouts.upstream_response, Duration::from_secs(90));
+        assert_eq!(c.events[0].hold_ttl, Duration::from_secs(300));
+        assert!(Config::from_toml("[timeouts]\nheader_read = \"soon\"\n").is_err());
+    }
+
+    #[test]
+    fn validation_names_the_setting() {
+        let mut c = Config {
+            origin: Some("ftp://x".into()),
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("origin"), "{e}");
+        c.origin = None;
+        c.rooms = vec![RoomConfig {
+            id: "bad room".into(),
+            ..RoomConfig::default()
+        }];
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("rooms[0].id")
+        );
+        c.rooms = vec![RoomConfig {
+            paths: vec!["/_sluice/x".into()],
+            ..RoomConfig::default()
+        }];
+        assert!(c.validate().unwrap_err().to_string().contains("reserved"));
+        c.rooms = vec![RoomConfig::default()];
+        c.events = vec![EventConfig {
+            room: "nope".into(),
+            ..EventConfig::default()
+        }];
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("events[0].room")
+        );
+        c.events.clear();
+        c.admin_token = Some("short".into());
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("admin_token")
+        );
+    }
+
+    #[test]
+    fn trusted_proxies_match_mapped_addresses() {
+        let c = Config::from_toml("trusted_proxies = [\"10.0.0.0/8\", \"::1/128\"]").unwrap();
+        assert!(c.is_trusted_proxy("10.1.2.3".parse().unwrap()));
+        assert!(c.is_trusted_proxy("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(c.is_trusted_proxy("::1".parse().unwrap()));
+        assert!(!c.is_trusted_proxy("11.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn defaults_add_room_and_event() {
+        let c = Config::default().with_defaults();
+        assert_eq!(c.rooms[0].id, "default");
+        assert_eq!(c.events[0].id, "demo");
+        assert_eq!(c.events[0].room, "default");
+        c.validate().unwrap();
+    }
+}

@@ -1,0 +1,378 @@
+//! The reverse proxy: forwards a downstream request to the upstream origin
+//! and streams both bodies through.
+//!
+//! What it guarantees an operator:
+//! - **Streaming**: request and response bodies are never buffered; a 1 GiB
+//!   upload passes through in the memory of a few frames.
+//! - **Pooled** upstream connections (hyper-util's legacy client), with a
+//!   connect timeout and an idle timeout.
+//! - **Hop-by-hop headers** (`Connection` and every header it names,
+//!   `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`,
+//!   `Proxy-*`) removed in both directions; `Upgrade` survives only on a
+//!   WebSocket handshake, which is passed through and then spliced.
+//! - **Forwarding headers**: `X-Forwarded-For` is appended to when the peer
+//!   is a trusted proxy and replaced otherwise (a client cannot forge its
+//!   address); `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`
+//!   (RFC 7239) are set.
+//! - **No client-sent `Sluice-*` header** ever reaches the origin: only the
+//!   gateway speaks in that namespace (`Sluice-Admission`).
+//! - Failures are problem+json: 502 `origin_unreachable` when the origin
+//!   cannot be reached, 504 `origin_timeout` when its response headers do not
+//!   arrive in time.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Uri, Version};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use crate::client_ip::ClientInfo;
+use crate::config::{ProxyConfig, Timeouts};
+use crate::problem::Problem;
+
+/// The value of an origin's `Sluice-Command` response header, taken out of
+/// the response before it reaches the client and left in the response's
+/// extensions for the admission gate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OriginCommand(pub String);
+
+/// Forwards requests to one origin.
+#[derive(Clone)]
+pub struct Proxy {
+    client: Client<HttpConnector, Body>,
+    origin: Uri,
+    preserve_host: bool,
+    response_timeout: Duration,
+}
+
+impl Proxy {
+    /// A proxy to `origin` (an `http://host:port[/base]` URL).
+    pub fn new(origin: &str, cfg: &ProxyConfig, timeouts: &Timeouts) -> anyhow::Result<Proxy> {
+        let origin: Uri = origin.parse()?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(timeouts.upstream_connect));
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(timeouts.upstream_idle)
+            .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        Ok(Proxy {
+            client,
+            origin,
+            preserve_host: cfg.preserve_host,
+            response_timeout: timeouts.upstream_response,
+        })
+    }
+
+    /// The origin's URL.
+    pub fn origin(&self) -> &Uri {
+        &self.origin
+    }
+
+    /// Forwards one request. `extra` headers (the gateway's own `Sluice-*`)
+    /// are added after the client's `Sluice-*` headers were removed.
+    pub async fn forward(
+        &self,
+        mut req: Request<Body>,
+        client: &ClientInfo,
+        extra: HeaderMap,
+    ) -> Response {
+        let upgrade = wants_upgrade(&req);
+        let downstream_upgrade = if upgrade.is_some() {
+            Some(hyper::upgrade::on(&mut req))
+        } else {
+            None
+        };
+
+        let (mut parts, body) = req.into_parts();
+        let original_host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+
+        let uri = match self.upstream_uri(&parts.uri) {
+            Ok(u) => u,
+            Err(e) => {
+                return Problem::malformed(format!("bad request target: {e}")).into_response();
+            }
+        };
+        parts.uri = uri;
+        parts.version = Version::HTTP_11;
+
+        let h = &mut parts.headers;
+        strip_hop_by_hop(h);
+        strip_sluice(h);
+        set_forwarding_headers(h, client, original_host.as_deref());
+        if !self.preserve_host {
+            h.remove(header::HOST);
+        } else if !h.contains_key(header::HOST)
+            && let Some(v) = original_host
+                .as_deref()
+                .and_then(|s| HeaderValue::from_str(s).ok())
+        {
+            h.insert(header::HOST, v);
+        }
+        if let Some(proto) = &upgrade {
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            h.insert(header::UPGRADE, proto.clone());
+        }
+        for (k, v) in extra.iter() {
+            h.insert(k.clone(), v.clone());
+        }
+
+        let upstream_req = Request::from_parts(parts, body);
+        let result =
+            tokio::time::timeout(self.response_timeout, self.client.request(upstream_req)).await;
+        let mut res = match result {
+            Err(_) => {
+                return Problem::origin_timeout()
+                    .log_cause(&"no response headers within the upstream response timeout")
+                    .into_response();
+            }
+            Ok(Err(e)) => {
+                let cause = error_chain(&e);
+                if e.is_connect() && cause.contains("timed out") {
+                    return Problem::origin_unreachable()
+                        .log_cause(&format!("connect timeout: {cause}"))
+                        .into_response();
+                }
+                return Problem::origin_unreachable()
+                    .log_cause(&cause)
+                    .into_response();
+            }
+            Ok(Ok(res)) => res,
+        };
+
+        if res.status() == http::StatusCode::SWITCHING_PROTOCOLS
+            && let Some(downstream) = downstream_upgrade
+        {
+            {
+                let upstream = hyper::upgrade::on(&mut res);
+                tokio::spawn(async move {
+                    match tokio::try_join!(downstream, upstream) {
+                        Ok((down, up)) => {
+                            let mut down = TokioIo::new(down);
+                            let mut up = TokioIo::new(up);
+                            if let Err(e) = tokio::io::copy_bidirectional(&mut down, &mut up).await
+                            {
+                                tracing::debug!(error = %e, "upgraded connection ended");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "upgrade failed"),
+                    }
+                });
+                let (mut parts, body) = res.into_parts();
+                let proto = parts.headers.get(header::UPGRADE).cloned();
+                strip_hop_by_hop(&mut parts.headers);
+                parts
+                    .headers
+                    .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                if let Some(p) = proto {
+                    parts.headers.insert(header::UPGRADE, p);
+                }
+                return Response::from_parts(parts, Body::new(body));
+            }
+        }
+
+        let (mut parts, body) = res.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(cmd) = parts.headers.remove("sluice-command")
+            && let Ok(s) = cmd.to_str()
+        {
+            parts
+                .extensions
+                .insert(OriginCommand(s.trim().to_ascii_lowercase()));
+        }
+        Response::from_parts(parts, Body::new(body))
+    }
+
+    fn upstream_uri(&self, downstream: &Uri) -> Result<Uri, http::Error> {
+        let pq = downstream
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/");
+        let base = self.origin.path().trim_end_matches('/');
+        let mut builder = Uri::builder();
+        if let Some(s) = self.origin.scheme() {
+            builder = builder.scheme(s.clone());
+        }
+        if let Some(a) = self.origin.authority() {
+            builder = builder.authority(a.clone());
+        }
+        builder.path_and_query(format!("{base}{pq}")).build()
+    }
+}
+
+/// The protocol asked for in an HTTP/1.1 `Upgrade` handshake that names
+/// `upgrade` in its `Connection` header.
+fn wants_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
+    if req.version() != Version::HTTP_11 {
+        return None;
+    }
+    let conn_upgrade = req
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    if !conn_upgrade {
+        return None;
+    }
+    req.headers().get(header::UPGRADE).cloned()
+}
+
+/// Headers that describe one hop, never the message (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes `Connection`, every header it names, the fixed hop-by-hop set and
+/// every `Proxy-*` header.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    let proxy: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with("proxy-"))
+        .cloned()
+        .collect();
+    for name in proxy {
+        headers.remove(name);
+    }
+}
+
+/// Removes every `Sluice-*` header (a client may not speak for the gateway).
+pub fn strip_sluice(headers: &mut HeaderMap) {
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with("sluice-"))
+        .cloned()
+        .collect();
+    for name in names {
+        headers.remove(name);
+    }
+}
+
+fn set_forwarding_headers(h: &mut HeaderMap, client: &ClientInfo, host: Option<&str>) {
+    let peer = client.peer.ip();
+    let xff = if client.peer_trusted {
+        let existing: Vec<String> = h
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect();
+        if existing.is_empty() {
+            peer.to_string()
+        } else {
+            format!("{}, {}", existing.join(", "), peer)
+        }
+    } else {
+        peer.to_string()
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert("x-forwarded-for", v);
+    }
+    h.insert("x-forwarded-proto", HeaderValue::from_static(client.proto));
+    match host.and_then(|s| HeaderValue::from_str(s).ok()) {
+        Some(v) => {
+            h.insert("x-forwarded-host", v);
+        }
+        None => {
+            h.remove("x-forwarded-host");
+        }
+    }
+    let mut fwd = format!("for={}", forwarded_node(client.ip));
+    if let Some(host) = host.filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b'"')) {
+        fwd.push_str(&format!(";host=\"{host}\""));
+    }
+    fwd.push_str(&format!(";proto={}", client.proto));
+    if let Ok(v) = HeaderValue::from_str(&fwd) {
+        h.insert(header::FORWARDED, v);
+    }
+}
+
+/// An address as an RFC 7239 node: IPv6 quoted and bracketed.
+fn forwarded_node(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_named_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "close, x-secret".parse().unwrap());
+        h.insert("x-secret", "1".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
+        h.insert("te", "trailers".parse().unwrap());
+        h.insert("trailer", "x".parse().unwrap());
+        h.insert("transfer-encoding", "chunked".parse().unwrap());
+        h.insert("upgrade", "h2c".parse().unwrap());
+        h.insert("proxy-authorization", "x".parse().unwrap());
+        h.insert("proxy-connection", "x".parse().unwrap());
+        h.insert("x-end-to-end", "kept".parse().unwrap());
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h["x-end-to-end"], "kept");
+    }
+
+    #[test]
+    fn sluice_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert("sluice-admission", "forged".parse().unwrap());
+        h.insert("Sluice-Anything", "forged".parse().unwrap());
+        h.insert("x-sluice", "kept".parse().unwrap());
+        strip_sluice(&mut h);
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn forwarded_is_rfc7239() {
+        assert_eq!(forwarded_node("::1".parse().unwrap()), "\"[::1]\"");
+        assert_eq!(forwarded_node("1.2.3.4".parse().unwrap()), "1.2.3.4");
+    }
+}

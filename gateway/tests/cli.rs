@@ -1,0 +1,103 @@
+//! The `sluice` binary's command line: config checking and exit codes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn write(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn check_config_accepts_a_valid_file() {
+    let p = write(
+        "ok.toml",
+        r#"
+listen = "127.0.0.1:9000"
+origin = "http://127.0.0.1:3000"
+trusted_proxies = ["10.0.0.0/8"]
+
+[timeouts]
+header_read = "5s"
+
+[[rooms]]
+id = "drop"
+paths = ["/tickets"]
+rate_per_sec = 200
+
+[[events]]
+id = "tour-2027"
+room = "drop"
+total = 50000
+hold_ttl = "10m"
+"#,
+    );
+    let out = sluice().arg("check-config").arg(&p).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn a_bad_config_exits_64_with_one_line() {
+    for (name, text, needle) in [
+        (
+            "unknown.toml",
+            "listen = \"127.0.0.1:1\"\nfrobnicate = true\n",
+            "frobnicate",
+        ),
+        (
+            "duration.toml",
+            "[timeouts]\nheader_read = \"often\"\n",
+            "header_read",
+        ),
+        ("range.toml", "[[rooms]]\nid = \"a b\"\n", "rooms[0].id"),
+        ("syntax.toml", "listen = \n", "config"),
+    ] {
+        let p = write(name, text);
+        let out = sluice().arg("check-config").arg(&p).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        // serve refuses the same file the same way, before listening
+        let out = sluice()
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "serve {name}");
+    }
+    let out = sluice()
+        .args(["check-config", "/nonexistent/sluice.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn flags_and_environment_are_validated_too() {
+    let out = sluice()
+        .args(["serve", "--origin", "ftp://nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let out = sluice()
+        .args(["serve"])
+        .env("SLUICE_REDIS_URL", "mysql://nope")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("redis"));
+}

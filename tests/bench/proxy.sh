@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Proxy throughput and tail latency, in one run, on this machine:
+#   origin  — nginx `return 200` answering directly (the ceiling)
+#   nginx   — nginx `proxy_pass` (keepalive upstream) in front of that origin
+#   sluice  — `sluice serve --release` in front of the same origin
+# Load: wrk over loopback, closed loop, fixed connections and duration.
+# Prints requests/s and p99 for each, and sluice/nginx ratios.
+#
+# Usage: tests/bench/proxy.sh [seconds=10] [connections=64]
+# Needs: nginx, wrk (apt-get install nginx-light wrk). Loopback only; stops by itself.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DUR="${1:-10}"
+CONNS="${2:-64}"
+THREADS=1
+command -v nginx >/dev/null || { echo "nginx missing: apt-get install nginx-light" >&2; exit 2; }
+command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk" >&2; exit 2; }
+
+cargo build --release -q -p sluice-gateway
+work=$(mktemp -d)
+cleanup() {
+  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+ORIGIN=$(port); NGINX=$(port); SLUICE=$(port)
+
+cat > "$work/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream origin { server 127.0.0.1:$ORIGIN; keepalive 256; }
+  server { listen 127.0.0.1:$ORIGIN; location / { return 200 "hello from the origin\n"; } }
+  server {
+    listen 127.0.0.1:$NGINX;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+CONF
+nginx -c "$work/nginx.conf" -p "$work"
+
+# sluice guards only /queue, so the benchmarked path is proxied straight through.
+cat > "$work/sluice.toml" <<CONF
+[[rooms]]
+id = "default"
+paths = ["/queue"]
+CONF
+SLUICE_LOG=warn ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" \
+  --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml" >/dev/null &
+SLUICE_PID=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/healthz" >/dev/null && break; sleep 0.1; done
+
+run() { # name url
+  wrk -t"$THREADS" -c"$CONNS" -d2s "$2" >/dev/null 2>&1 # warm-up
+  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" --latency "$2")
+  local rps p99
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  printf '%-8s %12s req/s   p99 %s\n' "$1" "$rps" "$p99" >&2
+  echo "$rps $p99"
+}
+to_ms() { awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v); print v} else {sub(/s/,"",v); print v*1000} }'; }
+
+echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers" >&2
+read -r o_rps o_p99 < <(run origin "http://127.0.0.1:$ORIGIN/")
+read -r n_rps n_p99 < <(run nginx "http://127.0.0.1:$NGINX/")
+read -r s_rps s_p99 < <(run sluice "http://127.0.0.1:$SLUICE/")
+awk -v s="$s_rps" -v n="$n_rps" -v sp="$(to_ms "$s_p99")" -v np="$(to_ms "$n_p99")" 'BEGIN {
+  printf "sluice/nginx throughput: %.2f   p99: sluice %.2f ms vs nginx %.2f ms (ratio %.2f)\n", s/n, sp, np, sp/np }'

@@ -1,0 +1,134 @@
+//! A small HTTP client for tests, over hyper-util's pooled client: requests
+//! with any method, headers and a buffered or streamed body; answers with
+//! status, headers and the whole body.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// A request body.
+pub type ReqBody = BoxBody<Bytes, std::io::Error>;
+
+/// A buffered answer.
+#[derive(Debug)]
+pub struct Answer {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// The body as JSON (panics when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// A pooled HTTP/1.1 client.
+#[derive(Clone)]
+pub struct TestClient {
+    inner: Client<HttpConnector, ReqBody>,
+}
+
+impl Default for TestClient {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// An empty body.
+pub fn empty() -> ReqBody {
+    Full::new(Bytes::new()).map_err(|n| match n {}).boxed()
+}
+
+/// A buffered body.
+pub fn body(b: impl Into<Bytes>) -> ReqBody {
+    Full::new(b.into()).map_err(|n| match n {}).boxed()
+}
+
+impl TestClient {
+    /// A new client.
+    pub fn new() -> TestClient {
+        TestClient {
+            inner: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// An HTTP/2 (prior knowledge) client.
+    pub fn http2() -> TestClient {
+        TestClient {
+            inner: Client::builder(TokioExecutor::new())
+                .http2_only(true)
+                .build_http(),
+        }
+    }
+
+    /// Sends a request and reads the whole answer.
+    pub async fn send(&self, req: Request<ReqBody>) -> Answer {
+        let res = self.inner.request(req).await.expect("request sent");
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.expect("body read").to_bytes();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    /// Sends a request and returns the streaming response.
+    pub async fn send_streaming(
+        &self,
+        req: Request<ReqBody>,
+    ) -> http::Response<hyper::body::Incoming> {
+        self.inner.request(req).await.expect("request sent")
+    }
+
+    /// GET with extra headers.
+    pub async fn get(&self, url: &str, headers: &[(&str, &str)]) -> Answer {
+        self.call(Method::GET, url, headers, empty()).await
+    }
+
+    /// Any method with headers and body.
+    pub async fn call(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: ReqBody,
+    ) -> Answer {
+        let mut b = Request::builder().method(method).uri(url);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        self.send(b.body(body).expect("request")).await
+    }
+
+    /// POST a JSON value.
+    pub async fn post_json(&self, url: &str, headers: &[(&str, &str)], v: &Value) -> Answer {
+        let mut h: Vec<(&str, &str)> = vec![("content-type", "application/json")];
+        h.extend_from_slice(headers);
+        self.call(Method::POST, url, &h, body(v.to_string())).await
+    }
+}

@@ -1,0 +1,354 @@
+//! The reverse proxy through real sockets: a real origin, the real gateway,
+//! a real client.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use sha2::{Digest, Sha256};
+use sluice_tests::client::{TestClient, body, empty};
+use sluice_tests::origin::{TestOrigin, pattern_sha256, pattern_stream};
+use sluice_tests::{TestGateway, hex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A gateway that trusts loopback as a proxy (so `X-Forwarded-For` is
+/// appended) in front of a fresh origin.
+async fn setup() -> (TestOrigin, TestGateway) {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()])
+        .spawn()
+        .await;
+    (origin, gw)
+}
+
+#[tokio::test]
+async fn methods_and_query_strings_are_intact() {
+    let (_origin, gw) = setup().await;
+    let client = TestClient::new();
+    for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
+        let m = Method::from_bytes(method.as_bytes()).unwrap();
+        let url = format!("{}/echo/a%20b/c?x=1&y=%2F&x=2&empty=", gw.url());
+        let res = client.call(m, &url, &[], body("payload")).await;
+        assert_eq!(res.status, 200, "{method}");
+        let v = res.json();
+        assert_eq!(v["method"], method);
+        assert_eq!(v["path"], "/echo/a%20b/c");
+        assert_eq!(v["query"], "x=1&y=%2F&x=2&empty=");
+        assert_eq!(v["body_bytes"], 7);
+    }
+    // HEAD carries no body back.
+    let res = client
+        .call(Method::HEAD, &format!("{}/echo", gw.url()), &[], empty())
+        .await;
+    assert_eq!(res.status, 200);
+    assert!(res.body.is_empty());
+}
+
+#[tokio::test]
+async fn end_to_end_headers_kept_hop_by_hop_removed_both_ways() {
+    let (_origin, gw) = setup().await;
+    let client = TestClient::new();
+    let res = client
+        .get(
+            &format!("{}/echo", gw.url()),
+            &[
+                ("x-custom", "kept"),
+                ("accept-language", "fr"),
+                ("connection", "keep-alive, x-hop-private"),
+                ("x-hop-private", "must go"),
+                ("keep-alive", "timeout=5"),
+                ("te", "trailers"),
+                ("proxy-authorization", "Basic Zm9vOmJhcg=="),
+                ("proxy-connection", "keep-alive"),
+                ("upgrade", "h2c"),
+            ],
+        )
+        .await;
+    let v = res.json();
+    let h = &v["headers"];
+    assert_eq!(h["x-custom"][0], "kept");
+    assert_eq!(h["accept-language"][0], "fr");
+    for gone in [
+        "x-hop-private",
+        "keep-alive",
+        "te",
+        "proxy-authorization",
+        "proxy-connection",
+        "upgrade",
+    ] {
+        assert!(h.get(gone).is_none(), "{gone} reached the origin: {h}");
+    }
+    // the request id travels upstream and comes back
+    assert!(h["x-request-id"][0].as_str().unwrap().len() > 4);
+    assert!(res.header("x-request-id").is_some());
+
+    // response direction
+    let res = client.get(&format!("{}/hop", gw.url()), &[]).await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.header("x-end-to-end"), Some("kept"));
+    for gone in ["x-origin-private", "keep-alive", "proxy-authenticate"] {
+        assert!(res.headers.get(gone).is_none(), "{gone} reached the client");
+    }
+}
+
+#[tokio::test]
+async fn forwarding_headers() {
+    let (_origin, gw) = setup().await;
+    let client = TestClient::new();
+    // behind a trusted proxy: appended
+    let res = client
+        .get(
+            &format!("{}/echo", gw.url()),
+            &[("x-forwarded-for", "203.0.113.9"), ("host", "shop.example")],
+        )
+        .await;
+    let h = &res.json()["headers"];
+    assert_eq!(h["x-forwarded-for"][0], "203.0.113.9, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"][0], "http");
+    assert_eq!(h["x-forwarded-host"][0], "shop.example");
+    assert_eq!(h["host"][0], "shop.example");
+    assert_eq!(
+        h["forwarded"][0],
+        "for=203.0.113.9;host=\"shop.example\";proto=http"
+    );
+
+    // an untrusted peer cannot forge its address
+    let origin = TestOrigin::start().await;
+    let untrusting = TestGateway::builder().origin(origin.url()).spawn().await;
+    let res = client
+        .get(
+            &format!("{}/echo", untrusting.url()),
+            &[
+                ("x-forwarded-for", "6.6.6.6"),
+                ("x-forwarded-proto", "https"),
+            ],
+        )
+        .await;
+    let h = &res.json()["headers"];
+    assert_eq!(h["x-forwarded-for"][0], "127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"][0], "http");
+    assert!(
+        h["forwarded"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("for=127.0.0.1;")
+    );
+}
+
+#[tokio::test]
+async fn forged_sluice_headers_are_dropped() {
+    let (_origin, gw) = setup().await;
+    let res = TestClient::new()
+        .get(
+            &format!("{}/echo", gw.url()),
+            &[
+                ("sluice-admission", "forged.token.here"),
+                ("Sluice-Command", "revoke"),
+                ("x-not-sluice", "kept"),
+            ],
+        )
+        .await;
+    let h = &res.json()["headers"];
+    assert!(h.get("sluice-admission").is_none(), "{h}");
+    assert!(h.get("sluice-command").is_none(), "{h}");
+    assert_eq!(h["x-not-sluice"][0], "kept");
+}
+
+#[tokio::test]
+async fn chunked_bodies_both_ways() {
+    let (_origin, gw) = setup().await;
+    let client = TestClient::new();
+    let res = client.get(&format!("{}/chunked", gw.url()), &[]).await;
+    assert_eq!(res.text(), "one,two,three");
+    // a chunked upload (no content-length)
+    let stream = StreamBody::new(pattern_stream(300_000));
+    let req = Request::post(format!("{}/echo", gw.url()))
+        .body(BodyExt::boxed(stream))
+        .unwrap();
+    let res = client.send(req).await;
+    let v = res.json();
+    assert_eq!(v["body_bytes"], 300_000);
+    assert_eq!(v["body_sha256"], pattern_sha256(300_000));
+    assert!(v["headers"].get("content-length").is_none());
+}
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_intact_without_buffering() {
+    const UP: u64 = 24 * 1024 * 1024;
+    const DOWN: u64 = 32 * 1024 * 1024;
+    let (_origin, gw) = setup().await;
+    let client = TestClient::new();
+    // warm up allocators and pools
+    let _ = client
+        .get(&format!("{}/bytes/1000000", gw.url()), &[])
+        .await;
+    let before = rss_bytes();
+
+    // 24 MiB up, streamed from a generator, hashed by the origin as it arrives
+    let req = Request::post(format!("{}/echo/upload", gw.url()))
+        .header("content-length", UP.to_string())
+        .body(BodyExt::boxed(StreamBody::new(pattern_stream(UP))))
+        .unwrap();
+    let res = client.send(req).await;
+    let v = res.json();
+    assert_eq!(v["body_bytes"], UP);
+    assert_eq!(v["body_sha256"], pattern_sha256(UP));
+
+    // 32 MiB down, hashed frame by frame by the client
+    let res = client
+        .send_streaming(
+            Request::get(format!("{}/bytes/{DOWN}", gw.url()))
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+    let expected = res.headers()["x-body-sha256"].to_str().unwrap().to_owned();
+    let mut body = res.into_body();
+    let mut h = Sha256::new();
+    let mut n = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Some(d) = frame.unwrap().data_ref() {
+            n += d.len() as u64;
+            h.update(d);
+        }
+    }
+    assert_eq!(n, DOWN);
+    assert_eq!(hex(&h.finalize()), expected);
+
+    // The origin, the gateway and the client share this process: if the
+    // gateway buffered either body, RSS would have grown by about its size.
+    let growth = rss_bytes().saturating_sub(before);
+    assert!(
+        growth < UP / 2,
+        "process memory grew by {growth} bytes while streaming {UP} up and {DOWN} down"
+    );
+}
+
+#[tokio::test]
+async fn websocket_echo_through_the_proxy() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (_origin, gw) = setup().await;
+    let (mut ws, res) = tokio_tungstenite::connect_async(format!("ws://{}/ws", gw.addr))
+        .await
+        .expect("websocket handshake through the gateway");
+    assert_eq!(res.status(), StatusCode::SWITCHING_PROTOCOLS);
+    for i in 0..5 {
+        let msg = format!("hello {i}");
+        ws.send(Message::text(msg.clone())).await.unwrap();
+        let echoed = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(echoed.into_text().unwrap().as_str(), msg);
+    }
+    ws.close(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn origin_unreachable_is_502_problem() {
+    // a port nobody listens on
+    let port = sluice_tests::redis_server::free_port();
+    let gw = TestGateway::builder()
+        .origin(format!("http://127.0.0.1:{port}"))
+        .spawn()
+        .await;
+    let res = TestClient::new()
+        .get(&format!("{}/anything", gw.url()), &[])
+        .await;
+    assert_eq!(res.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(res.header("content-type"), Some("application/problem+json"));
+    assert_eq!(res.json()["code"], "origin_unreachable");
+    assert!(res.header("retry-after").is_some());
+}
+
+#[tokio::test]
+async fn origin_too_slow_is_504_problem() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| c.timeouts.upstream_response = Duration::from_millis(300))
+        .spawn()
+        .await;
+    let client = TestClient::new();
+    let res = client.get(&format!("{}/slow/2000", gw.url()), &[]).await;
+    assert_eq!(res.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(res.json()["code"], "origin_timeout");
+    // a fast request still passes
+    let res = client.get(&format!("{}/slow/10", gw.url()), &[]).await;
+    assert_eq!(res.status, 200);
+}
+
+#[tokio::test]
+async fn slowloris_is_closed_by_the_header_timeout() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| c.timeouts.header_read = Duration::from_millis(500))
+        .spawn()
+        .await;
+
+    // 1. a client that connects and says nothing
+    let mut silent = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    // 2. a client that trickles its headers
+    let mut trickle = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    trickle
+        .write_all(b"GET /echo HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let trickler = tokio::spawn(async move {
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if trickle.write_all(b"X-A: b\r\n").await.is_err() {
+                return true;
+            }
+        }
+        // after 2 s of trickling the server must have closed the stream
+        let mut buf = [0u8; 1024];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), trickle.read(&mut buf)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        ) || matches!(
+            tokio::time::timeout(Duration::from_secs(2), trickle.read(&mut buf)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    });
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf))
+        .await
+        .expect("silent connection must be closed within the timeout");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+    assert!(trickler.await.unwrap(), "trickling client was not cut off");
+    assert_eq!(origin.requests(), 0);
+}
+
+#[tokio::test]
+async fn http2_cleartext_is_served() {
+    let (_origin, gw) = setup().await;
+    let res = TestClient::http2()
+        .get(&format!("{}/echo/h2?q=1", gw.url()), &[])
+        .await;
+    assert_eq!(res.status, 200);
+    let v = res.json();
+    assert_eq!(v["path"], "/echo/h2");
+    assert_eq!(v["query"], "q=1");
+    // upstream is HTTP/1.1 with the authority as Host
+    assert_eq!(v["version"], "HTTP/1.1");
+    assert_eq!(v["headers"]["host"][0], gw.addr.to_string());
+}
