@@ -337,7 +337,14 @@ impl RedisInventory {
         tokio::time::timeout(self.timeout, fut)
             .await
             .map_err(|_| ReservationError::Timeout(self.timeout))?
-            .map_err(ReservationError::from_redis)
+            .map_err(|e| {
+                // The client's own response timeout (same bound) fires first.
+                if e.is_timeout() {
+                    ReservationError::Timeout(self.timeout)
+                } else {
+                    ReservationError::from_redis(e)
+                }
+            })
     }
 
     /// Runs a script with common.lua's KEYS 1–5 and ARGV 1–2 first.

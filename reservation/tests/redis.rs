@@ -1,1 +1,316 @@
+//! The conformance suite against a real `redis-server` (real time), plus
+//! the faults only Redis has: restarts with and without AOF, slowness.
+//!
+//! Each test starts its own server (see `tests/src/redis_server.rs`); with
+//! no `redis-server` on the PATH they print SKIPPED and pass, except under
+//! `CI=true`.
 
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../tests/src/redis_server.rs"]
+mod redis_server;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use proptest::test_runner::{Config, TestRunner};
+use redis_server::{RedisOptions, RedisServer};
+use sluice_reservation::conformance::{self, Harness, TimeControl, model, spec};
+use sluice_reservation::{
+    HoldOutcome, Inventory, InventoryBackend, RedisConfig, RedisInventory, ReservationError,
+    SetStockOutcome,
+};
+
+async fn connect(server: &RedisServer) -> RedisInventory {
+    RedisInventory::connect(&RedisConfig::new(server.url()))
+        .await
+        .unwrap()
+}
+
+async fn harness_with(options: RedisOptions) -> Option<(Harness, Arc<parking_lot::Mutex<RedisServer>>)> {
+    let server = RedisServer::start_with(options)?;
+    let inv = connect(&server).await;
+    inv.load_scripts().await.unwrap();
+    let server = Arc::new(parking_lot::Mutex::new(server));
+    let h = Harness::new(
+        InventoryBackend::Redis(inv),
+        TimeControl::Real,
+        Duration::from_secs(1),
+    )
+    .with_guard(server.clone());
+    Some((h, server))
+}
+
+async fn harness() -> Option<Harness> {
+    harness_with(RedisOptions::default()).await.map(|(h, _)| h)
+}
+
+sluice_reservation::conformance_tests!(harness());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_10k_attempts_100_tickets_20_times() {
+    let Some(h) = harness().await else { return };
+    let mut total = Duration::ZERO;
+    for _ in 0..20 {
+        let r = conformance::race(&h, 100, 10_000, 2_000, 64).await;
+        total += r.elapsed;
+    }
+    eprintln!("20 races of 10,000 holds over Redis: {total:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_race_with_three_reapers() {
+    let Some(h) = harness().await else { return };
+    conformance::expiry_race(&h, 120).await;
+}
+
+#[test]
+fn model_based_property() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(h) = rt.block_on(harness()) else { return };
+    // Real time: few cases, short TTL; time steps are a whole TTL (see
+    // conformance::model). Override with PROPTEST_CASES.
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(48),
+        ..Config::default()
+    });
+    runner
+        .run(&model::redis_case(600), |(spec, ops)| {
+            rt.block_on(model::run_case(&h, &spec, &ops))
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+/// Retries a hold through connection errors (the server is restarting).
+async fn hold_retrying(inv: &RedisInventory, ev: &sluice_reservation::EventId, visitor: &str, qty: u32) -> HoldOutcome {
+    loop {
+        match inv.hold(ev, visitor, qty, None).await {
+            Ok(out) => return out,
+            Err(e) => {
+                assert!(e.is_unavailable(), "unexpected fault: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aof_restart_mid_storm_never_oversells() {
+    let Some((h, server)) = harness_with(RedisOptions {
+        appendonly: true,
+        ..RedisOptions::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let InventoryBackend::Redis(inv) = h.inv.clone() else { unreachable!() };
+    let ev = h.event("aof");
+    let total = 400;
+    h.stock(&ev, total, 4, Duration::from_secs(600)).await;
+    let acked = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for t in 0..32 {
+        let inv = inv.clone();
+        let ev = ev.clone();
+        let acked = acked.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0;
+            while !done.load(Ordering::SeqCst) {
+                i += 1;
+                let visitor = format!("v{t}-{}", i % 50);
+                match hold_retrying(&inv, &ev, &visitor, (i % 3 + 1) as u32).await {
+                    HoldOutcome::Held(v) => {
+                        acked.fetch_add(u64::from(v.qty), Ordering::SeqCst);
+                    }
+                    HoldOutcome::SoldOut { .. } => {
+                        done.store(true, Ordering::SeqCst);
+                    }
+                    HoldOutcome::CartLimitExceeded { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }));
+    }
+    // Let the storm start, then kill and restart from the AOF.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let before = acked.load(Ordering::SeqCst);
+    let s2 = server.clone();
+    tokio::task::spawn_blocking(move || s2.lock().restart())
+        .await
+        .unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let acked = acked.load(Ordering::SeqCst);
+    eprintln!("acked {before} units before the restart, {acked} in all");
+    assert!(before > 0 && before < total, "restart should hit mid-storm");
+    let s = loop {
+        match h.inv.read(&ev).await {
+            Ok(s) => break s.unwrap(),
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    assert!(s.invariant_holds, "{s:?}");
+    // Every acknowledged hold survived (appendfsync always); nothing beyond
+    // the stock was ever held.
+    assert!(s.held >= acked, "{s:?} acked {acked}");
+    assert!(s.held <= total);
+    assert_eq!(s.available, Some(total - s.held));
+    let logged: u64 = h
+        .inv
+        .recent_transitions(&ev, 100_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.kind == sluice_reservation::TransitionKind::Held)
+        .map(|t| t.qty)
+        .sum();
+    assert_eq!(logged, s.held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_restart_is_not_ready_until_stock_is_set() {
+    let Some((h, server)) = harness_with(RedisOptions::default()).await else {
+        return;
+    };
+    let InventoryBackend::Redis(inv) = h.inv.clone() else { unreachable!() };
+    let ev = h.event("empty");
+    let ttl = Duration::from_secs(600);
+    assert!(matches!(
+        inv.set_stock(&ev, &spec(10, 4, ttl, 7)).await.unwrap(),
+        SetStockOutcome::Created { .. }
+    ));
+    let v = match inv.hold(&ev, "alice", 2, None).await.unwrap() {
+        HoldOutcome::Held(v) => v,
+        other => panic!("{other:?}"),
+    };
+    let s2 = server.clone();
+    tokio::task::spawn_blocking(move || s2.lock().restart_empty())
+        .await
+        .unwrap();
+    // Never "sold out": not ready, until stock is loaded again.
+    for _ in 0..3 {
+        assert_eq!(hold_retrying(&inv, &ev, "bob", 1).await, HoldOutcome::NotReady);
+    }
+    assert_eq!(inv.read(&ev).await.unwrap(), None);
+    assert_eq!(inv.get_hold(&v.hold_id, "alice").await.unwrap(), None);
+    assert_eq!(inv.reap(&ev, 10).await.unwrap(), 0);
+    // The version is lost with the store: a lower one is accepted.
+    assert!(matches!(
+        inv.set_stock(&ev, &spec(10, 4, ttl, 1)).await.unwrap(),
+        SetStockOutcome::Created { available: 10 }
+    ));
+    assert!(matches!(
+        inv.hold(&ev, "bob", 1, None).await.unwrap(),
+        HoldOutcome::Held(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_counter_is_not_ready_not_sold_out() {
+    let Some((h, server)) = harness_with(RedisOptions::default()).await else {
+        return;
+    };
+    let ev = h.event("lost");
+    h.stock(&ev, 10, 4, Duration::from_secs(600)).await;
+    let v = match h.inv.hold(&ev, "alice", 2, None).await.unwrap() {
+        HoldOutcome::Held(v) => v,
+        other => panic!("{other:?}"),
+    };
+    server.lock().command(&format!("DEL sluice:{{{ev}}}:stock"));
+    assert_eq!(h.inv.hold(&ev, "bob", 1, None).await.unwrap(), HoldOutcome::NotReady);
+    let s = h.inv.read(&ev).await.unwrap().unwrap();
+    assert!(!s.ready() && !s.invariant_holds);
+    assert_eq!(
+        h.inv.release(&v.hold_id, "alice").await.unwrap(),
+        sluice_reservation::ReleaseOutcome::NotReady
+    );
+    assert_eq!(
+        h.inv.confirm(&v.hold_id, "p", true).await.unwrap(),
+        sluice_reservation::ConfirmOutcome::NotReady
+    );
+    // Setting stock again (a higher version) rebuilds the counter from
+    // held + confirmed.
+    assert_eq!(
+        h.inv
+            .set_stock(&ev, &spec(10, 4, Duration::from_secs(600), 2))
+            .await
+            .unwrap(),
+        SetStockOutcome::Updated { available: 8 }
+    );
+    assert_eq!(h.counts(&ev).await, (8, 2, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_redis_times_out_instead_of_hanging() {
+    let Some(server) = RedisServer::start() else { return };
+    let mut config = RedisConfig::new(server.url());
+    config.timeout = Duration::from_millis(200);
+    let inv = RedisInventory::connect(&config).await.unwrap();
+    let ev = sluice_reservation::EventId::parse("slow").unwrap();
+    inv.set_stock(&ev, &spec(10, 4, Duration::from_secs(60), 1))
+        .await
+        .unwrap();
+    let server = Arc::new(server);
+    let s2 = server.clone();
+    let sleeper = tokio::task::spawn_blocking(move || s2.command("DEBUG SLEEP 1"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let start = std::time::Instant::now();
+    let err = inv.hold(&ev, "alice", 1, None).await.unwrap_err();
+    assert!(matches!(err, ReservationError::Timeout(_)), "{err:?}");
+    assert!(err.is_unavailable());
+    assert!(start.elapsed() < Duration::from_millis(800));
+    sleeper.await.unwrap();
+    // And it recovers by itself.
+    let mut ok = false;
+    for _ in 0..50 {
+        if inv.read(&ev).await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_is_unavailable() {
+    let port = redis_server::free_port();
+    let mut config = RedisConfig::new(format!("redis://127.0.0.1:{port}/"));
+    config.timeout = Duration::from_millis(300);
+    let err = RedisInventory::connect(&config).await.err().unwrap();
+    assert!(err.is_unavailable(), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_is_consumable_with_a_group() {
+    let Some(server) = RedisServer::start() else { return };
+    let inv = connect(&server).await;
+    let ev = sluice_reservation::EventId::parse("streamed").unwrap();
+    inv.set_stock(&ev, &spec(10, 4, Duration::from_secs(60), 1))
+        .await
+        .unwrap();
+    let HoldOutcome::Held(v) = inv.hold(&ev, "alice", 2, None).await.unwrap() else {
+        panic!()
+    };
+    inv.confirm(&v.hold_id, "pay-1", true).await.unwrap();
+    let key = format!("sluice:{{{ev}}}:stream");
+    assert!(server.command(&format!("XGROUP CREATE {key} origin 0")).starts_with("+OK"));
+    let reply = server.command(&format!("XREADGROUP GROUP origin c1 COUNT 10 STREAMS {key} >"));
+    for needle in ["stock", "held", "confirmed", "pay-1", v.hold_id.as_str(), "alice", "ts_ms"] {
+        assert!(reply.contains(needle), "{needle} missing in {reply}");
+    }
+}
