@@ -289,12 +289,15 @@ mod tests {
                 prop_assert!(b.frontier <= b.tail);
                 admits.push((now, b.frontier - before));
             }
-            // every window [t0, t1]: admitted ≤ rate × (t1 − t0) + burst + 1
+            // every window: admitted by ops i..=j ≤ rate × (t_j − t_{i−1}) +
+            // burst + 1, where t_{i−1} is the previous op (credit was last
+            // capped at burst then; the first op counts from creation at 0)
             for i in 0..admits.len() {
+                let start = if i == 0 { 0 } else { admits[i - 1].0 };
                 let mut sum = 0u64;
                 for j in i..admits.len() {
                     sum += admits[j].1;
-                    let window_s = (admits[j].0 - admits[i].0) as f64 / 1000.0;
+                    let window_s = (admits[j].0 - start) as f64 / 1000.0;
                     let bound = rate * window_s + burst + 1.0;
                     prop_assert!(sum as f64 <= bound, "{} admitted in {} s (bound {})", sum, window_s, bound);
                 }

@@ -1,0 +1,470 @@
+//! The store conformance suite: every [`QueueStore`] must pass it.
+//!
+//! Each check is an `async fn` over a [`Harness`] (a store plus a way to
+//! let time pass and to lose the store's state); each uses its own room, so
+//! one store can run them all. [`crate::conformance_tests!`] expands to one
+//! `#[tokio::test]` per check:
+//!
+//! ```ignore
+//! sluice_admission::conformance_tests!(make_harness());
+//! ```
+//!
+//! where `make_harness()` is an `async fn` returning `Option<H>` (`None`
+//! skips, e.g. without `redis-server`). In virtual time (memory store and a
+//! [`crate::ManualClock`]) the checks are exact; in real time (Redis) they
+//! allow a tolerance and keep each check to a few seconds.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::AdmissionError;
+use crate::settings::RoomSettings;
+use crate::store::{ClaimOutcome, QueueStore, Snapshot};
+
+/// A store under test and control over its world.
+pub trait Harness: Send {
+    /// The store.
+    type Store: QueueStore + Clone + 'static;
+    /// A handle to the store (clones share state).
+    fn store(&self) -> Self::Store;
+    /// Lets `d` pass on the store's clock: instantly in virtual time, by
+    /// sleeping in real time.
+    fn elapse(&self, d: Duration) -> impl Future<Output = ()> + Send;
+    /// Whether the store runs on real time (checks widen their tolerance).
+    fn real_time(&self) -> bool;
+    /// Makes the store lose every room's state, as Redis restarted empty.
+    fn lose_state(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+fn settings(rate: f64, burst: f64) -> RoomSettings {
+    RoomSettings {
+        rate_per_sec: rate,
+        burst,
+        ..Default::default()
+    }
+}
+
+async fn setup<H: Harness>(h: &H, room: &str, s: &RoomSettings) -> H::Store {
+    let store = h.store();
+    store.configure(room, s).await.unwrap();
+    store
+}
+
+/// Retries an operation a few times (a store that just restarted may refuse
+/// the first calls while the client reconnects).
+async fn retry<T, F, Fut>(mut f: F) -> Result<T, AdmissionError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, AdmissionError>>,
+{
+    let mut last = None;
+    for _ in 0..50 {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(e @ (AdmissionError::Store(_) | AdmissionError::StoreTimeout(_))) => {
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap())
+}
+
+/// Nobody waits and credit remains: joins pass at once, up to the burst.
+pub async fn passthrough<H: Harness>(h: &mut H) {
+    let room = "c-passthrough";
+    let store = setup(h, room, &settings(0.01, 3.0)).await;
+    for seq in 1..=3 {
+        let j = store.join(room).await.unwrap();
+        assert_eq!((j.seq, j.admitted), (seq, true), "join {seq}");
+        assert_eq!(j.position(), 0);
+    }
+    let j = store.join(room).await.unwrap();
+    assert_eq!(j.seq, 4);
+    assert!(!j.admitted);
+    assert_eq!(j.position(), 1);
+    let s = store.snapshot(room).await.unwrap();
+    assert_eq!((s.tail, s.frontier, s.queue_length()), (4, 3, 1));
+    assert_eq!(s.joins_total, 4);
+    assert_eq!(s.admitted_total, 3);
+    // passthrough places are claimed by the join itself
+    assert_eq!(s.claimed_total, 3);
+    assert_eq!(store.claim(room, 2).await.unwrap(), ClaimOutcome::AlreadyClaimed);
+}
+
+/// Seqs come out in order and are admitted in order.
+pub async fn fifo<H: Harness>(h: &mut H) {
+    let room = "c-fifo";
+    let store = setup(h, room, &settings(20.0, 1.0)).await;
+    let mut seqs = Vec::new();
+    for _ in 0..30 {
+        seqs.push(store.join(room).await.unwrap().seq);
+    }
+    assert_eq!(seqs, (1..=30).collect::<Vec<_>>());
+    let mut frontier = 0;
+    for _ in 0..6 {
+        h.elapse(Duration::from_millis(200)).await;
+        let s = store.advance(room).await.unwrap();
+        assert!(s.frontier >= frontier);
+        frontier = s.frontier;
+        for seq in 1..=30 {
+            let c = store.claim(room, seq).await.unwrap();
+            assert_eq!(c.is_admitted(), seq <= frontier, "seq {seq} frontier {frontier}");
+        }
+    }
+    assert!(frontier > 1);
+}
+
+/// A paused room takes joins and admits nobody; resuming admits at most the
+/// burst at once.
+pub async fn paused<H: Harness>(h: &mut H) {
+    let room = "c-paused";
+    let mut s = settings(100.0, 5.0);
+    s.paused = true;
+    let store = setup(h, room, &s).await;
+    for _ in 0..50 {
+        let j = store.join(room).await.unwrap();
+        assert!(!j.admitted);
+    }
+    h.elapse(Duration::from_millis(500)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.frontier, 0);
+    assert!(snap.paused);
+    assert!(snap.credit <= 5.0);
+    s.paused = false;
+    let snap = store.configure(room, &s).await.unwrap();
+    let snap = if snap.frontier == 0 { store.advance(room).await.unwrap() } else { snap };
+    // at most the burst (+ what a real clock earns between the two calls)
+    let slack = if h.real_time() { 3 } else { 0 };
+    assert!(snap.frontier >= 5 && snap.frontier <= 5 + slack, "{}", snap.frontier);
+}
+
+/// Credit saved while nobody waits is capped at the burst.
+pub async fn burst<H: Harness>(h: &mut H) {
+    let room = "c-burst";
+    let store = setup(h, room, &settings(50.0, 4.0)).await;
+    h.elapse(Duration::from_millis(1_000)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert!(snap.credit <= 4.0 + 1e-9);
+    let mut admitted = 0;
+    for _ in 0..20 {
+        if store.join(room).await.unwrap().admitted {
+            admitted += 1;
+        }
+    }
+    let slack = if h.real_time() { 2 } else { 0 };
+    assert!((4..=4 + slack).contains(&admitted), "{admitted}");
+}
+
+/// The frontier advances at the rate: 50/s over 2 s.
+pub async fn rate_over_time<H: Harness>(h: &mut H) {
+    let room = "c-rate";
+    let store = setup(h, room, &settings(50.0, 1.0)).await;
+    for _ in 0..300 {
+        store.join(room).await.unwrap();
+    }
+    let start = store.advance(room).await.unwrap();
+    for _ in 0..20 {
+        h.elapse(Duration::from_millis(100)).await;
+        store.advance(room).await.unwrap();
+    }
+    let end = store.advance(room).await.unwrap();
+    let secs = (end.store_now_ms - start.store_now_ms) as f64 / 1000.0;
+    let admitted = (end.frontier - start.frontier) as f64;
+    let expected = 50.0 * secs;
+    if h.real_time() {
+        assert!((admitted - expected).abs() <= 3.0, "{admitted} in {secs} s");
+        assert!((1.8..3.0).contains(&secs), "{secs}");
+    } else {
+        assert_eq!(admitted, 100.0);
+    }
+    assert_eq!(end.admitted_total, end.frontier);
+}
+
+/// A settings change settles credit at the old rate first.
+pub async fn configure_reanchors<H: Harness>(h: &mut H) {
+    let room = "c-reanchor";
+    let mut s = settings(10.0, 1.0);
+    let store = setup(h, room, &s).await;
+    for _ in 0..500 {
+        store.join(room).await.unwrap();
+    }
+    let a = store.advance(room).await.unwrap();
+    h.elapse(Duration::from_millis(1_000)).await;
+    s.rate_per_sec = 200.0;
+    let b = store.configure(room, &s).await.unwrap();
+    // the second at 10/s is settled at 10/s, not 200/s
+    let secs = (b.store_now_ms - a.store_now_ms) as f64 / 1000.0;
+    let got = (b.frontier - a.frontier) as f64;
+    assert!((got - 10.0 * secs).abs() <= 1.5, "{got} in {secs} s");
+    assert_eq!(b.rate_per_sec, 200.0);
+    h.elapse(Duration::from_millis(500)).await;
+    let c = store.advance(room).await.unwrap();
+    let secs = (c.store_now_ms - b.store_now_ms) as f64 / 1000.0;
+    let got = (c.frontier - b.frontier) as f64;
+    assert!((got - 200.0 * secs).abs() <= 2.0, "{got} in {secs} s");
+}
+
+/// An admitted place not claimed within the window gives its slot back
+/// once; a late claim is honoured and takes it back.
+pub async fn no_show_refund<H: Harness>(h: &mut H) {
+    let room = "c-noshow";
+    let mut s = settings(10.0, 1.0);
+    s.claim_window = Duration::from_secs(1);
+    let store = setup(h, room, &s).await;
+    for _ in 0..100 {
+        store.join(room).await.unwrap(); // seq 1 passes through
+    }
+    h.elapse(Duration::from_millis(1_000)).await;
+    let a = store.advance(room).await.unwrap();
+    let batch = a.frontier - 1;
+    assert!(batch >= 9, "{batch}");
+    assert_eq!(a.pending_claims, batch);
+    assert_eq!(store.claim(room, 2).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(store.claim(room, 3).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(store.claim(room, 3).await.unwrap(), ClaimOutcome::AlreadyClaimed);
+    assert_eq!(store.claim(room, 99).await.unwrap(), ClaimOutcome::NotAdmitted);
+    assert_eq!(store.claim(room, 0).await.unwrap(), ClaimOutcome::NotAdmitted);
+    let b = store.snapshot(room).await.unwrap();
+    assert_eq!(b.pending_claims, batch - 2);
+    assert_eq!(b.claimed_total, 3);
+    // the window passes: the batch's unclaimed slots come back
+    h.elapse(Duration::from_millis(1_100)).await;
+    let c = store.advance(room).await.unwrap();
+    assert_eq!(c.refunded_total, batch - 2);
+    let secs = (c.store_now_ms - a.store_now_ms) as f64 / 1000.0;
+    let earned = 10.0 * secs;
+    let got = (c.frontier - a.frontier) as f64;
+    let expected = earned + (batch - 2) as f64;
+    assert!((got - expected).abs() <= 1.5, "{got} vs {expected}");
+    // once only
+    let d = store.advance(room).await.unwrap();
+    assert_eq!(d.refunded_total, batch - 2);
+    // a late claim is honoured and counted
+    assert_eq!(store.claim(room, 4).await.unwrap(), ClaimOutcome::Late);
+    assert_eq!(store.claim(room, 4).await.unwrap(), ClaimOutcome::AlreadyClaimed);
+    let e = store.snapshot(room).await.unwrap();
+    assert_eq!(e.late_claims_total, 1);
+    assert!(e.credit < d.credit);
+}
+
+/// Sessions count against max_active; ending one frees its slot at once;
+/// expired ones stop counting.
+pub async fn sessions_and_max_active<H: Harness>(h: &mut H) {
+    let room = "c-sessions";
+    let mut s = settings(100.0, 5.0);
+    s.max_active = Some(2);
+    let store = setup(h, room, &s).await;
+    let ttl = Duration::from_secs(60);
+    let a = store.join(room).await.unwrap();
+    assert!(a.admitted);
+    assert_eq!(store.session_start(room, "sa", ttl).await.unwrap(), 1);
+    let b = store.join(room).await.unwrap();
+    assert!(b.admitted);
+    assert_eq!(store.session_start(room, "sb", ttl).await.unwrap(), 2);
+    let c = store.join(room).await.unwrap();
+    assert!(!c.admitted, "the cap holds a third visitor back");
+    h.elapse(Duration::from_millis(200)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.frontier, 2);
+    assert_eq!(snap.active_sessions, 2);
+    assert_eq!(snap.max_active, Some(2));
+    assert!(store.session_touch(room, "sa", ttl).await.unwrap());
+    assert!(!store.session_touch(room, "nobody", ttl).await.unwrap());
+    assert!(store.session_end(room, "sa").await.unwrap());
+    assert!(!store.session_end(room, "sa").await.unwrap());
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.frontier, 3, "revoke freed a slot");
+    assert_eq!(snap.pending_claims, 1);
+    // an admitted but unclaimed place holds its slot: nobody else gets in
+    store.join(room).await.unwrap();
+    h.elapse(Duration::from_millis(200)).await;
+    assert_eq!(store.advance(room).await.unwrap().frontier, 3);
+    assert_eq!(store.claim(room, 3).await.unwrap(), ClaimOutcome::Claimed);
+    // a short session expires and stops counting
+    assert_eq!(store.session_start(room, "sc", Duration::from_secs(1)).await.unwrap(), 2);
+    h.elapse(Duration::from_millis(1_200)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.active_sessions, 1);
+    assert_eq!(snap.frontier, 4);
+}
+
+/// A store that lost its state: recovery never reissues a seq nor moves a
+/// position back, and the epoch changes.
+pub async fn lost_store_reseed<H: Harness>(h: &mut H) {
+    let room = "c-lost";
+    let s = settings(20.0, 2.0);
+    let store = setup(h, room, &s).await;
+    let mut seen = HashSet::new();
+    for _ in 0..40 {
+        seen.insert(store.join(room).await.unwrap().seq);
+    }
+    h.elapse(Duration::from_millis(300)).await;
+    let before = store.advance(room).await.unwrap();
+    // reseed never lowers
+    let same = store.reseed(room, 1, 1).await.unwrap();
+    assert_eq!((same.tail, same.frontier), (before.tail, before.frontier));
+    h.lose_state().await;
+    let store = h.store();
+    match retry(|| store.join(room)).await {
+        Err(AdmissionError::RoomNotFound(r)) => assert_eq!(r, room),
+        other => panic!("expected RoomNotFound, got {other:?}"),
+    }
+    assert!(matches!(
+        store.reseed(room, 1, 1).await,
+        Err(AdmissionError::RoomNotFound(_))
+    ));
+    assert_eq!(store.settings(room).await.unwrap(), None);
+    // a gateway pushes back the highest values it saw
+    let after = store
+        .recover(room, &s, before.tail, before.frontier)
+        .await
+        .unwrap();
+    assert!(after.tail >= before.tail);
+    assert!(after.frontier >= before.frontier);
+    assert!(after.epoch > before.epoch, "{} > {}", after.epoch, before.epoch);
+    for _ in 0..10 {
+        let j = store.join(room).await.unwrap();
+        assert!(j.seq > before.tail);
+        assert!(seen.insert(j.seq), "seq {} reissued", j.seq);
+        assert_eq!(j.epoch, after.epoch);
+    }
+    // a second gateway with older values changes nothing
+    let again = store.recover(room, &s, 5, 3).await.unwrap();
+    assert!(again.tail >= before.tail + 10);
+    assert_eq!(again.epoch, after.epoch);
+}
+
+/// A closed room refuses joins and admits nobody.
+pub async fn closed_room<H: Harness>(h: &mut H) {
+    let room = "c-closed";
+    let mut s = settings(100.0, 5.0);
+    let store = setup(h, room, &s).await;
+    store.join(room).await.unwrap();
+    s.closed = true;
+    store.configure(room, &s).await.unwrap();
+    assert!(matches!(store.join(room).await, Err(AdmissionError::Closed(_))));
+    assert!(store.snapshot(room).await.unwrap().closed);
+    assert!(matches!(
+        store.join("c-never-configured").await,
+        Err(AdmissionError::RoomNotFound(_))
+    ));
+    assert!(matches!(
+        store.join("bad{room}").await,
+        Err(AdmissionError::InvalidRoomId(_) | AdmissionError::RoomNotFound(_))
+    ));
+}
+
+/// What configure stored comes back from `settings` (calibrated).
+pub async fn settings_roundtrip<H: Harness>(h: &mut H) {
+    let room = "c-settings";
+    let s = RoomSettings {
+        capacity_rps: Some(1000.0),
+        safety_margin: 0.2,
+        requests_per_visitor_per_sec: 4.0,
+        session_length: Some(Duration::from_secs(30)),
+        claim_window: Duration::from_secs(45),
+        ..Default::default()
+    };
+    let store = h.store();
+    let snap = store.configure(room, &s).await.unwrap();
+    assert_eq!(snap.rate_per_sec, 200.0);
+    assert_eq!(snap.max_active, Some(6_000));
+    let back = store.settings(room).await.unwrap().unwrap();
+    assert_eq!(back.rate_per_sec, 200.0);
+    assert_eq!(back.capacity_rps, Some(1000.0));
+    assert_eq!(back.claim_window, Duration::from_secs(45));
+    assert_eq!(store.settings("c-none").await.unwrap(), None);
+    let bad = RoomSettings {
+        burst: 0.0,
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.configure(room, &bad).await,
+        Err(AdmissionError::InvalidSetting(_))
+    ));
+}
+
+/// Many tasks joining at once get unique, gap-free seqs.
+pub async fn concurrent_joins<H: Harness>(h: &mut H) {
+    let room = "c-concurrent";
+    let store = setup(h, room, &settings(5.0, 3.0)).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let st = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut v = Vec::new();
+            for _ in 0..50 {
+                v.push(st.join(room).await.unwrap().seq);
+            }
+            v
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        let v = t.await.unwrap();
+        assert!(v.windows(2).all(|w| w[0] < w[1]), "a task's seqs increase");
+        all.extend(v);
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=1000).collect::<Vec<_>>());
+    let s = store.snapshot(room).await.unwrap();
+    assert_eq!((s.tail, s.joins_total), (1000, 1000));
+}
+
+/// `snapshot` changes nothing; concurrent `advance` calls split the time.
+pub async fn snapshot_is_read_only<H: Harness>(h: &mut H) {
+    let room = "c-snapshot";
+    let store = setup(h, room, &settings(100.0, 1.0)).await;
+    for _ in 0..500 {
+        store.join(room).await.unwrap();
+    }
+    let a = store.advance(room).await.unwrap();
+    h.elapse(Duration::from_millis(300)).await;
+    let b = store.snapshot(room).await.unwrap();
+    assert_eq!(b.frontier, a.frontier);
+    assert_eq!(b.credit, a.credit);
+    // ten gateways advance at once: together they earn what one would
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let st = store.clone();
+        tasks.push(tokio::spawn(async move { st.advance(room).await.unwrap() }));
+    }
+    let mut last: Option<Snapshot> = None;
+    for t in tasks {
+        let s = t.await.unwrap();
+        if last.as_ref().is_none_or(|l| s.store_now_ms >= l.store_now_ms) {
+            last = Some(s);
+        }
+    }
+    let c = store.advance(room).await.unwrap();
+    let secs = (c.store_now_ms - a.store_now_ms) as f64 / 1000.0;
+    let got = (c.frontier - a.frontier) as f64;
+    assert!((got - 100.0 * secs).abs() <= 1.5, "{got} in {secs} s");
+}
+
+/// Expands to one `#[tokio::test]` per conformance check, each building its
+/// harness with `$make` (an expression of type `impl Future<Output =
+/// Option<H>>`; `None` skips).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@each $make;
+            passthrough fifo paused burst rate_over_time configure_reanchors
+            no_show_refund sessions_and_max_active lost_store_reseed closed_room
+            settings_roundtrip concurrent_joins snapshot_is_read_only);
+    };
+    (@each $make:expr; $($name:ident)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let Some(mut h) = $make.await else { return };
+                $crate::conformance::$name(&mut h).await;
+            }
+        )*
+    };
+}

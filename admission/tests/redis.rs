@@ -1,0 +1,148 @@
+//! The conformance suite on the Redis store, against a `redis-server` of
+//! the test's own (skipped loudly without one, a failure under CI=true).
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../tests/src/redis_server.rs"]
+mod redis_server;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use redis_server::RedisServer;
+use sluice_admission::conformance::Harness;
+use sluice_admission::{AdmissionError, QueueStore, RedisConfig, RedisQueueStore, RoomSettings};
+
+struct RedisHarness {
+    server: RedisServer,
+    store: RedisQueueStore,
+}
+
+impl Harness for RedisHarness {
+    type Store = RedisQueueStore;
+    fn store(&self) -> RedisQueueStore {
+        self.store.clone()
+    }
+    async fn elapse(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+    fn real_time(&self) -> bool {
+        true
+    }
+    async fn lose_state(&mut self) {
+        self.server.restart_empty();
+    }
+}
+
+async fn harness() -> Option<RedisHarness> {
+    let server = RedisServer::start()?;
+    let store = RedisQueueStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    Some(RedisHarness { server, store })
+}
+
+sluice_admission::conformance_tests!(harness());
+
+/// Two gateways (two connections) joining from many tasks at once get
+/// unique seqs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_joins_across_connections() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let a = RedisQueueStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    let b = RedisQueueStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    a.configure("many", &RoomSettings::default()).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let st = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut v = Vec::new();
+            for _ in 0..40 {
+                v.push(st.join("many").await.unwrap().seq);
+                if v.len() % 10 == 0 {
+                    st.advance("many").await.unwrap();
+                }
+            }
+            v
+        }));
+    }
+    let mut seen = HashSet::new();
+    for t in tasks {
+        for seq in t.await.unwrap() {
+            assert!(seen.insert(seq), "seq {seq} handed out twice");
+        }
+    }
+    assert_eq!(seen.len(), 64 * 40);
+    assert_eq!(*seen.iter().max().unwrap(), 64 * 40);
+}
+
+/// A Redis that does not answer gives a timeout error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_redis_times_out() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let cfg = RedisConfig {
+        timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let store = RedisQueueStore::connect(&server.url(), cfg).await.unwrap();
+    store.configure("slow", &RoomSettings::default()).await.unwrap();
+    let pause = std::thread::spawn({
+        let port = server.port();
+        move || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            std::io::Write::write_all(&mut s, b"CLIENT PAUSE 1500 ALL\r\n").unwrap();
+            let mut buf = [0u8; 64];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+        }
+    });
+    pause.join().unwrap();
+    let t0 = Instant::now();
+    let r = store.join("slow").await;
+    assert!(matches!(r, Err(AdmissionError::StoreTimeout(_))), "{r:?}");
+    assert!(t0.elapsed() < Duration::from_millis(900));
+    // and it comes back by itself
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let mut ok = false;
+    for _ in 0..20 {
+        if store.join("slow").await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok);
+}
+
+/// The keys of a room share one hash tag, and a room id that could break
+/// it out is refused.
+#[tokio::test]
+async fn keys_share_the_hash_tag() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisQueueStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    for k in store.keys("room-1") {
+        assert!(k.starts_with("sluice:{room-1}:"), "{k}");
+    }
+    assert!(matches!(
+        store.configure("a}b", &RoomSettings::default()).await,
+        Err(AdmissionError::InvalidRoomId(_))
+    ));
+    store.configure("room-1", &RoomSettings::default()).await.unwrap();
+    store.join("room-1").await.unwrap();
+    store.session_start("room-1", "s", Duration::from_secs(5)).await.unwrap();
+    let keys = server.command("KEYS *");
+    assert!(keys.contains("sluice:{room-1}:state"), "{keys}");
+    assert!(keys.contains("sluice:{room-1}:claims"), "{keys}");
+    assert!(keys.contains("sluice:{room-1}:sessions"), "{keys}");
+}
