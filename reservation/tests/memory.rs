@@ -36,6 +36,7 @@ fn model_based_property() {
         .unwrap();
     let mut runner = TestRunner::new(Config {
         cases: 2_000,
+        failure_persistence: None,
         ..Config::default()
     });
     runner
