@@ -218,7 +218,10 @@ mod tests {
         let mut b = Bucket::new(0, &p);
         b.credit_micro = 0;
         b.tail = 1_000;
-        assert_eq!(b.advance(1_000, &p, u64::MAX, 0) + b.advance(2_000, &p, u64::MAX, 0), 3);
+        assert_eq!(
+            b.advance(1_000, &p, u64::MAX, 0) + b.advance(2_000, &p, u64::MAX, 0),
+            3
+        );
     }
 
     #[test]
@@ -295,9 +298,9 @@ mod tests {
             for i in 0..admits.len() {
                 let start = if i == 0 { 0 } else { admits[i - 1].0 };
                 let mut sum = 0u64;
-                for j in i..admits.len() {
-                    sum += admits[j].1;
-                    let window_s = (admits[j].0 - start) as f64 / 1000.0;
+                for &(t, n) in &admits[i..] {
+                    sum += n;
+                    let window_s = (t - start) as f64 / 1000.0;
                     let bound = rate * window_s + burst + 1.0;
                     prop_assert!(sum as f64 <= bound, "{} admitted in {} s (bound {})", sum, window_s, bound);
                 }

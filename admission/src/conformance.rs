@@ -93,7 +93,10 @@ pub async fn passthrough<H: Harness>(h: &mut H) {
     assert_eq!(s.admitted_total, 3);
     // passthrough places are claimed by the join itself
     assert_eq!(s.claimed_total, 3);
-    assert_eq!(store.claim(room, 2).await.unwrap(), ClaimOutcome::AlreadyClaimed);
+    assert_eq!(
+        store.claim(room, 2).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed
+    );
 }
 
 /// Seqs come out in order and are admitted in order.
@@ -113,7 +116,11 @@ pub async fn fifo<H: Harness>(h: &mut H) {
         frontier = s.frontier;
         for seq in 1..=30 {
             let c = store.claim(room, seq).await.unwrap();
-            assert_eq!(c.is_admitted(), seq <= frontier, "seq {seq} frontier {frontier}");
+            assert_eq!(
+                c.is_admitted(),
+                seq <= frontier,
+                "seq {seq} frontier {frontier}"
+            );
         }
     }
     assert!(frontier > 1);
@@ -137,10 +144,18 @@ pub async fn paused<H: Harness>(h: &mut H) {
     assert!(snap.credit <= 5.0);
     s.paused = false;
     let snap = store.configure(room, &s).await.unwrap();
-    let snap = if snap.frontier == 0 { store.advance(room).await.unwrap() } else { snap };
+    let snap = if snap.frontier == 0 {
+        store.advance(room).await.unwrap()
+    } else {
+        snap
+    };
     // at most the burst (+ what a real clock earns between the two calls)
     let slack = if h.real_time() { 3 } else { 0 };
-    assert!(snap.frontier >= 5 && snap.frontier <= 5 + slack, "{}", snap.frontier);
+    assert!(
+        snap.frontier >= 5 && snap.frontier <= 5 + slack,
+        "{}",
+        snap.frontier
+    );
 }
 
 /// Credit saved while nobody waits is capped at the burst.
@@ -226,9 +241,18 @@ pub async fn no_show_refund<H: Harness>(h: &mut H) {
     assert_eq!(a.pending_claims, batch);
     assert_eq!(store.claim(room, 2).await.unwrap(), ClaimOutcome::Claimed);
     assert_eq!(store.claim(room, 3).await.unwrap(), ClaimOutcome::Claimed);
-    assert_eq!(store.claim(room, 3).await.unwrap(), ClaimOutcome::AlreadyClaimed);
-    assert_eq!(store.claim(room, 99).await.unwrap(), ClaimOutcome::NotAdmitted);
-    assert_eq!(store.claim(room, 0).await.unwrap(), ClaimOutcome::NotAdmitted);
+    assert_eq!(
+        store.claim(room, 3).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed
+    );
+    assert_eq!(
+        store.claim(room, 99).await.unwrap(),
+        ClaimOutcome::NotAdmitted
+    );
+    assert_eq!(
+        store.claim(room, 0).await.unwrap(),
+        ClaimOutcome::NotAdmitted
+    );
     let b = store.snapshot(room).await.unwrap();
     assert_eq!(b.pending_claims, batch - 2);
     assert_eq!(b.claimed_total, 3);
@@ -246,7 +270,10 @@ pub async fn no_show_refund<H: Harness>(h: &mut H) {
     assert_eq!(d.refunded_total, batch - 2);
     // a late claim is honoured and counted
     assert_eq!(store.claim(room, 4).await.unwrap(), ClaimOutcome::Late);
-    assert_eq!(store.claim(room, 4).await.unwrap(), ClaimOutcome::AlreadyClaimed);
+    assert_eq!(
+        store.claim(room, 4).await.unwrap(),
+        ClaimOutcome::AlreadyClaimed
+    );
     let e = store.snapshot(room).await.unwrap();
     assert_eq!(e.late_claims_total, 1);
     assert!(e.credit < d.credit);
@@ -286,7 +313,13 @@ pub async fn sessions_and_max_active<H: Harness>(h: &mut H) {
     assert_eq!(store.advance(room).await.unwrap().frontier, 3);
     assert_eq!(store.claim(room, 3).await.unwrap(), ClaimOutcome::Claimed);
     // a short session expires and stops counting
-    assert_eq!(store.session_start(room, "sc", Duration::from_secs(1)).await.unwrap(), 2);
+    assert_eq!(
+        store
+            .session_start(room, "sc", Duration::from_secs(1))
+            .await
+            .unwrap(),
+        2
+    );
     h.elapse(Duration::from_millis(1_200)).await;
     let snap = store.advance(room).await.unwrap();
     assert_eq!(snap.active_sessions, 1);
@@ -326,7 +359,12 @@ pub async fn lost_store_reseed<H: Harness>(h: &mut H) {
         .unwrap();
     assert!(after.tail >= before.tail);
     assert!(after.frontier >= before.frontier);
-    assert!(after.epoch > before.epoch, "{} > {}", after.epoch, before.epoch);
+    assert!(
+        after.epoch > before.epoch,
+        "{} > {}",
+        after.epoch,
+        before.epoch
+    );
     for _ in 0..10 {
         let j = store.join(room).await.unwrap();
         assert!(j.seq > before.tail);
@@ -347,7 +385,10 @@ pub async fn closed_room<H: Harness>(h: &mut H) {
     store.join(room).await.unwrap();
     s.closed = true;
     store.configure(room, &s).await.unwrap();
-    assert!(matches!(store.join(room).await, Err(AdmissionError::Closed(_))));
+    assert!(matches!(
+        store.join(room).await,
+        Err(AdmissionError::Closed(_))
+    ));
     assert!(store.snapshot(room).await.unwrap().closed);
     assert!(matches!(
         store.join("c-never-configured").await,
@@ -437,7 +478,10 @@ pub async fn snapshot_is_read_only<H: Harness>(h: &mut H) {
     let mut last: Option<Snapshot> = None;
     for t in tasks {
         let s = t.await.unwrap();
-        if last.as_ref().is_none_or(|l| s.store_now_ms >= l.store_now_ms) {
+        if last
+            .as_ref()
+            .is_none_or(|l| s.store_now_ms >= l.store_now_ms)
+        {
             last = Some(s);
         }
     }

@@ -86,6 +86,5 @@ pub use redis_store::{RedisConfig, RedisQueueStore};
 pub use settings::{InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active};
 pub use store::{ClaimOutcome, JoinOutcome, QueueBackend, QueueStore, Snapshot};
 pub use tokens::{
-    AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id,
-    unix_now_s,
+    AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id, unix_now_s,
 };

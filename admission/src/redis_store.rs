@@ -153,9 +153,12 @@ impl RedisQueueStore {
         let mcfg = ConnectionManagerConfig::new()
             .set_response_timeout(Some(cfg.timeout))
             .set_connection_timeout(Some(cfg.timeout));
-        let cm = tokio::time::timeout(cfg.timeout * 2, ConnectionManager::new_with_config(client, mcfg))
-            .await
-            .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
+        let cm = tokio::time::timeout(
+            cfg.timeout * 2,
+            ConnectionManager::new_with_config(client, mcfg),
+        )
+        .await
+        .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
         Ok(Self::from_manager(cm, cfg))
     }
 
@@ -192,7 +195,10 @@ impl RedisQueueStore {
         ]
     }
 
-    async fn bounded<T>(&self, fut: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T> {
+    async fn bounded<T>(
+        &self,
+        fut: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
         match tokio::time::timeout(self.cfg.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) if e.is_timeout() => Err(AdmissionError::StoreTimeout(self.cfg.timeout)),
@@ -288,7 +294,11 @@ impl RedisQueueStore {
 
     async fn session(&self, room: &str, op: &str, id: &str, ttl: Duration) -> Result<i64> {
         validate_session_id(id)?;
-        let args = [op.to_owned(), id.to_owned(), (ttl.as_millis() as u64).to_string()];
+        let args = [
+            op.to_owned(),
+            id.to_owned(),
+            (ttl.as_millis() as u64).to_string(),
+        ];
         let r = self.run(&self.scripts.session, room, &args).await?;
         r.get(1)
             .copied()

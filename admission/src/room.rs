@@ -311,10 +311,7 @@ impl RoomCore {
 
     /// The state at `now_ms` (sessions past their deadline not counted).
     pub fn snapshot(&self, room: &str, now_ms: u64) -> Snapshot {
-        let expired = self
-            .deadlines
-            .range(..(now_ms + 1, String::new()))
-            .count() as u64;
+        let expired = self.deadlines.range(..(now_ms + 1, String::new())).count() as u64;
         Snapshot {
             room: room.to_owned(),
             tail: self.bucket.tail,

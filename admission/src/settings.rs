@@ -115,7 +115,11 @@ impl Default for RoomSettings {
 ///
 /// With 1,000 requests/s of capacity, a 20% margin and 4 requests per
 /// second per visitor, 200 visitors/s are admitted.
-pub fn derive_rate(capacity_rps: f64, safety_margin: f64, requests_per_visitor_per_sec: f64) -> f64 {
+pub fn derive_rate(
+    capacity_rps: f64,
+    safety_margin: f64,
+    requests_per_visitor_per_sec: f64,
+) -> f64 {
     if requests_per_visitor_per_sec <= 0.0 {
         return 0.0;
     }
@@ -127,7 +131,11 @@ pub fn derive_rate(capacity_rps: f64, safety_margin: f64, requests_per_visitor_p
 /// at least 1.
 pub fn little_max_active(rate: f64, session_length: Duration) -> u64 {
     let v = (rate * session_length.as_secs_f64()).ceil();
-    if v.is_finite() && v >= 1.0 { v as u64 } else { 1 }
+    if v.is_finite() && v >= 1.0 {
+        v as u64
+    } else {
+        1
+    }
 }
 
 impl RoomSettings {
@@ -137,13 +145,19 @@ impl RoomSettings {
             if v.is_finite() && v >= lo && v <= hi {
                 Ok(())
             } else {
-                Err(invalid(field, format!("must be between {lo} and {hi}, got {v}")))
+                Err(invalid(
+                    field,
+                    format!("must be between {lo} and {hi}, got {v}"),
+                ))
             }
         };
         finite_in("rate_per_sec", self.rate_per_sec, 0.0, MAX_RATE_PER_SEC)?;
         finite_in("burst", self.burst, 1.0, MAX_BURST)?;
         if self.max_active == Some(0) {
-            return Err(invalid("max_active", "must be at least 1 (omit it for no cap)"));
+            return Err(invalid(
+                "max_active",
+                "must be at least 1 (omit it for no cap)",
+            ));
         }
         let cw = self.claim_window;
         if cw < Duration::from_secs(1) || cw > Duration::from_secs(86_400) {
@@ -171,10 +185,10 @@ impl RoomSettings {
                 return Err(invalid("capacity_rps", "derives a rate above 1,000,000/s"));
             }
         }
-        if let Some(sl) = self.session_length {
-            if sl.is_zero() || sl > Duration::from_secs(86_400) {
-                return Err(invalid("session_length", "must be between 1 ms and 24 h"));
-            }
+        if let Some(sl) = self.session_length
+            && (sl.is_zero() || sl > Duration::from_secs(86_400))
+        {
+            return Err(invalid("session_length", "must be between 1 ms and 24 h"));
         }
         Ok(())
     }
@@ -239,7 +253,7 @@ impl RoomPatch {
             ));
         }
         let secs = |field, v: f64| {
-            if v.is_finite() && v >= 0.0 && v <= 1e7 {
+            if v.is_finite() && (0.0..=1e7).contains(&v) {
                 Ok(Duration::from_secs_f64(v))
             } else {
                 Err(invalid(field, "must be a number of seconds"))

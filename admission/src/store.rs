@@ -182,8 +182,11 @@ pub trait QueueStore: Send + Sync {
 
     /// Ends a session at once (revoke), freeing its slot; `false` when it
     /// was not active.
-    fn session_end(&self, room: &str, session_id: &str)
-    -> impl Future<Output = Result<bool>> + Send;
+    fn session_end(
+        &self,
+        room: &str,
+        session_id: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Raises tail and frontier to at least the given floors (never lowers
     /// them). [`AdmissionError::RoomNotFound`] when the room has no state:

@@ -139,6 +139,10 @@ pub struct QueueClaims {
     pub epoch: u64,
     /// The place in line.
     pub seq: u64,
+    /// Where the visitor returns once admitted (a same-origin path, checked
+    /// by the gateway before signing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ret: Option<String>,
 }
 
 impl QueueClaims {
@@ -155,6 +159,7 @@ impl QueueClaims {
             typ: TYP_QUEUE.into(),
             epoch,
             seq,
+            ret: None,
         }
     }
 }
@@ -250,6 +255,8 @@ struct AnyClaims {
     sid: Option<String>,
     #[serde(default)]
     hcap: Option<u64>,
+    #[serde(default)]
+    ret: Option<String>,
 }
 
 impl AnyClaims {
@@ -282,6 +289,7 @@ impl AnyClaims {
             seq: self
                 .seq
                 .ok_or_else(|| TokenError::Malformed("queue token without seq".into()))?,
+            ret: self.ret.clone(),
         })
     }
 
@@ -484,7 +492,10 @@ impl Keyring {
                 bytes
             };
             let key = SigningKey::from_pkcs8_der(&der).map_err(|e| {
-                AdmissionError::Key(format!("{}: not an Ed25519 PKCS#8 key: {e}", path.display()))
+                AdmissionError::Key(format!(
+                    "{}: not an Ed25519 PKCS#8 key: {e}",
+                    path.display()
+                ))
             })?;
             keys.push((kid, key));
         }
@@ -546,9 +557,9 @@ impl Keyring {
     }
 
     fn sign_claims<T: Serialize>(&self, claims: &T) -> Result<String, TokenError> {
-        let payload =
-            serde_json::to_vec(claims).map_err(|e| TokenError::Signing(e.to_string()))?;
-        let mut out = String::with_capacity(self.signing.header_b64.len() + payload.len() * 4 / 3 + 100);
+        let payload = serde_json::to_vec(claims).map_err(|e| TokenError::Signing(e.to_string()))?;
+        let mut out =
+            String::with_capacity(self.signing.header_b64.len() + payload.len() * 4 / 3 + 100);
         out.push_str(&self.signing.header_b64);
         out.push('.');
         URL_SAFE_NO_PAD.encode_string(&payload, &mut out);
@@ -607,14 +618,24 @@ impl Keyring {
     }
 
     /// Verifies a queue token of `room` at `now_s`.
-    pub fn verify_queue(&self, token: &str, room: &str, now_s: u64) -> Result<QueueClaims, TokenError> {
+    pub fn verify_queue(
+        &self,
+        token: &str,
+        room: &str,
+        now_s: u64,
+    ) -> Result<QueueClaims, TokenError> {
         let c = self.verify_any(token, room)?;
         c.check(TYP_QUEUE, room, now_s)?;
         c.queue()
     }
 
     /// Verifies an admission token of `room` at `now_s`.
-    pub fn verify_admit(&self, token: &str, room: &str, now_s: u64) -> Result<AdmitClaims, TokenError> {
+    pub fn verify_admit(
+        &self,
+        token: &str,
+        room: &str,
+        now_s: u64,
+    ) -> Result<AdmitClaims, TokenError> {
         let c = self.verify_any(token, room)?;
         c.check(TYP_ADMIT, room, now_s)?;
         Ok(c.admit())
@@ -694,7 +715,9 @@ pub struct VerifyCache {
 
 impl std::fmt::Debug for VerifyCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerifyCache").field("len", &self.len()).finish()
+        f.debug_struct("VerifyCache")
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -782,7 +805,8 @@ impl VerifyCache {
         room: &str,
         now_s: u64,
     ) -> Result<QueueClaims, TokenError> {
-        self.verify_any(ring, token, TYP_QUEUE, room, now_s)?.queue()
+        self.verify_any(ring, token, TYP_QUEUE, room, now_s)?
+            .queue()
     }
 
     /// [`Keyring::verify_admit`] through the cache.
@@ -793,7 +817,9 @@ impl VerifyCache {
         room: &str,
         now_s: u64,
     ) -> Result<AdmitClaims, TokenError> {
-        Ok(self.verify_any(ring, token, TYP_ADMIT, room, now_s)?.admit())
+        Ok(self
+            .verify_any(ring, token, TYP_ADMIT, room, now_s)?
+            .admit())
     }
 }
 

@@ -93,7 +93,10 @@ async fn slow_redis_times_out() {
         ..Default::default()
     };
     let store = RedisQueueStore::connect(&server.url(), cfg).await.unwrap();
-    store.configure("slow", &RoomSettings::default()).await.unwrap();
+    store
+        .configure("slow", &RoomSettings::default())
+        .await
+        .unwrap();
     let pause = std::thread::spawn({
         let port = server.port();
         move || {
@@ -138,9 +141,15 @@ async fn keys_share_the_hash_tag() {
         store.configure("a}b", &RoomSettings::default()).await,
         Err(AdmissionError::InvalidRoomId(_))
     ));
-    store.configure("room-1", &RoomSettings::default()).await.unwrap();
+    store
+        .configure("room-1", &RoomSettings::default())
+        .await
+        .unwrap();
     store.join("room-1").await.unwrap();
-    store.session_start("room-1", "s", Duration::from_secs(5)).await.unwrap();
+    store
+        .session_start("room-1", "s", Duration::from_secs(5))
+        .await
+        .unwrap();
     let keys = server.command("KEYS *");
     assert!(keys.contains("sluice:{room-1}:state"), "{keys}");
     assert!(keys.contains("sluice:{room-1}:claims"), "{keys}");

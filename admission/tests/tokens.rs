@@ -19,7 +19,14 @@ const NOW: u64 = 1_800_000_000;
 const ROOM: &str = "sale";
 
 fn queue_claims() -> QueueClaims {
-    QueueClaims::new(ROOM, &new_visitor_id(), 42, 7, NOW, Duration::from_secs(3600))
+    QueueClaims::new(
+        ROOM,
+        &new_visitor_id(),
+        42,
+        7,
+        NOW,
+        Duration::from_secs(3600),
+    )
 }
 
 fn admit_claims() -> AdmitClaims {
@@ -68,14 +75,20 @@ fn tampered_signature_and_payload_refused() {
     let mut sig: Vec<u8> = s.into_bytes();
     sig[10] = if sig[10] == b'A' { b'B' } else { b'A' };
     let bad = format!("{h}.{p}.{}", String::from_utf8(sig).unwrap());
-    assert_eq!(ring.verify_queue(&bad, ROOM, NOW), Err(TokenError::BadSignature));
+    assert_eq!(
+        ring.verify_queue(&bad, ROOM, NOW),
+        Err(TokenError::BadSignature)
+    );
     // a payload moved to the front of the queue, old signature
     let mut claims = queue_claims();
     claims.seq = 1;
     let p2 = b64(&serde_json::to_value(&claims).unwrap());
     let (_, _, s) = parts(&t);
     let bad = format!("{h}.{p2}.{s}");
-    assert_eq!(ring.verify_queue(&bad, ROOM, NOW), Err(TokenError::BadSignature));
+    assert_eq!(
+        ring.verify_queue(&bad, ROOM, NOW),
+        Err(TokenError::BadSignature)
+    );
     // garbage
     for junk in ["", "a.b", "a.b.c.d", "...", "é.é.é"] {
         assert!(ring.verify_queue(junk, ROOM, NOW).is_err(), "{junk:?}");
@@ -89,7 +102,10 @@ fn alg_none_refused() {
     let p = b64(&serde_json::to_value(queue_claims()).unwrap());
     for t in [format!("{h}.{p}."), format!("{h}.{p}.AAAA")] {
         let e = ring.verify_queue(&t, ROOM, NOW).unwrap_err();
-        assert!(matches!(e, TokenError::Algorithm | TokenError::Malformed(_)), "{e:?}");
+        assert!(
+            matches!(e, TokenError::Algorithm | TokenError::Malformed(_)),
+            "{e:?}"
+        );
     }
 }
 
@@ -118,19 +134,35 @@ fn unknown_kid_and_odd_kids_refused() {
     let ring = Keyring::ephemeral();
     let other = Keyring::ephemeral();
     let t = other.sign_queue(&queue_claims()).unwrap();
-    assert_eq!(ring.verify_queue(&t, ROOM, NOW), Err(TokenError::UnknownKid));
+    assert_eq!(
+        ring.verify_queue(&t, ROOM, NOW),
+        Err(TokenError::UnknownKid)
+    );
     // a key of another ring under a kid this ring knows: bad signature
     let mut secret = [0u8; 32];
     secret[0] = 9;
     let impostor = Keyring::new(ring.signing_kid(), SigningKey::from_bytes(&secret)).unwrap();
     let t = impostor.sign_queue(&queue_claims()).unwrap();
-    assert_eq!(ring.verify_queue(&t, ROOM, NOW), Err(TokenError::BadSignature));
+    assert_eq!(
+        ring.verify_queue(&t, ROOM, NOW),
+        Err(TokenError::BadSignature)
+    );
     // path tricks and oversized kids are never looked up
     let p = b64(&serde_json::to_value(queue_claims()).unwrap());
-    for kid in ["../../etc/passwd", "a/b", "", &"k".repeat(65), "kid with space"] {
+    for kid in [
+        "../../etc/passwd",
+        "a/b",
+        "",
+        &"k".repeat(65),
+        "kid with space",
+    ] {
         let h = b64(&serde_json::json!({"alg": "EdDSA", "typ": "JWT", "kid": kid}));
         let t = format!("{h}.{p}.AAAA");
-        assert_eq!(ring.verify_queue(&t, ROOM, NOW), Err(TokenError::UnknownKid), "{kid:?}");
+        assert_eq!(
+            ring.verify_queue(&t, ROOM, NOW),
+            Err(TokenError::UnknownKid),
+            "{kid:?}"
+        );
     }
     let h = b64(&serde_json::json!({"alg": "EdDSA", "typ": "JWT"}));
     assert_eq!(
@@ -146,16 +178,25 @@ fn oversized_refused_before_parsing() {
     let t = "a".repeat(MAX_TOKEN_LEN + 1);
     assert_eq!(ring.verify_queue(&t, ROOM, NOW), Err(TokenError::Oversized));
     let cache = VerifyCache::new(10);
-    assert_eq!(cache.verify_queue(&ring, &t, ROOM, NOW), Err(TokenError::Oversized));
+    assert_eq!(
+        cache.verify_queue(&ring, &t, ROOM, NOW),
+        Err(TokenError::Oversized)
+    );
 }
 
 #[test]
 fn wrong_room_refused() {
     let ring = Keyring::ephemeral();
     let t = ring.sign_queue(&queue_claims()).unwrap();
-    assert_eq!(ring.verify_queue(&t, "other", NOW), Err(TokenError::WrongAudience));
+    assert_eq!(
+        ring.verify_queue(&t, "other", NOW),
+        Err(TokenError::WrongAudience)
+    );
     let t = ring.sign_admit(&admit_claims()).unwrap();
-    assert_eq!(ring.verify_admit(&t, "other", NOW), Err(TokenError::WrongAudience));
+    assert_eq!(
+        ring.verify_admit(&t, "other", NOW),
+        Err(TokenError::WrongAudience)
+    );
 }
 
 #[test]
@@ -164,7 +205,10 @@ fn wrong_issuer_refused() {
     let mut c = queue_claims();
     c.iss = "evil".into();
     let t = ring.sign_queue(&c).unwrap();
-    assert_eq!(ring.verify_queue(&t, ROOM, NOW), Err(TokenError::WrongIssuer));
+    assert_eq!(
+        ring.verify_queue(&t, ROOM, NOW),
+        Err(TokenError::WrongIssuer)
+    );
 }
 
 #[test]
@@ -187,17 +231,26 @@ fn queue_and_admission_tokens_never_mix() {
     assert_eq!(ring.verify_admit(&q, ROOM, NOW), Err(TokenError::WrongType));
     assert_eq!(ring.verify_queue(&a, ROOM, NOW), Err(TokenError::WrongType));
     let cache = VerifyCache::new(100);
-    assert_eq!(cache.verify_admit(&ring, &q, ROOM, NOW), Err(TokenError::WrongType));
+    assert_eq!(
+        cache.verify_admit(&ring, &q, ROOM, NOW),
+        Err(TokenError::WrongType)
+    );
     assert!(cache.verify_queue(&ring, &q, ROOM, NOW).is_ok());
     // cached now: still the wrong type as an admission token
-    assert_eq!(cache.verify_admit(&ring, &q, ROOM, NOW), Err(TokenError::WrongType));
+    assert_eq!(
+        cache.verify_admit(&ring, &q, ROOM, NOW),
+        Err(TokenError::WrongType)
+    );
     // an admission token signed with a forged typ in a queue token's shape
     let mut c = queue_claims();
     c.typ = "admit".into();
     let forged = ring.sign_queue(&c).unwrap();
     // (only the gateway can sign; this checks the typ claim drives the type)
     assert!(ring.verify_admit(&forged, ROOM, NOW).is_ok());
-    assert_eq!(ring.verify_queue(&forged, ROOM, NOW), Err(TokenError::WrongType));
+    assert_eq!(
+        ring.verify_queue(&forged, ROOM, NOW),
+        Err(TokenError::WrongType)
+    );
 }
 
 #[test]
@@ -216,7 +269,10 @@ fn rotation_old_key_still_verifies() {
     assert_ne!(new.signing_kid(), old.signing_kid());
     assert!(new.verify_queue(&t, ROOM, NOW).is_ok());
     let t2 = new.sign_queue(&queue_claims()).unwrap();
-    assert_eq!(jsonwebtoken::decode_header(&t2).unwrap().kid.as_deref(), Some(new.signing_kid()));
+    assert_eq!(
+        jsonwebtoken::decode_header(&t2).unwrap().kid.as_deref(),
+        Some(new.signing_kid())
+    );
     assert_eq!(new.jwks()["keys"].as_array().unwrap().len(), 2);
 }
 
@@ -232,7 +288,13 @@ fn jwks_matches_and_verifies_with_jsonwebtoken() {
         assert_eq!(k["crv"], "Ed25519");
         assert_eq!(k["alg"], "EdDSA");
         assert_eq!(k["use"], "sig");
-        assert_eq!(URL_SAFE_NO_PAD.decode(k["x"].as_str().unwrap()).unwrap().len(), 32);
+        assert_eq!(
+            URL_SAFE_NO_PAD
+                .decode(k["x"].as_str().unwrap())
+                .unwrap()
+                .len(),
+            32
+        );
     }
     // a third party verifies our tokens from the JWKS alone
     let set: jsonwebtoken::jwk::JwkSet = serde_json::from_value(jwks).unwrap();
@@ -271,7 +333,10 @@ fn verify_cache_hits_and_rechecks() {
     assert_eq!(cache.verify_queue(&ring, &t, ROOM, NOW).unwrap(), c);
     assert_eq!(cache.len(), 1);
     // a hit still checks room and expiry
-    assert_eq!(cache.verify_queue(&ring, &t, "other", NOW), Err(TokenError::WrongAudience));
+    assert_eq!(
+        cache.verify_queue(&ring, &t, "other", NOW),
+        Err(TokenError::WrongAudience)
+    );
     assert_eq!(
         cache.verify_queue(&ring, &t, ROOM, c.exp + LEEWAY_S + 1),
         Err(TokenError::Expired)
@@ -308,7 +373,10 @@ fn visitor_ids_are_long_and_unique() {
     let b = new_visitor_id();
     assert_eq!(a.len(), 22); // 128 bits
     assert_ne!(a, b);
-    assert!(a.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+    assert!(
+        a.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    );
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
@@ -340,7 +408,12 @@ fn keygen_and_load_dir() {
     assert_eq!(ring.kids().len(), 2);
     // the same keys load the same way in another process: tokens cross
     let t = ring.sign_queue(&queue_claims()).unwrap();
-    assert!(Keyring::load_dir(&dir).unwrap().verify_queue(&t, ROOM, NOW).is_ok());
+    assert!(
+        Keyring::load_dir(&dir)
+            .unwrap()
+            .verify_queue(&t, ROOM, NOW)
+            .is_ok()
+    );
     // a marker pins the signing key
     let first = if k1 > k2 { &k2 } else { &k1 };
     std::fs::write(dir.join("signing"), format!("{first}\n")).unwrap();
