@@ -19,7 +19,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use http::{HeaderName, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
@@ -34,7 +34,13 @@ use crate::client_ip::ClientInfo;
 use crate::config::Config;
 use crate::problem::Problem;
 use crate::proxy::Proxy;
-use crate::rooms::Rooms;
+use crate::rooms::{Room, Rooms};
+use crate::{gate, visitor};
+use sluice_admission::{
+    AdmitClaims, Keyring, QueueBackend, QueueClaims, QueueStore, TokenError, VerifyCache,
+};
+use sluice_pow::{Keyset, ReplayGuard};
+use sluice_reservation::InventoryBackend;
 
 /// Everything a handler may need, cheap to clone.
 #[derive(Clone)]
@@ -45,25 +51,100 @@ pub struct AppState {
 struct Inner {
     config: Config,
     proxy: Proxy,
-    rooms: Rooms,
+    rooms: Arc<Rooms>,
+    queue: QueueBackend,
+    keyring: Keyring,
+    verify_cache: VerifyCache,
+    pow: Keyset,
+    replay_guard: ReplayGuard,
+    inventory: InventoryBackend,
+    events: crate::events::Events,
     shutting_down: AtomicBool,
+    background: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for h in &self.background {
+            h.abort();
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (the gateway's clock; the admission
+/// store uses its own).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_s() -> u64 {
+    now_ms() / 1000
 }
 
 impl AppState {
-    /// Builds the state from a validated configuration whose `origin` is set.
-    pub fn new(config: Config) -> anyhow::Result<AppState> {
+    /// Builds the state from a validated configuration whose `origin` is
+    /// set: connects the stores (Redis when configured, else memory), loads
+    /// or makes the keys, and starts the background tasks (the admission
+    /// ticker and the reservation reaper).
+    pub async fn new(config: Config) -> anyhow::Result<AppState> {
         let origin = config
             .origin
             .clone()
             .ok_or_else(|| anyhow::anyhow!("no origin configured"))?;
         let proxy = Proxy::new(&origin, &config.proxy, &config.timeouts)?;
-        let rooms = Rooms::from_config(&config);
+        let rooms = Arc::new(Rooms::from_config(&config)?);
+        let stores = crate::stores::connect(&config).await?;
+        let keyring = match &config.keys_dir {
+            Some(dir) => Keyring::load_dir(dir)
+                .map_err(|e| anyhow::anyhow!("keys in {}: {e}", dir.display()))?,
+            None => {
+                tracing::warn!(
+                    "no --keys-dir: tokens are signed with an ephemeral key (lost at restart, not shared between gateways)"
+                );
+                Keyring::ephemeral()
+            }
+        };
+        let pow = match &config.pow_secret {
+            Some(s) => {
+                Keyset::from_secret(s.as_bytes()).map_err(|e| anyhow::anyhow!("pow secret: {e}"))?
+            }
+            None => Keyset::random(),
+        };
+        let events = crate::events::Events::from_config(&config);
+        let mut background = Vec::new();
+        background.push(
+            tokio::spawn(crate::rooms::run_ticker(
+                rooms.clone(),
+                stores.queue.clone(),
+            ))
+            .abort_handle(),
+        );
+        background.push(
+            tokio::spawn(crate::events::run_reaper(
+                events.clone(),
+                stores.inventory.clone(),
+                config.events.clone(),
+            ))
+            .abort_handle(),
+        );
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
                 proxy,
                 rooms,
+                queue: stores.queue,
+                keyring,
+                verify_cache: VerifyCache::default(),
+                pow,
+                replay_guard: stores.replay_guard,
+                inventory: stores.inventory,
+                events,
                 shutting_down: AtomicBool::new(false),
+                background,
             }),
         })
     }
@@ -76,6 +157,106 @@ impl AppState {
     /// The rooms.
     pub fn rooms(&self) -> &Rooms {
         &self.inner.rooms
+    }
+
+    /// A room by id, or 404 `room_not_found`.
+    pub fn room(&self, id: &str) -> Result<&Arc<Room>, Problem> {
+        self.inner.rooms.get(id).ok_or_else(Problem::room_not_found)
+    }
+
+    /// The proxy to the origin.
+    pub fn proxy(&self) -> &Proxy {
+        &self.inner.proxy
+    }
+
+    /// The admission store.
+    pub fn queue(&self) -> &QueueBackend {
+        &self.inner.queue
+    }
+
+    /// The token keys.
+    pub fn keyring(&self) -> &Keyring {
+        &self.inner.keyring
+    }
+
+    /// The proof-of-work keys.
+    pub fn pow(&self) -> &Keyset {
+        &self.inner.pow
+    }
+
+    /// The proof-of-work replay guard.
+    pub fn replay_guard(&self) -> &ReplayGuard {
+        &self.inner.replay_guard
+    }
+
+    /// The reservation store.
+    pub fn inventory(&self) -> &InventoryBackend {
+        &self.inner.inventory
+    }
+
+    /// The events and their cached state.
+    pub fn events(&self) -> &crate::events::Events {
+        &self.inner.events
+    }
+
+    /// Verifies a queue token of `room` (through the verified-token cache).
+    pub fn verify_queue(&self, token: &str, room: &str) -> Result<QueueClaims, TokenError> {
+        self.inner
+            .verify_cache
+            .verify_queue(&self.inner.keyring, token, room, now_s())
+    }
+
+    /// Verifies an admission token of `room` (through the cache).
+    pub fn verify_admit(&self, token: &str, room: &str) -> Result<AdmitClaims, TokenError> {
+        self.inner
+            .verify_cache
+            .verify_admit(&self.inner.keyring, token, room, now_s())
+    }
+
+    /// Whether every event sold through `room` is sold out with nothing
+    /// held that could come back.
+    pub fn sold_out(&self, room: &str) -> bool {
+        self.inner.events.room_sold_out(room)
+    }
+
+    /// Signs an admission token for visitor `sub` and starts its session
+    /// (counted against `max_active`).
+    pub async fn issue_admission(
+        &self,
+        room: &Room,
+        sub: &str,
+        seq: Option<u64>,
+        epoch: u64,
+        client: &ClientInfo,
+    ) -> Result<(String, AdmitClaims), Problem> {
+        let settings = room.settings();
+        let now = now_s();
+        let mut claims = AdmitClaims::new(room.id(), sub, epoch, now, settings.session_ttl);
+        claims.seq = seq;
+        claims.sid = Some(claims.jti.clone());
+        if let Some(cap) = room.config.session_hard_cap {
+            claims.hcap = Some(now + cap.as_secs());
+        }
+        if room.config.bind_ip_prefix {
+            claims.ipp = Some(sluice_pow::network_prefix(client.ip).to_string());
+        }
+        let token = self
+            .inner
+            .keyring
+            .sign_admit(&claims)
+            .map_err(|e| Problem::internal().log_cause(&e))?;
+        if let Some(sid) = &claims.sid
+            && let Err(e) = self
+                .inner
+                .queue
+                .session_start(room.id(), sid, settings.session_ttl)
+                .await
+        {
+            // The token verifies locally; a session the store did not count
+            // only loosens max_active until the store is back.
+            tracing::warn!(room = room.id(), error = %e, "session not recorded");
+        }
+        Ok((token, claims))
     }
 
     /// Marks the gateway as draining: readiness fails from now on.
@@ -116,17 +297,24 @@ pub fn build(state: AppState) -> Router {
     let control = Router::new()
         .route("/_sluice/healthz", get(healthz))
         .route("/_sluice/readyz", get(readyz))
+        .route("/_sluice/jwks.json", get(visitor::jwks))
+        .route("/_sluice/rooms/{room}", get(visitor::public_room))
+        .route("/_sluice/rooms/{room}/challenge", post(visitor::challenge))
+        .route("/_sluice/rooms/{room}/join", post(visitor::join))
+        .route("/_sluice/rooms/{room}/status", get(visitor::status))
+        .route("/_sluice/static/{file}", get(crate::page::static_file))
         .route(
             "/_sluice/admin/rooms/{room}",
             get(admin_get_room).patch(admin_patch_room),
         )
+        .merge(crate::reserve::routes())
         .route("/_sluice/{*rest}", any(unknown_endpoint))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::map_response(no_store));
 
     Router::new()
         .merge(control)
-        .fallback(guarded_proxy)
+        .fallback(gate::guarded)
         .with_state(state)
         .layer(
             ServiceBuilder::new()
@@ -206,6 +394,20 @@ async fn readyz(State(state): State<AppState>) -> Response {
         )
             .into_response();
     }
+    let down: Vec<&str> = state
+        .rooms()
+        .all()
+        .iter()
+        .filter(|r| !r.store_ok())
+        .map(|r| r.id())
+        .collect();
+    if !down.is_empty() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "store_unavailable", "rooms": down})),
+        )
+            .into_response();
+    }
     axum::Json(json!({"status": "ready"})).into_response()
 }
 
@@ -217,20 +419,6 @@ async fn method_not_allowed() -> Problem {
     Problem::method_not_allowed()
 }
 
-/// Everything outside `/_sluice/`: the admission gate, then the origin.
-async fn guarded_proxy(State(state): State<AppState>, req: Request) -> Response {
-    let Some(client) = req.extensions().get::<ClientInfo>().cloned() else {
-        return Problem::internal()
-            .log_cause(&"request without client info")
-            .into_response();
-    };
-    state
-        .inner
-        .proxy
-        .forward(req, &client, http::HeaderMap::new())
-        .await
-}
-
 // === admin ===
 
 async fn admin_get_room(
@@ -239,8 +427,8 @@ async fn admin_get_room(
     headers: http::HeaderMap,
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
-    let view = state.rooms().admin_view(&room)?;
-    Ok(axum::Json(view).into_response())
+    let room = state.room(&room)?;
+    Ok(axum::Json(crate::rooms::admin_view(room)).into_response())
 }
 
 async fn admin_patch_room(
@@ -250,9 +438,11 @@ async fn admin_patch_room(
     JsonBody(patch): JsonBody<Value>,
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
-    let view = state.rooms().patch(&room, &patch)?;
-    tracing::info!(target: "audit", room = %room, change = %patch, "room settings changed");
-    Ok(axum::Json(view).into_response())
+    let room = state.room(&room)?;
+    let before = crate::rooms::admin_view(room);
+    let after = crate::rooms::admin_patch(room, state.queue(), &patch).await?;
+    tracing::info!(target: "audit", room = %room.id(), change = %patch, before = %before, after = %after, "room settings changed");
+    Ok(axum::Json(after).into_response())
 }
 
 /// A JSON request body, read within the configured limit; every failure is

@@ -183,7 +183,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(config)?;
+    let state = AppState::new(config).await?;
     println!("sluice listening on http://{addr}/ — open it in a browser");
     tracing::info!(%addr, "listening");
     server::serve(state, listener, shutdown_signal()).await?;

@@ -226,8 +226,65 @@ pub struct RoomConfig {
     pub bypass_ips: Vec<IpNet>,
     /// Admissions per second (0 with `capacity_rps` set: derived from it).
     pub rate_per_sec: f64,
-    /// Admissions saved up while nobody waits.
+    /// Admissions saved up while nobody waits (at least 1).
     pub burst: f64,
+    /// The origin's capacity in requests/s; when set, the rate is derived:
+    /// `capacity_rps × (1 − safety_margin) / requests_per_visitor_per_sec`.
+    pub capacity_rps: Option<f64>,
+    /// Share of the capacity kept in reserve, in [0, 1).
+    pub safety_margin: f64,
+    /// Requests per second one admitted visitor sends to the origin.
+    pub requests_per_visitor_per_sec: f64,
+    /// Most admitted visitors at once (sessions plus unclaimed admissions).
+    pub max_active: Option<u64>,
+    /// How long an admitted visitor stays; with it and no `max_active`, the
+    /// cap is Little's law: `rate × session_length`.
+    #[serde(with = "humantime_serde")]
+    pub session_length: Option<Duration>,
+    /// Time an admitted visitor has to claim its place before the slot is
+    /// given back (no-show).
+    #[serde(with = "humantime_serde")]
+    pub claim_window: Duration,
+    /// Idle lifetime of an admission (session): the admission token lasts
+    /// this long and is renewed while the visitor is active.
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+    /// Hard cap on a session however active it is (none: sliding forever).
+    #[serde(with = "humantime_serde")]
+    pub session_hard_cap: Option<Duration>,
+    /// Bind admission tokens to the client's network prefix (/24, /56).
+    pub bind_ip_prefix: bool,
+    /// When the store cannot be reached: `closed` holds new visitors (the
+    /// default), `open` lets them through. Admitted visitors always pass.
+    pub failure_policy: FailurePolicy,
+    /// Status of the waiting-room page for browsers: 200, 202, 429 or 503.
+    pub waiting_status: u16,
+    /// Challenges and joins allowed per client network prefix per minute
+    /// (0: no limit).
+    pub join_limit_per_prefix_per_min: u32,
+    /// Puzzles per challenge (k).
+    pub puzzles: u8,
+    /// Lowest proof-of-work difficulty (leading zero bits per puzzle).
+    pub difficulty_floor_bits: u8,
+    /// Highest proof-of-work difficulty.
+    pub difficulty_ceiling_bits: u8,
+    /// How long a challenge may be solved and redeemed.
+    #[serde(with = "humantime_serde")]
+    pub challenge_ttl: Duration,
+    /// Lifetime of a queue token (a place in line).
+    #[serde(with = "humantime_serde")]
+    pub queue_token_ttl: Duration,
+}
+
+/// What a room does for new visitors when its store cannot be reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailurePolicy {
+    /// Hold new visitors (503 `store_unavailable`) until the store is back.
+    #[default]
+    Closed,
+    /// Let new visitors through unmetered.
+    Open,
 }
 
 impl Default for RoomConfig {
@@ -240,6 +297,23 @@ impl Default for RoomConfig {
             bypass_ips: Vec::new(),
             rate_per_sec: 50.0,
             burst: 50.0,
+            capacity_rps: None,
+            safety_margin: 0.2,
+            requests_per_visitor_per_sec: 1.0,
+            max_active: None,
+            session_length: None,
+            claim_window: Duration::from_secs(60),
+            session_ttl: Duration::from_secs(600),
+            session_hard_cap: None,
+            bind_ip_prefix: false,
+            failure_policy: FailurePolicy::Closed,
+            waiting_status: 200,
+            join_limit_per_prefix_per_min: 60,
+            puzzles: 16,
+            difficulty_floor_bits: 18,
+            difficulty_ceiling_bits: 20,
+            challenge_ttl: Duration::from_secs(300),
+            queue_token_ttl: Duration::from_secs(86_400),
         }
     }
 }
@@ -415,10 +489,52 @@ impl Config {
                     "must be a number ≥ 0",
                 ));
             }
-            if !(room.burst.is_finite() && room.burst >= 0.0) {
+            if !(room.burst.is_finite() && room.burst >= 1.0) {
                 return Err(ConfigError::invalid(
                     format!("{field}.burst"),
-                    "must be a number ≥ 0",
+                    "must be a number ≥ 1",
+                ));
+            }
+            if !matches!(room.waiting_status, 200 | 202 | 429 | 503) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.waiting_status"),
+                    "must be 200, 202, 429 or 503",
+                ));
+            }
+            if room.puzzles == 0 || room.puzzles > 64 {
+                return Err(ConfigError::invalid(
+                    format!("{field}.puzzles"),
+                    "must be 1 to 64",
+                ));
+            }
+            if room.difficulty_floor_bits > room.difficulty_ceiling_bits
+                || room.difficulty_ceiling_bits > 32
+            {
+                return Err(ConfigError::invalid(
+                    format!("{field}.difficulty_ceiling_bits"),
+                    "must be at least the floor and at most 32",
+                ));
+            }
+            if room.session_ttl < Duration::from_secs(1)
+                || room.claim_window < Duration::from_secs(1)
+            {
+                return Err(ConfigError::invalid(
+                    format!("{field}.session_ttl"),
+                    "session_ttl and claim_window must be at least 1s",
+                ));
+            }
+            if let Some(c) = room.capacity_rps
+                && !(c.is_finite() && c > 0.0)
+            {
+                return Err(ConfigError::invalid(
+                    format!("{field}.capacity_rps"),
+                    "must be a number > 0",
+                ));
+            }
+            if !(0.0..1.0).contains(&room.safety_margin) {
+                return Err(ConfigError::invalid(
+                    format!("{field}.safety_margin"),
+                    "must be in [0, 1)",
                 ));
             }
         }

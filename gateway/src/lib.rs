@@ -35,7 +35,14 @@
 //! - [`proxy`] — the reverse proxy.
 //! - [`client_ip`] — the downstream client's address.
 //! - [`problem`] — problem+json errors (the one place faults become HTTP).
-//! - [`rooms`] — the waiting rooms and their live settings.
+//! - [`rooms`] — the waiting rooms, their snapshots and the ticker.
+//! - [`gate`] — the admission gate in front of the proxy.
+//! - [`visitor`] — challenge, join, status, public room state, JWKS.
+//! - [`reserve`] — events, holds, the payment webhook, event admin.
+//! - [`events`] — known events, cached stock, the reaper task.
+//! - [`page`] — the waiting-room page and embedded static files.
+//! - [`cookies`] — the queue and admission cookies.
+//! - [`stores`] — picking the memory or Redis backends.
 //! - [`demo_origin`] — the built-in demo shop.
 //! - [`cli`] — the `sluice` command line.
 
@@ -43,8 +50,15 @@ pub mod app;
 pub mod cli;
 pub mod client_ip;
 pub mod config;
+pub mod cookies;
 pub mod demo_origin;
+pub mod events;
+pub mod gate;
+pub mod page;
 pub mod problem;
 pub mod proxy;
+pub mod reserve;
 pub mod rooms;
 pub mod server;
+pub mod stores;
+pub mod visitor;

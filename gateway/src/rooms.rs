@@ -1,91 +1,589 @@
-//! The configured waiting rooms and their live settings.
+//! The waiting rooms of this gateway: which requests each guards, and a
+//! fresh snapshot of each room's queue.
+//!
+//! A ticker per gateway calls the store's `advance` for every room every
+//! [`TICK`] and keeps the result as the room's snapshot, so status polls and
+//! the gate answer from memory, never with a store round trip per poll. Many
+//! gateways ticking at once split the elapsed time between them (the store
+//! guarantees it), so the rate is the same with one gateway or ten.
+//!
+//! The ticker also watches for a store that lost its state (Redis restarted
+//! empty): when the store's tail or frontier falls below the highest values
+//! this gateway has seen, it calls `recover` with them, so no seq is
+//! reissued and no position moves backwards.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
-use parking_lot::RwLock;
+use arc_swap::ArcSwap;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
+use sluice_admission::{QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings, Snapshot};
+use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
 
-use crate::config::{Config, RoomConfig};
+use crate::config::{Config, FailurePolicy, RoomConfig, canonical_ip};
 use crate::problem::Problem;
 
-/// Live settings of one room.
-#[derive(Clone, Debug)]
-struct Live {
-    rate_per_sec: f64,
-    burst: f64,
+/// How often each gateway advances every room's bucket and refreshes its
+/// snapshot.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// One room: its configuration and live state in this gateway.
+pub struct Room {
+    /// As configured.
+    pub config: RoomConfig,
+    snapshot: ArcSwap<Snapshot>,
+    settings: ArcSwap<RoomSettings>,
+    /// The store answered the last tick.
+    store_ok: AtomicBool,
+    /// Highest tail / frontier seen from the store (for recovery).
+    max_tail: AtomicU64,
+    max_frontier: AtomicU64,
+    joins: Mutex<RateMeter>,
+    admits: Mutex<RateMeter>,
+    /// Proof-of-work difficulty for this room.
+    pub difficulty: DifficultyPolicy,
+    join_limit_per_min: AtomicU32,
+    limiter: ArcSwap<Option<DefaultKeyedRateLimiter<NetPrefix>>>,
+}
+
+impl Room {
+    fn new(config: RoomConfig) -> anyhow::Result<Room> {
+        let settings = settings_from_config(&config);
+        let difficulty = DifficultyPolicy::new(DifficultyConfig {
+            floor_bits: config.difficulty_floor_bits,
+            ceiling_bits: config.difficulty_ceiling_bits,
+            default_bits: config.difficulty_floor_bits,
+            puzzles: config.puzzles,
+            ..DifficultyConfig::default()
+        })
+        .map_err(|e| anyhow::anyhow!("room {}: difficulty: {e}", config.id))?;
+        let limit = config.join_limit_per_prefix_per_min;
+        let room = Room {
+            snapshot: ArcSwap::from_pointee(empty_snapshot(&config.id, &settings)),
+            settings: ArcSwap::from_pointee(settings),
+            store_ok: AtomicBool::new(false),
+            max_tail: AtomicU64::new(0),
+            max_frontier: AtomicU64::new(0),
+            joins: Mutex::new(RateMeter::new(5_000)),
+            admits: Mutex::new(RateMeter::new(5_000)),
+            difficulty,
+            join_limit_per_min: AtomicU32::new(limit),
+            limiter: ArcSwap::from_pointee(limiter(limit)),
+            config,
+        };
+        Ok(room)
+    }
+
+    /// The room id.
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    /// The latest snapshot (at most one tick old while the store answers).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// The room's settings as last read from the store.
+    pub fn settings(&self) -> Arc<RoomSettings> {
+        self.settings.load_full()
+    }
+
+    /// Whether the store answered the last tick.
+    pub fn store_ok(&self) -> bool {
+        self.store_ok.load(Ordering::Relaxed)
+    }
+
+    /// Measured joins per second.
+    pub fn joins_per_sec(&self) -> f64 {
+        self.joins.lock().rate().unwrap_or(0.0)
+    }
+
+    /// Measured admissions per second.
+    pub fn admits_per_sec(&self) -> f64 {
+        self.admits.lock().rate().unwrap_or(0.0)
+    }
+
+    /// Takes one token of the per-prefix limit on challenges and joins;
+    /// `Err(seconds)` to wait when over it.
+    pub fn check_rate_limit(&self, prefix: NetPrefix) -> Result<(), u64> {
+        let limiter = self.limiter.load();
+        match limiter.as_ref() {
+            None => Ok(()),
+            Some(l) => l.check_key(&prefix).map_err(|not_until| {
+                let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                    &governor::clock::DefaultClock::default(),
+                ));
+                wait.as_secs().max(1)
+            }),
+        }
+    }
+
+    /// Records a snapshot fresh from the store.
+    pub fn record(&self, snap: Snapshot) {
+        self.max_tail.fetch_max(snap.tail, Ordering::Relaxed);
+        self.max_frontier
+            .fetch_max(snap.frontier, Ordering::Relaxed);
+        self.joins
+            .lock()
+            .record(snap.store_now_ms, snap.joins_total);
+        self.admits
+            .lock()
+            .record(snap.store_now_ms, snap.admitted_total);
+        self.snapshot.store(Arc::new(snap));
+    }
+
+    /// The state a visitor is told: `closed`, `sold_out`, `paused`, or
+    /// `open`/`queueing`.
+    pub fn public_state(&self, snap: &Snapshot) -> &'static str {
+        if snap.closed {
+            "closed"
+        } else if snap.paused {
+            "paused"
+        } else if snap.queue_length() > 0 {
+            "queueing"
+        } else {
+            "open"
+        }
+    }
+
+    /// Seconds a new visitor would wait, from the measured (or configured)
+    /// admission rate.
+    pub fn eta_for_position(&self, snap: &Snapshot, position: u64) -> u64 {
+        let measured = self.admits_per_sec();
+        let rate = if measured > 0.0 {
+            measured
+        } else {
+            snap.rate_per_sec
+        };
+        sluice_admission::eta_seconds(position, rate).unwrap_or(0)
+    }
+
+    fn set_join_limit(&self, per_min: u32) {
+        self.join_limit_per_min.store(per_min, Ordering::Relaxed);
+        self.limiter.store(Arc::new(limiter(per_min)));
+    }
+}
+
+/// The snapshot a room shows before the store first answered: nobody in
+/// line, nothing admitted.
+fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
+    Snapshot {
+        room: room.to_owned(),
+        tail: 0,
+        frontier: 0,
+        credit: 0.0,
+        rate_per_sec: settings.rate_per_sec,
+        burst: settings.burst,
+        paused: settings.paused,
+        closed: settings.closed,
+        epoch: 0,
+        active_sessions: 0,
+        pending_claims: 0,
+        max_active: settings.effective_max_active(),
+        admitted_total: 0,
+        claimed_total: 0,
+        joins_total: 0,
+        refunded_total: 0,
+        late_claims_total: 0,
+        store_now_ms: 0,
+    }
+}
+
+fn limiter(per_min: u32) -> Option<DefaultKeyedRateLimiter<NetPrefix>> {
+    let n = std::num::NonZeroU32::new(per_min)?;
+    Some(RateLimiter::keyed(Quota::per_minute(n)))
+}
+
+/// The store settings a room starts with, from its configuration.
+pub fn settings_from_config(c: &RoomConfig) -> RoomSettings {
+    let mut s = RoomSettings {
+        rate_per_sec: c.rate_per_sec,
+        burst: c.burst.max(1.0),
+        paused: false,
+        closed: false,
+        max_active: c.max_active,
+        claim_window: c.claim_window,
+        session_ttl: c.session_ttl,
+        capacity_rps: c.capacity_rps,
+        safety_margin: c.safety_margin,
+        requests_per_visitor_per_sec: c.requests_per_visitor_per_sec,
+        session_length: c.session_length,
+    };
+    s.recalibrate();
+    s
 }
 
 /// The rooms of this gateway.
 pub struct Rooms {
-    configs: Vec<RoomConfig>,
-    live: RwLock<HashMap<String, Live>>,
+    rooms: Vec<Arc<Room>>,
+    by_id: HashMap<String, Arc<Room>>,
 }
 
 impl Rooms {
     /// Rooms as configured.
-    pub fn from_config(config: &Config) -> Rooms {
-        let live = config
-            .rooms
-            .iter()
-            .map(|r| {
-                (
-                    r.id.clone(),
-                    Live {
-                        rate_per_sec: r.rate_per_sec,
-                        burst: r.burst,
-                    },
-                )
-            })
-            .collect();
-        Rooms {
-            configs: config.rooms.clone(),
-            live: RwLock::new(live),
+    pub fn from_config(config: &Config) -> anyhow::Result<Rooms> {
+        let mut rooms = Vec::new();
+        let mut by_id = HashMap::new();
+        for rc in &config.rooms {
+            let room = Arc::new(Room::new(rc.clone())?);
+            by_id.insert(rc.id.clone(), room.clone());
+            rooms.push(room);
         }
+        Ok(Rooms { rooms, by_id })
     }
 
-    /// The configured rooms.
-    pub fn configs(&self) -> &[RoomConfig] {
-        &self.configs
+    /// A room by id.
+    pub fn get(&self, id: &str) -> Option<&Arc<Room>> {
+        self.by_id.get(id)
     }
 
-    /// The admin view of a room.
-    pub fn admin_view(&self, room: &str) -> Result<Value, Problem> {
-        let live = self.live.read();
-        let l = live.get(room).ok_or_else(Problem::room_not_found)?;
-        Ok(json!({
-            "room": room,
-            "rate_per_sec": l.rate_per_sec,
-            "burst": l.burst,
-        }))
+    /// Every room.
+    pub fn all(&self) -> &[Arc<Room>] {
+        &self.rooms
     }
 
-    /// Applies an admin PATCH.
-    pub fn patch(&self, room: &str, patch: &Value) -> Result<Value, Problem> {
-        let obj = patch
-            .as_object()
-            .ok_or_else(|| Problem::invalid_setting("body", "must be a JSON object"))?;
-        {
-            let mut live = self.live.write();
-            let l = live.get_mut(room).ok_or_else(Problem::room_not_found)?;
-            let mut next = l.clone();
-            for (k, v) in obj {
-                match k.as_str() {
-                    "rate_per_sec" => next.rate_per_sec = non_negative(k, v)?,
-                    "burst" => next.burst = non_negative(k, v)?,
-                    other => {
-                        return Err(Problem::invalid_setting(other, "unknown setting"));
-                    }
+    /// The room guarding a request, if any: among rooms whose hosts match
+    /// (or that name none), the longest matching path prefix wins; a room
+    /// naming the host beats one that does not at equal length.
+    pub fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<Room>> {
+        let host = host.map(|h| h.split(':').next().unwrap_or(h).to_ascii_lowercase());
+        let mut best: Option<(&Arc<Room>, (usize, bool))> = None;
+        for room in &self.rooms {
+            let c = &room.config;
+            let host_specific = !c.hosts.is_empty();
+            if host_specific
+                && !host
+                    .as_deref()
+                    .is_some_and(|h| c.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)))
+            {
+                continue;
+            }
+            let len = if c.paths.is_empty() {
+                Some(0)
+            } else {
+                c.paths
+                    .iter()
+                    .filter(|p| path_has_prefix(path, p))
+                    .map(|p| p.len())
+                    .max()
+            };
+            if let Some(len) = len {
+                let score = (len, host_specific);
+                if best.as_ref().is_none_or(|(_, s)| score > *s) {
+                    best = Some((room, score));
                 }
             }
-            *l = next;
         }
-        self.admin_view(room)
+        best.map(|(r, _)| r)
     }
 }
 
-fn non_negative(field: &str, v: &Value) -> Result<f64, Problem> {
-    match v.as_f64() {
-        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        _ => Err(Problem::invalid_setting(field, "must be a number ≥ 0")),
+/// `path` is `prefix` or lies under it (`/a` covers `/a`, `/a/b`, `/a?x`,
+/// not `/ab`), unless the prefix ends with `/` or is `/`.
+pub fn path_has_prefix(path: &str, prefix: &str) -> bool {
+    if prefix == "/" {
+        return true;
+    }
+    match path.strip_prefix(prefix) {
+        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+/// Whether a request to `room` bypasses the queue (configured paths such as
+/// `/robots.txt`, or allow-listed client ranges).
+pub fn bypasses(room: &Room, path: &str, ip: IpAddr) -> bool {
+    let ip = canonical_ip(ip);
+    room.config
+        .bypass_paths
+        .iter()
+        .any(|p| path_has_prefix(path, p))
+        || room.config.bypass_ips.iter().any(|n| n.contains(&ip))
+}
+
+// === the ticker ===
+
+/// Loads or creates each room in the store, then advances every room every
+/// tick until the process ends.
+pub async fn run_ticker(rooms: Arc<Rooms>, store: QueueBackend) {
+    let mut interval = tokio::time::interval(TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut initialised = vec![false; rooms.all().len()];
+    loop {
+        interval.tick().await;
+        for (i, room) in rooms.all().iter().enumerate() {
+            if !initialised[i] {
+                match init_room(room, &store).await {
+                    Ok(()) => initialised[i] = true,
+                    Err(e) => {
+                        mark_down(room, &e);
+                        continue;
+                    }
+                }
+            }
+            match tick_room(room, &store).await {
+                Ok(()) => {
+                    if !room.store_ok.swap(true, Ordering::Relaxed) {
+                        tracing::info!(room = room.id(), "store answers");
+                    }
+                }
+                Err(e) => mark_down(room, &e),
+            }
+        }
+    }
+}
+
+fn mark_down(room: &Room, e: &dyn std::fmt::Display) {
+    if room.store_ok.swap(false, Ordering::Relaxed) {
+        tracing::warn!(room = room.id(), error = %e, "store unavailable; answering from the last snapshot");
+    }
+}
+
+async fn init_room(
+    room: &Room,
+    store: &QueueBackend,
+) -> Result<(), sluice_admission::AdmissionError> {
+    match store.settings(room.id()).await? {
+        Some(s) => {
+            room.settings.store(Arc::new(s));
+        }
+        None => {
+            let s = settings_from_config(&room.config);
+            let snap = store.configure(room.id(), &s).await?;
+            room.settings.store(Arc::new(s));
+            room.record(snap);
+        }
+    }
+    Ok(())
+}
+
+async fn tick_room(
+    room: &Room,
+    store: &QueueBackend,
+) -> Result<(), sluice_admission::AdmissionError> {
+    let snap = store.advance(room.id()).await?;
+    let max_tail = room.max_tail.load(Ordering::Relaxed);
+    let max_frontier = room.max_frontier.load(Ordering::Relaxed);
+    let lost = snap.tail < max_tail || snap.frontier < max_frontier;
+    let snap = if lost {
+        tracing::warn!(
+            room = room.id(),
+            store_tail = snap.tail,
+            seen_tail = max_tail,
+            "store lost the room's state: recovering from the highest values seen"
+        );
+        let settings = room.settings();
+        store
+            .recover(room.id(), &settings, max_tail, max_frontier)
+            .await?
+    } else {
+        snap
+    };
+    if let Some(s) = store.settings(room.id()).await? {
+        if **room.settings.load() != s {
+            room.settings.store(Arc::new(s));
+        }
+    } else {
+        // The store has the room's queue but not its settings (lost): write
+        // back what this gateway knows.
+        let s = room.settings();
+        store.configure(room.id(), &s).await?;
+    }
+    let now_ms = snap.store_now_ms;
+    room.difficulty.set_pressure(
+        room.joins_per_sec(),
+        room.admits_per_sec().max(snap.rate_per_sec),
+        now_ms,
+    );
+    room.record(snap);
+    Ok(())
+}
+
+// === admin ===
+
+/// The admin view of a room (API.md `GET /_sluice/admin/rooms/{room}`).
+pub fn admin_view(room: &Room) -> Value {
+    let snap = room.snapshot();
+    let settings = room.settings();
+    let diff = room.difficulty.snapshot();
+    json!({
+        "room": room.id(),
+        "state": room.public_state(&snap),
+        "rate_per_sec": snap.rate_per_sec,
+        "burst": snap.burst,
+        "paused": snap.paused,
+        "closed": snap.closed,
+        "tail": snap.tail,
+        "frontier": snap.frontier,
+        "queue_length": snap.queue_length(),
+        "active_sessions": snap.active_sessions,
+        "pending_claims": snap.pending_claims,
+        "max_active": snap.max_active,
+        "difficulty_bits": diff.level.difficulty_bits,
+        "puzzles": diff.level.puzzles,
+        "difficulty_floor_bits": diff.floor_bits,
+        "difficulty_ceiling_bits": diff.ceiling_bits,
+        "under_attack": diff.level.under_attack,
+        "joins_per_sec": room.joins_per_sec(),
+        "admits_per_sec": room.admits_per_sec(),
+        "capacity_rps": settings.capacity_rps,
+        "safety_margin": settings.safety_margin,
+        "requests_per_visitor_per_sec": settings.requests_per_visitor_per_sec,
+        "claim_window_secs": settings.claim_window.as_secs_f64(),
+        "session_ttl_secs": settings.session_ttl.as_secs_f64(),
+        "join_limit_per_prefix_per_min": room.join_limit_per_min.load(Ordering::Relaxed),
+        "epoch": snap.epoch,
+        "admitted_total": snap.admitted_total,
+        "claimed_total": snap.claimed_total,
+        "joins_total": snap.joins_total,
+        "refunded_total": snap.refunded_total,
+        "store_ok": room.store_ok(),
+    })
+}
+
+/// Applies an admin PATCH: store settings through the store (every gateway
+/// sees them within a tick), difficulty and rate limits in this gateway.
+/// All or nothing: a bad field changes nothing.
+pub async fn admin_patch(
+    room: &Room,
+    store: &QueueBackend,
+    patch: &Value,
+) -> Result<Value, Problem> {
+    let obj = patch
+        .as_object()
+        .ok_or_else(|| Problem::invalid_setting("body", "must be a JSON object"))?;
+    let mut store_patch = serde_json::Map::new();
+    let mut floor = None;
+    let mut ceiling = None;
+    let mut join_limit = None;
+    for (k, v) in obj {
+        if v.is_null() {
+            if k == "max_active" {
+                // null: no cap (the store's patch says it with 0)
+                store_patch.insert(k.clone(), json!(0));
+                continue;
+            }
+            return Err(Problem::invalid_setting(k, "must not be null"));
+        }
+        match k.as_str() {
+            "rate_per_sec"
+            | "burst"
+            | "paused"
+            | "closed"
+            | "max_active"
+            | "capacity_rps"
+            | "safety_margin"
+            | "requests_per_visitor_per_sec"
+            | "session_length_secs"
+            | "claim_window_secs"
+            | "session_ttl_secs" => {
+                store_patch.insert(k.clone(), v.clone());
+            }
+            "difficulty_floor_bits" => floor = Some(small_int(k, v, 0, 32)?),
+            "difficulty_ceiling_bits" => ceiling = Some(small_int(k, v, 0, 32)?),
+            "join_limit_per_prefix_per_min" => {
+                join_limit = Some(small_int(k, v, 0, 1_000_000)? as u32);
+            }
+            other => return Err(Problem::invalid_setting(other, "unknown setting")),
+        }
+    }
+    let patch: RoomPatch = serde_json::from_value(Value::Object(store_patch))
+        .map_err(|e| Problem::invalid_setting("body", e.to_string()))?;
+    let mut settings = (*room.settings()).clone();
+    patch
+        .apply(&mut settings)
+        .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
+    if floor.is_some() || ceiling.is_some() {
+        let d = room.difficulty.snapshot();
+        let f = floor.unwrap_or(u64::from(d.floor_bits)) as u8;
+        let c = ceiling.unwrap_or(u64::from(d.ceiling_bits)) as u8;
+        room.difficulty
+            .set_floor_ceiling(f, c)
+            .map_err(|e| Problem::invalid_setting("difficulty_floor_bits", e.to_string()))?;
+    }
+    if let Some(l) = join_limit {
+        room.set_join_limit(l);
+    }
+    if settings != *room.settings() {
+        let snap = store
+            .configure(room.id(), &settings)
+            .await
+            .map_err(|e| Problem::store_unavailable().log_cause(&e))?;
+        room.settings.store(Arc::new(settings));
+        room.record(snap);
+    }
+    Ok(admin_view(room))
+}
+
+fn small_int(field: &str, v: &Value, lo: u64, hi: u64) -> Result<u64, Problem> {
+    match v.as_u64() {
+        Some(x) if (lo..=hi).contains(&x) => Ok(x),
+        _ => Err(Problem::invalid_setting(
+            field,
+            format!("must be an integer from {lo} to {hi}"),
+        )),
+    }
+}
+
+/// What a room's store failure means for a new visitor.
+pub fn fail_open(room: &Room) -> bool {
+    room.config.failure_policy == FailurePolicy::Open
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn prefixes_respect_segments() {
+        assert!(path_has_prefix("/tickets", "/tickets"));
+        assert!(path_has_prefix("/tickets/1", "/tickets"));
+        assert!(!path_has_prefix("/ticketsx", "/tickets"));
+        assert!(path_has_prefix("/static/x.css", "/static/"));
+        assert!(path_has_prefix("/anything", "/"));
+    }
+
+    #[test]
+    fn most_specific_room_wins() {
+        let mut config = Config::default();
+        config.rooms = vec![
+            RoomConfig {
+                id: "all".into(),
+                ..RoomConfig::default()
+            },
+            RoomConfig {
+                id: "tickets".into(),
+                paths: vec!["/tickets".into()],
+                ..RoomConfig::default()
+            },
+            RoomConfig {
+                id: "vip".into(),
+                paths: vec!["/tickets/vip".into()],
+                ..RoomConfig::default()
+            },
+            RoomConfig {
+                id: "other-host".into(),
+                hosts: vec!["b.example".into()],
+                paths: vec!["/tickets".into()],
+                ..RoomConfig::default()
+            },
+        ];
+        let rooms = Rooms::from_config(&config).unwrap();
+        let id = |h: Option<&str>, p: &str| rooms.route(h, p).map(|r| r.id().to_owned());
+        assert_eq!(id(None, "/"), Some("all".into()));
+        assert_eq!(id(Some("a.example"), "/tickets/1"), Some("tickets".into()));
+        assert_eq!(id(None, "/tickets/vip/2"), Some("vip".into()));
+        assert_eq!(
+            id(Some("b.example:8080"), "/tickets"),
+            Some("other-host".into())
+        );
+        assert_eq!(id(Some("B.EXAMPLE"), "/other"), Some("all".into()));
     }
 }

@@ -99,12 +99,43 @@ impl TestGatewayBuilder {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind gateway");
-        let state = AppState::new(config).expect("gateway state");
+        let state = AppState::new(config).await.expect("gateway state");
         let running = server::spawn(state, listener).expect("spawn gateway");
-        TestGateway {
+        let gw = TestGateway {
             addr: running.addr,
             running: Some(running),
+        };
+        wait_ready(&gw.url()).await;
+        gw
+    }
+
+    /// Guards only `/queue` with the default room, so other paths are
+    /// proxied straight through (for tests of the proxy itself).
+    pub fn unguarded(self) -> Self {
+        self.config(|c| {
+            c.rooms = vec![sluice_gateway::config::RoomConfig {
+                paths: vec!["/queue".into()],
+                ..Default::default()
+            }]
+        })
+    }
+}
+
+/// Waits until `/_sluice/readyz` answers 200 (the stores answered once).
+pub async fn wait_ready(base: &str) {
+    let client = client::TestClient::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let res = client.get(&format!("{base}/_sluice/readyz"), &[]).await;
+        if res.status == 200 {
+            return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "gateway at {base} not ready: {}",
+            res.text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -166,10 +197,21 @@ impl GatewayProcess {
             let _ = child.kill();
             panic!("sluice did not report listening within 20 s");
         }
-        GatewayProcess {
+        let gw = GatewayProcess {
             child: Some(child),
             addr: listen.parse().expect("addr"),
-        }
+        };
+        let url = gw.url();
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(wait_ready(&url));
+        })
+        .join()
+        .expect("gateway ready");
+        gw
     }
 
     /// `http://addr`.

@@ -19,6 +19,7 @@ async fn setup() -> (TestOrigin, TestGateway) {
     let origin = TestOrigin::start().await;
     let gw = TestGateway::builder()
         .origin(origin.url())
+        .unguarded()
         .config(|c| c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()])
         .spawn()
         .await;
@@ -118,7 +119,11 @@ async fn forwarding_headers() {
 
     // an untrusted peer cannot forge its address
     let origin = TestOrigin::start().await;
-    let untrusting = TestGateway::builder().origin(origin.url()).spawn().await;
+    let untrusting = TestGateway::builder()
+        .origin(origin.url())
+        .unguarded()
+        .spawn()
+        .await;
     let res = client
         .get(
             &format!("{}/echo", untrusting.url()),
@@ -267,6 +272,7 @@ async fn origin_unreachable_is_502_problem() {
     let port = sluice_tests::redis_server::free_port();
     let gw = TestGateway::builder()
         .origin(format!("http://127.0.0.1:{port}"))
+        .unguarded()
         .spawn()
         .await;
     let res = TestClient::new()
@@ -283,6 +289,7 @@ async fn origin_too_slow_is_504_problem() {
     let origin = TestOrigin::start().await;
     let gw = TestGateway::builder()
         .origin(origin.url())
+        .unguarded()
         .config(|c| c.timeouts.upstream_response = Duration::from_millis(300))
         .spawn()
         .await;
@@ -300,6 +307,7 @@ async fn slowloris_is_closed_by_the_header_timeout() {
     let origin = TestOrigin::start().await;
     let gw = TestGateway::builder()
         .origin(origin.url())
+        .unguarded()
         .config(|c| c.timeouts.header_read = Duration::from_millis(500))
         .spawn()
         .await;

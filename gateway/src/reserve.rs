@@ -1,0 +1,577 @@
+//! The reservation endpoints of API.md: events, holds, the payment webhook
+//! and the event admin endpoints. Every decision is one atomic store
+//! operation of `sluice-reservation`; this module maps HTTP to it and its
+//! outcomes back to the codes of API.md.
+//!
+//! The visitor is the admission token's `sub`, from the cookie
+//! `sluice_a_{room}` or a bearer token, where the room is the one that sells
+//! the event.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hmac::{Hmac, KeyInit, Mac};
+use http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use sluice_admission::AdmitClaims;
+use sluice_reservation::{
+    ConfirmOutcome, EventId, HoldId, HoldOutcome, HoldView, Inventory, ReleaseOutcome,
+    SetStockOutcome, StockSpec,
+};
+
+use crate::app::{AppState, JsonBody, now_s};
+use crate::client_ip::ClientInfo;
+use crate::problem::Problem;
+use crate::visitor;
+
+/// How far a webhook timestamp may be from now.
+pub const WEBHOOK_TOLERANCE_S: u64 = 300;
+
+/// The reservation routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/_sluice/events/{event}", get(get_event))
+        .route("/_sluice/events/{event}/holds", post(create_hold))
+        .route("/_sluice/holds/{hold}", get(get_hold).delete(delete_hold))
+        .route("/_sluice/webhooks/payment", post(payment_webhook))
+        .route("/_sluice/admin/events", get(admin_list_events))
+        .route(
+            "/_sluice/admin/events/{event}",
+            get(admin_get_event).put(admin_put_event),
+        )
+}
+
+fn event_not_found() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "event_not_found", "No such event")
+}
+
+fn hold_not_found() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "hold_not_found", "No such hold")
+}
+
+fn not_ready() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "inventory_not_ready",
+        "The stock of this event is not loaded yet; try again shortly",
+    )
+    .retry_after(5)
+}
+
+fn store_err(e: impl std::fmt::Display) -> Problem {
+    Problem::store_unavailable().log_cause(&e)
+}
+
+/// The event id of a path, known to this gateway, with the room selling it.
+fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Problem> {
+    let event = EventId::parse(id).ok_or_else(event_not_found)?;
+    let room = state.events().room_of(id).ok_or_else(event_not_found)?;
+    Ok((event, room))
+}
+
+/// The admitted visitor of `room`, or 401 `not_admitted`.
+fn visitor_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    room_id: &str,
+    client: &ClientInfo,
+) -> Result<AdmitClaims, Problem> {
+    let not_admitted = || {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "not_admitted",
+            "An admission token of the room selling this event is required",
+        )
+    };
+    let room = state.rooms().get(room_id).ok_or_else(not_admitted)?;
+    visitor::admission_from(state, headers, room, client)
+        .map(|(_, c)| c)
+        .ok_or_else(not_admitted)
+}
+
+fn hold_json(h: &HoldView) -> Value {
+    json!({
+        "hold_id": h.hold_id.as_str(),
+        "event": h.event.as_str(),
+        "qty": h.qty,
+        "status": h.status.as_str(),
+        "expires_at": h.expires_at,
+        "available": h.available,
+    })
+}
+
+async fn get_event(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    axum::Extension(client): axum::Extension<ClientInfo>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let (event, room) = known_event(&state, &id)?;
+    visitor_of(&state, &headers, &room, &client)?;
+    let s = state
+        .inventory()
+        .read(&event)
+        .await
+        .map_err(store_err)?
+        .ok_or_else(not_ready)?;
+    let available = s.available.ok_or_else(not_ready)?;
+    Ok(axum::Json(json!({
+        "event": id,
+        "available": available,
+        "total": s.total,
+        "cart_limit": s.cart_limit,
+        "hold_ttl_seconds": s.hold_ttl_secs,
+    }))
+    .into_response())
+}
+
+async fn create_hold(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    axum::Extension(client): axum::Extension<ClientInfo>,
+    headers: HeaderMap,
+    body: Result<JsonBody<Value>, Problem>,
+) -> Result<Response, Problem> {
+    let (event, room) = known_event(&state, &id)?;
+    let visitor = visitor_of(&state, &headers, &room, &client)?;
+    let JsonBody(body) = body?;
+    let invalid_qty = |limit: Option<u32>| {
+        let p = Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_quantity",
+            "qty must be a whole number from 1 to the cart limit",
+        );
+        match limit {
+            Some(l) => p.with("limit", l),
+            None => p,
+        }
+    };
+    let limit = state.events().cached(&id).map(|s| s.cart_limit);
+    let qty = body
+        .get("qty")
+        .and_then(Value::as_u64)
+        .filter(|q| *q >= 1)
+        .and_then(|q| u32::try_from(q).ok())
+        .ok_or_else(|| invalid_qty(limit))?;
+    let idem = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let s = v
+                .to_str()
+                .ok()
+                .filter(|s| {
+                    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic())
+                })
+                .ok_or_else(|| {
+                    Problem::malformed("Idempotency-Key must be 1 to 128 visible ASCII characters")
+                })?;
+            Some(s.to_owned())
+        }
+    };
+    let outcome = state
+        .inventory()
+        .hold(&event, &visitor.sub, qty, idem.as_deref())
+        .await
+        .map_err(store_err)?;
+    metrics_outcome(&outcome);
+    match outcome {
+        HoldOutcome::Held(h) | HoldOutcome::Replayed(h) => {
+            Ok((StatusCode::CREATED, axum::Json(hold_json(&h))).into_response())
+        }
+        HoldOutcome::SoldOut { available } => {
+            Err(
+                Problem::new(StatusCode::CONFLICT, "sold_out", "Not enough tickets left")
+                    .with("available", available),
+            )
+        }
+        HoldOutcome::CartLimitExceeded { limit, held } => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "cart_limit_exceeded",
+            "That would take you over the cart limit",
+        )
+        .with("limit", limit)
+        .with("held", held)),
+        HoldOutcome::InvalidQuantity { limit } => Err(invalid_qty(Some(limit))),
+        HoldOutcome::NotReady => Err(not_ready()),
+    }
+}
+
+fn metrics_outcome(o: &HoldOutcome) {
+    let outcome = match o {
+        HoldOutcome::Held(_) => "held",
+        HoldOutcome::Replayed(_) => "replayed",
+        HoldOutcome::SoldOut { .. } => "sold_out",
+        HoldOutcome::CartLimitExceeded { .. } => "cart_limit_exceeded",
+        HoldOutcome::InvalidQuantity { .. } => "invalid_quantity",
+        HoldOutcome::NotReady => "not_ready",
+    };
+    tracing::debug!(outcome, "hold");
+}
+
+/// The hold of a path, owned by the caller.
+fn hold_of(
+    state: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+    client: &ClientInfo,
+) -> Result<(HoldId, AdmitClaims), Problem> {
+    let hold = HoldId::parse(id).ok_or_else(hold_not_found)?;
+    let event = hold.event();
+    let room = state
+        .events()
+        .room_of(event.as_str())
+        .ok_or_else(hold_not_found)?;
+    let visitor = visitor_of(state, headers, &room, client)?;
+    Ok((hold, visitor))
+}
+
+async fn get_hold(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    axum::Extension(client): axum::Extension<ClientInfo>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let (hold, visitor) = hold_of(&state, &id, &headers, &client)?;
+    let h = state
+        .inventory()
+        .get_hold(&hold, &visitor.sub)
+        .await
+        .map_err(store_err)?
+        .ok_or_else(hold_not_found)?;
+    Ok(axum::Json(hold_json(&h)).into_response())
+}
+
+async fn delete_hold(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    axum::Extension(client): axum::Extension<ClientInfo>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let (hold, visitor) = hold_of(&state, &id, &headers, &client)?;
+    match state
+        .inventory()
+        .release(&hold, &visitor.sub)
+        .await
+        .map_err(store_err)?
+    {
+        ReleaseOutcome::Released | ReleaseOutcome::AlreadyReleased => {
+            Ok(axum::Json(json!({"hold_id": id, "status": "released"})).into_response())
+        }
+        ReleaseOutcome::Expired => {
+            Ok(axum::Json(json!({"hold_id": id, "status": "expired"})).into_response())
+        }
+        ReleaseOutcome::Confirmed => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "hold_confirmed",
+            "This hold is paid and cannot be released",
+        )),
+        ReleaseOutcome::NotFound => Err(hold_not_found()),
+        ReleaseOutcome::NotReady => Err(not_ready()),
+    }
+}
+
+/// Checks `Sluice-Signature: t=<unix>,v1=<hex>` over `t + "." + body`.
+pub fn verify_signature(
+    secret: &[u8],
+    header: &str,
+    body: &[u8],
+    now: u64,
+) -> Result<(), &'static str> {
+    let mut t = None;
+    let mut sigs = Vec::new();
+    for part in header.split(',') {
+        match part.trim().split_once('=') {
+            Some(("t", v)) => t = v.parse::<u64>().ok(),
+            Some(("v1", v)) => sigs.push(v.to_owned()),
+            _ => {}
+        }
+    }
+    let t = t.ok_or("no timestamp")?;
+    if t.abs_diff(now) > WEBHOOK_TOLERANCE_S {
+        return Err("timestamp outside the tolerance");
+    }
+    if sigs.is_empty() {
+        return Err("no v1 signature");
+    }
+    for sig in sigs {
+        let Some(given) = from_hex(&sig) else {
+            continue;
+        };
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+            return Err("bad secret");
+        };
+        mac.update(t.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        if mac.verify_slice(&given).is_ok() {
+            return Ok(());
+        }
+    }
+    Err("signature mismatch")
+}
+
+/// The `Sluice-Signature` header for `body` at time `t` (for providers,
+/// the demo shop and tests).
+pub fn sign_webhook(secret: &[u8], t: u64, body: &[u8]) -> String {
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
+        Ok(m) => m,
+        Err(_) => return String::new(),
+    };
+    mac.update(t.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let tag = mac.finalize().into_bytes();
+    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    format!("t={t},v1={hex}")
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || s.len() > 128 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+async fn payment_webhook(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    let bad_sig = |why: &str| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "signature_invalid",
+            "The webhook signature is missing, wrong or too old",
+        )
+        .log_cause(&why)
+    };
+    if body.len() > state.config().limits.control_body_bytes {
+        return Err(Problem::body_too_large());
+    }
+    let secret = state
+        .config()
+        .webhook_secret
+        .as_deref()
+        .ok_or_else(|| bad_sig("no webhook secret configured"))?;
+    let sig = headers
+        .get("sluice-signature")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| bad_sig("no Sluice-Signature header"))?;
+    verify_signature(secret.as_bytes(), sig, &body, now_s()).map_err(bad_sig)?;
+    let v: Value = serde_json::from_slice(&body)
+        .map_err(|e| Problem::malformed(format!("invalid JSON body: {e}")))?;
+    let payment_event_id = v
+        .get("payment_event_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty() && s.len() <= 128)
+        .ok_or_else(|| {
+            Problem::malformed("payment_event_id must be a string of 1 to 128 characters")
+        })?;
+    let hold_id = v
+        .get("hold_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Problem::malformed("hold_id is required"))?;
+    let succeeded = match v.get("outcome").and_then(Value::as_str) {
+        Some("succeeded") => true,
+        Some("failed") => false,
+        _ => {
+            return Err(Problem::malformed(
+                "outcome must be \"succeeded\" or \"failed\"",
+            ));
+        }
+    };
+    let hold = HoldId::parse(hold_id).ok_or_else(hold_not_found)?;
+    let outcome = state
+        .inventory()
+        .confirm(&hold, payment_event_id, succeeded)
+        .await
+        .map_err(store_err)?;
+    match outcome {
+        ConfirmOutcome::Confirmed | ConfirmOutcome::Released => Ok(axum::Json(json!({
+            "hold_id": hold_id,
+            "status": outcome.as_str(),
+        }))
+        .into_response()),
+        ConfirmOutcome::Expired => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "hold_expired",
+            "The hold lapsed before payment; its stock went back: refund the payment",
+        )
+        .with("hold_id", hold_id)),
+        ConfirmOutcome::NotFound => Err(hold_not_found()),
+        ConfirmOutcome::NotReady => Err(not_ready()),
+    }
+}
+
+// === admin ===
+
+async fn admin_list_events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    state.check_admin(&headers)?;
+    let mut out = Vec::new();
+    for id in state.events().ids() {
+        out.push(event_admin_json(&state, &id).await?);
+    }
+    Ok(axum::Json(json!({ "events": out })).into_response())
+}
+
+async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> {
+    let event = EventId::parse(id).ok_or_else(event_not_found)?;
+    let s = state.inventory().read(&event).await.map_err(store_err)?;
+    Ok(match s {
+        Some(s) => json!({
+            "event": id,
+            "room": s.room,
+            "total": s.total,
+            "available": s.available,
+            "held": s.held,
+            "confirmed": s.confirmed,
+            "version": s.version,
+            "cart_limit": s.cart_limit,
+            "hold_ttl_seconds": s.hold_ttl_secs,
+            "ready": s.ready(),
+            "invariant_holds": s.invariant_holds,
+        }),
+        None => json!({
+            "event": id,
+            "room": state.events().room_of(id),
+            "ready": false,
+            "invariant_holds": false,
+        }),
+    })
+}
+
+async fn admin_get_event(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    state.check_admin(&headers)?;
+    let event = EventId::parse(&id).ok_or_else(event_not_found)?;
+    if state.events().room_of(&id).is_none()
+        && state
+            .inventory()
+            .read(&event)
+            .await
+            .map_err(store_err)?
+            .is_none()
+    {
+        return Err(event_not_found());
+    }
+    Ok(axum::Json(event_admin_json(&state, &id).await?).into_response())
+}
+
+async fn admin_put_event(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Response, Problem> {
+    state.check_admin(&headers)?;
+    let event = EventId::parse(&id)
+        .ok_or_else(|| Problem::invalid_setting("event", "must match [A-Za-z0-9_-]{1,64}"))?;
+    let obj = body
+        .as_object()
+        .ok_or_else(|| Problem::invalid_setting("body", "must be a JSON object"))?;
+    for k in obj.keys() {
+        if !matches!(
+            k.as_str(),
+            "total" | "cart_limit" | "hold_ttl_seconds" | "version" | "room"
+        ) {
+            return Err(Problem::invalid_setting(k, "unknown field"));
+        }
+    }
+    let int = |k: &str| -> Result<u64, Problem> {
+        obj.get(k)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Problem::invalid_setting(k, "must be a whole number ≥ 0"))
+    };
+    let total = int("total")?;
+    let cart_limit = u32::try_from(int("cart_limit")?)
+        .ok()
+        .filter(|c| *c >= 1)
+        .ok_or_else(|| Problem::invalid_setting("cart_limit", "must be at least 1"))?;
+    let ttl = int("hold_ttl_seconds")?;
+    if ttl == 0 || ttl > 86_400 {
+        return Err(Problem::invalid_setting(
+            "hold_ttl_seconds",
+            "must be from 1 to 86400",
+        ));
+    }
+    let version = int("version")?;
+    let room = match obj.get("room") {
+        None => "default".to_owned(),
+        Some(v) => v
+            .as_str()
+            .filter(|r| state.rooms().get(r).is_some())
+            .map(str::to_owned)
+            .ok_or_else(|| Problem::invalid_setting("room", "no such room"))?,
+    };
+    let spec = StockSpec {
+        total,
+        cart_limit,
+        hold_ttl: std::time::Duration::from_secs(ttl),
+        version,
+        room: room.clone(),
+    };
+    let outcome = state
+        .inventory()
+        .set_stock(&event, &spec)
+        .await
+        .map_err(store_err)?;
+    let status = match outcome {
+        SetStockOutcome::Created { .. } => StatusCode::CREATED,
+        SetStockOutcome::Updated { .. } => StatusCode::OK,
+        SetStockOutcome::Stale { current_version } => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "stale_version",
+                "A stock sync with this version or a newer one was already applied",
+            )
+            .with("current_version", current_version));
+        }
+        SetStockOutcome::BelowCommitted { held, confirmed } => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "below_committed",
+                "The new total is below what visitors already hold or bought",
+            )
+            .with("held", held)
+            .with("confirmed", confirmed));
+        }
+        SetStockOutcome::Invalid { reason } => {
+            return Err(Problem::invalid_setting("body", reason));
+        }
+    };
+    let state_now = state.inventory().read(&event).await.map_err(store_err)?;
+    state.events().upsert(&id, &room, state_now);
+    tracing::info!(target: "audit", event = %id, body = %body, "event stock set");
+    Ok((status, axum::Json(event_admin_json(&state, &id).await?)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_signatures() {
+        let body = br#"{"payment_event_id":"p1"}"#;
+        let h = sign_webhook(b"s3cret", 1_000, body);
+        assert!(verify_signature(b"s3cret", &h, body, 1_000).is_ok());
+        assert!(verify_signature(b"s3cret", &h, body, 1_000 + 299).is_ok());
+        assert!(verify_signature(b"s3cret", &h, body, 1_000 + 301).is_err());
+        assert!(verify_signature(b"other", &h, body, 1_000).is_err());
+        assert!(verify_signature(b"s3cret", &h, b"{}", 1_000).is_err());
+        assert!(verify_signature(b"s3cret", "t=1000", body, 1_000).is_err());
+        assert!(verify_signature(b"s3cret", "garbage", body, 1_000).is_err());
+        assert!(verify_signature(b"s3cret", "t=1000,v1=zz", body, 1_000).is_err());
+    }
+}

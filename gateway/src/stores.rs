@@ -1,0 +1,68 @@
+//! The concrete stores, picked once at start-up: in memory (one gateway,
+//! the embedded default) or Redis (`redis://` or `redis+cluster://`,
+//! shared by every gateway). Generics stop here: the rest of the gateway
+//! holds the backend enums of the domain crates.
+
+use std::time::Duration;
+
+use sluice_admission::{MemoryQueueStore, QueueBackend, RedisConfig, RedisQueueStore, SystemClock};
+use sluice_pow::{RedisReplayGuard, ReplayGuard};
+use sluice_reservation::{InventoryBackend, MemoryInventory, RedisInventory};
+
+use crate::config::Config;
+
+/// The three stores of a gateway.
+pub struct Stores {
+    /// Admission queue.
+    pub queue: QueueBackend,
+    /// Proof-of-work replay guard.
+    pub replay_guard: ReplayGuard,
+    /// Reservation inventory.
+    pub inventory: InventoryBackend,
+}
+
+/// Bound on every admission-store call: a slow Redis answers 503 quickly
+/// instead of piling up requests.
+const STORE_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// Connects the stores the configuration asks for.
+pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
+    let Some(url) = &config.redis else {
+        return Ok(Stores {
+            queue: QueueBackend::Memory(MemoryQueueStore::new(std::sync::Arc::new(SystemClock))),
+            replay_guard: ReplayGuard::memory(),
+            inventory: InventoryBackend::Memory(MemoryInventory::new()),
+        });
+    };
+    let queue = RedisQueueStore::connect(
+        url,
+        RedisConfig {
+            timeout: STORE_TIMEOUT,
+            ..RedisConfig::default()
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("admission store at {url}: {e}"))?;
+    let inventory = RedisInventory::connect(&sluice_reservation::RedisConfig::new(url.clone()))
+        .await
+        .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
+    let replay_guard = if url.starts_with("redis+cluster://") {
+        // Keys of the guard are single-key commands: any node answers with
+        // MOVED; until the guard speaks cluster, gateways on a cluster keep
+        // the guard per process (a solution is then good once per gateway).
+        tracing::warn!("proof-of-work replay guard is per-gateway on Redis Cluster");
+        ReplayGuard::memory()
+    } else {
+        let client = redis::Client::open(url.as_str())?;
+        let cfg = redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(STORE_TIMEOUT))
+            .set_connection_timeout(Some(STORE_TIMEOUT));
+        let cm = redis::aio::ConnectionManager::new_with_config(client, cfg).await?;
+        ReplayGuard::Redis(RedisReplayGuard::new(cm))
+    };
+    Ok(Stores {
+        queue: QueueBackend::Redis(queue),
+        replay_guard,
+        inventory: InventoryBackend::Redis(inventory),
+    })
+}

@@ -1,0 +1,462 @@
+//! The visitor endpoints of API.md: challenge, join, status, the public
+//! room state and the JWKS.
+//!
+//! A queued visitor costs the store nothing: its place is the `seq` inside
+//! its signed queue token. A status poll is a cached signature check and a
+//! look at the room's snapshot; the store is asked only once per visitor,
+//! when its place comes up (the claim).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sluice_admission::{AdmitClaims, QueueClaims, QueueStore, Snapshot, new_visitor_id};
+use sluice_pow::{PowError, network_prefix};
+
+use crate::app::{AppState, JsonBody, now_ms, now_s};
+use crate::client_ip::ClientInfo;
+use crate::cookies;
+use crate::problem::Problem;
+use crate::rooms::{self, Room};
+
+/// `POST /_sluice/rooms/{room}/challenge`.
+pub async fn challenge(
+    State(state): State<AppState>,
+    Path(room_id): Path<String>,
+    axum::Extension(client): axum::Extension<ClientInfo>,
+) -> Result<Response, Problem> {
+    let room = state.room(&room_id)?;
+    let prefix = network_prefix(client.ip);
+    room.check_rate_limit(prefix)
+        .map_err(Problem::rate_limited)?;
+    let now = now_ms();
+    let level = room.difficulty.observe_and_level(prefix, now);
+    let spec = level.spec(room.id(), room.config.challenge_ttl);
+    let issued = state
+        .pow()
+        .issue(&spec, now)
+        .map_err(|e| Problem::internal().log_cause(&e))?;
+    Ok(axum::Json(json!({
+        "challenge": issued.challenge,
+        "puzzles": issued.puzzles,
+        "difficulty_bits": issued.difficulty_bits,
+        "expires_at": issued.expires_at,
+        "algorithm": "sha256-leading-zero-bits",
+        "min_solve_ms": spec.min_solve.as_millis() as u64,
+    }))
+    .into_response())
+}
+
+/// The body of a join.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinBody {
+    challenge: String,
+    solutions: Vec<String>,
+    #[serde(default)]
+    return_to: Option<String>,
+}
+
+/// `POST /_sluice/rooms/{room}/join`.
+pub async fn join(
+    State(state): State<AppState>,
+    Path(room_id): Path<String>,
+    axum::Extension(client): axum::Extension<ClientInfo>,
+    headers: HeaderMap,
+    body: Result<JsonBody<JoinBody>, Problem>,
+) -> Result<Response, Problem> {
+    let room = state.room(&room_id)?;
+    let prefix = network_prefix(client.ip);
+
+    // A visitor that already holds a place keeps it: same seq, no new one.
+    if let Some(token) = cookies::token(&headers, &cookies::queue_name(room.id()))
+        && let Ok(claims) = state.verify_queue(&token, room.id())
+    {
+        return status_answer(
+            &state,
+            room,
+            &claims,
+            &client,
+            StatusCode::CREATED,
+            Some(&token),
+        )
+        .await;
+    }
+
+    let JsonBody(body) = body?;
+    room.check_rate_limit(prefix)
+        .map_err(Problem::rate_limited)?;
+    let snap = room.snapshot();
+    if snap.closed {
+        return Err(Problem::new(
+            StatusCode::LOCKED,
+            "room_closed",
+            "This waiting room is closed",
+        ));
+    }
+    if body.solutions.len() > 64 || body.challenge.len() > 1024 {
+        return Err(Problem::malformed("challenge or solutions too long"));
+    }
+    let return_to = safe_return_to(body.return_to.as_deref());
+    sluice_pow::redeem(
+        state.pow(),
+        state.replay_guard(),
+        &body.challenge,
+        &body.solutions,
+        room.id(),
+        now_ms(),
+    )
+    .await
+    .map_err(pow_problem)?;
+
+    let outcome = match state.queue().join(room.id()).await {
+        Ok(o) => o,
+        Err(e) => {
+            if rooms::fail_open(room) {
+                tracing::warn!(room = room.id(), error = %e, "store down: failing open");
+                let sub = new_visitor_id();
+                return admit(
+                    &state,
+                    room,
+                    &sub,
+                    None,
+                    snap.epoch,
+                    &client,
+                    &return_to,
+                    StatusCode::OK,
+                )
+                .await;
+            }
+            return Err(Problem::store_unavailable().log_cause(&e));
+        }
+    };
+    let sub = new_visitor_id();
+    if outcome.admitted {
+        // passthrough: nobody waits and credit remains
+        let _ = state.queue().claim(room.id(), outcome.seq).await;
+        return admit(
+            &state,
+            room,
+            &sub,
+            Some(outcome.seq),
+            outcome.epoch,
+            &client,
+            &return_to,
+            StatusCode::OK,
+        )
+        .await;
+    }
+    let mut claims = QueueClaims::new(
+        room.id(),
+        &sub,
+        outcome.seq,
+        outcome.epoch,
+        now_s(),
+        room.config.queue_token_ttl,
+    );
+    claims.ret = Some(return_to);
+    let token = state
+        .keyring()
+        .sign_queue(&claims)
+        .map_err(|e| Problem::internal().log_cause(&e))?;
+    let snap = room.snapshot();
+    let position = outcome
+        .seq
+        .saturating_sub(snap.frontier.max(outcome.frontier))
+        .max(1);
+    let mut res = (
+        StatusCode::CREATED,
+        axum::Json(json!({
+            "state": "waiting",
+            "queue_token": token,
+            "seq": outcome.seq,
+            "position": position,
+            "eta_seconds": room.eta_for_position(&snap, position),
+            "poll_after_ms": poll_after(room, &snap, position),
+            "rate_per_sec": snap.rate_per_sec,
+        })),
+    )
+        .into_response();
+    cookies::set(
+        res.headers_mut(),
+        &cookies::queue_name(room.id()),
+        &token,
+        room.config.queue_token_ttl.as_secs(),
+        client.proto == "https",
+    );
+    Ok(res)
+}
+
+/// `GET /_sluice/rooms/{room}/status`.
+pub async fn status(
+    State(state): State<AppState>,
+    Path(room_id): Path<String>,
+    axum::Extension(client): axum::Extension<ClientInfo>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    let room = state.room(&room_id)?;
+    let token = cookies::bearer(&headers)
+        .or_else(|| cookies::token(&headers, &cookies::queue_name(room.id())))
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "token_missing",
+                "A queue token is required",
+            )
+        })?;
+    let claims = state.verify_queue(&token, room.id()).map_err(|e| {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "token_invalid",
+            "The queue token is not valid for this room",
+        )
+        .log_cause(&e)
+    })?;
+    status_answer(&state, room, &claims, &client, StatusCode::OK, None).await
+}
+
+/// The answer to a visitor holding a valid queue token: waiting (with its
+/// position), the room's state, or admitted (claiming its place once).
+async fn status_answer(
+    state: &AppState,
+    room: &Arc<Room>,
+    claims: &QueueClaims,
+    client: &ClientInfo,
+    waiting_status: StatusCode,
+    echo_token: Option<&str>,
+) -> Result<Response, Problem> {
+    let snap = room.snapshot();
+    let return_to = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
+    let position = snap.position(claims.seq).max(1);
+    let room_state = if snap.closed {
+        Some("closed")
+    } else if state.sold_out(room.id()) {
+        Some("sold_out")
+    } else if snap.paused && !snap.is_admitted(claims.seq) {
+        Some("paused")
+    } else {
+        None
+    };
+    if let Some(s) = room_state {
+        return Ok(no_store(
+            axum::Json(json!({
+                "state": s,
+                "seq": claims.seq,
+                "position": position,
+                "poll_after_ms": poll_after(room, &snap, position).max(5_000),
+            }))
+            .into_response(),
+        ));
+    }
+    if snap.is_admitted(claims.seq) {
+        let outcome = state
+            .queue()
+            .claim(room.id(), claims.seq)
+            .await
+            .map_err(|e| Problem::store_unavailable().log_cause(&e))?;
+        if outcome.is_admitted() {
+            return admit(
+                state,
+                room,
+                &claims.sub,
+                Some(claims.seq),
+                claims.epoch,
+                client,
+                &return_to,
+                StatusCode::OK,
+            )
+            .await;
+        }
+    }
+    let eta = room.eta_for_position(&snap, position);
+    let mut body = json!({
+        "state": "waiting",
+        "seq": claims.seq,
+        "position": position,
+        "eta_seconds": eta,
+        "poll_after_ms": poll_after(room, &snap, position),
+        "rate_per_sec": snap.rate_per_sec,
+    });
+    if let Some(t) = echo_token {
+        body["queue_token"] = json!(t);
+    }
+    Ok((waiting_status, axum::Json(body)).into_response())
+}
+
+/// Issues an admission token (a session), sets its cookie and answers
+/// `admitted`.
+#[allow(clippy::too_many_arguments)]
+async fn admit(
+    state: &AppState,
+    room: &Arc<Room>,
+    sub: &str,
+    seq: Option<u64>,
+    epoch: u64,
+    client: &ClientInfo,
+    return_to: &str,
+    status: StatusCode,
+) -> Result<Response, Problem> {
+    let (token, _claims) = state.issue_admission(room, sub, seq, epoch, client).await?;
+    let mut res = (
+        status,
+        axum::Json(json!({
+            "state": "admitted",
+            "admission_token": token,
+            "return_to": return_to,
+        })),
+    )
+        .into_response();
+    cookies::set(
+        res.headers_mut(),
+        &cookies::admit_name(room.id()),
+        &token,
+        room.settings().session_ttl.as_secs(),
+        client.proto == "https",
+    );
+    Ok(res)
+}
+
+/// `GET /_sluice/rooms/{room}`: the public state of a room.
+pub async fn public_room(
+    State(state): State<AppState>,
+    Path(room_id): Path<String>,
+) -> Result<Response, Problem> {
+    let room = state.room(&room_id)?;
+    let snap = room.snapshot();
+    let st = if state.sold_out(room.id()) {
+        "sold_out"
+    } else {
+        room.public_state(&snap)
+    };
+    let new_position = snap.queue_length() + 1;
+    Ok(axum::Json(json!({
+        "room": room.id(),
+        "state": st,
+        "queue_length": snap.queue_length(),
+        "rate_per_sec": snap.rate_per_sec,
+        "eta_seconds_for_new_visitor": room.eta_for_position(&snap, new_position),
+    }))
+    .into_response())
+}
+
+/// `GET /_sluice/jwks.json`.
+pub async fn jwks(State(state): State<AppState>) -> Response {
+    let mut res = axum::Json(state.keyring().jwks()).into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/jwk-set+json"),
+    );
+    res
+}
+
+fn poll_after(room: &Room, snap: &Snapshot, position: u64) -> u64 {
+    let rate = room.admits_per_sec().max(snap.rate_per_sec);
+    sluice_admission::poll_after_ms_eta(position, rate, &mut rand::rng())
+}
+
+fn no_store(mut res: Response) -> Response {
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+/// A proof-of-work failure as its API answer.
+pub fn pow_problem(e: PowError) -> Problem {
+    let code = e.code();
+    let p = match code {
+        "pow_expired" => Problem::new(
+            StatusCode::FORBIDDEN,
+            "pow_expired",
+            "The challenge expired; fetch a new one",
+        ),
+        "pow_replayed" => Problem::new(
+            StatusCode::CONFLICT,
+            "pow_replayed",
+            "This solution was already used",
+        ),
+        "store_unavailable" => Problem::store_unavailable(),
+        "malformed_request" => Problem::malformed("the challenge or a solution is malformed"),
+        _ => Problem::new(
+            StatusCode::FORBIDDEN,
+            "pow_invalid",
+            "The proof of work is not valid",
+        ),
+    };
+    p.log_cause(&e)
+}
+
+/// The `return_to` of a join: a same-origin path, else `/`. Anything with a
+/// scheme, a host, `//`, a backslash or a control character becomes `/`.
+pub fn safe_return_to(given: Option<&str>) -> String {
+    let Some(s) = given else {
+        return "/".to_owned();
+    };
+    let ok = s.starts_with('/')
+        && !s.starts_with("//")
+        && !s.contains('\\')
+        && s.len() <= 2048
+        && !s.chars().any(|c| c.is_control() || c.is_whitespace())
+        && !s.starts_with("/_sluice/");
+    if ok { s.to_owned() } else { "/".to_owned() }
+}
+
+/// Admission-token checks shared by the gate and the reservation
+/// endpoints: the visitor's claims, or `None`.
+pub fn admission_from(
+    state: &AppState,
+    headers: &HeaderMap,
+    room: &Room,
+    client: &ClientInfo,
+) -> Option<(String, AdmitClaims)> {
+    let token = cookies::token(headers, &cookies::admit_name(room.id()))
+        .or_else(|| cookies::bearer(headers))?;
+    let claims = state.verify_admit(&token, room.id()).ok()?;
+    if let Some(bound) = &claims.ipp
+        && *bound != network_prefix(client.ip).to_string()
+    {
+        return None;
+    }
+    Some((token, claims))
+}
+
+/// Used by tests and the page: a JSON value for a waiting-room status.
+pub fn waiting_json(room: &Room, snap: &Snapshot) -> Value {
+    json!({
+        "room": room.id(),
+        "state": room.public_state(snap),
+        "queue_length": snap.queue_length(),
+        "challenge_url": format!("/_sluice/rooms/{}/challenge", room.id()),
+        "join_url": format!("/_sluice/rooms/{}/join", room.id()),
+        "status_url": format!("/_sluice/rooms/{}/status", room.id()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn return_to_is_same_origin_only() {
+        for bad in [
+            "https://evil.example/",
+            "//evil.example/x",
+            "/\\evil.example",
+            "\\\\evil",
+            "javascript:alert(1)",
+            "evil.example",
+            "/a\nb",
+            "/ spaced",
+            "/_sluice/admin/",
+        ] {
+            assert_eq!(safe_return_to(Some(bad)), "/", "{bad}");
+        }
+        assert_eq!(
+            safe_return_to(Some("/tickets/42?seat=a&x=%2F")),
+            "/tickets/42?seat=a&x=%2F"
+        );
+        assert_eq!(safe_return_to(None), "/");
+    }
+}

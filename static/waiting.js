@@ -1,0 +1,141 @@
+// The waiting-room page: fetch a challenge, solve it in Web Workers
+// (pow-solver.js), join, then poll the status at the pace the server asks,
+// and go back to the page the visitor wanted the moment it is admitted.
+// Reloading or a second tab keeps the place: the queue token lives in an
+// HttpOnly cookie that the status call sends by itself.
+(function () {
+  'use strict';
+  var root = document.getElementById('sluice');
+  if (!root) return;
+  var room = root.getAttribute('data-room');
+  var fallbackReturn = root.getAttribute('data-return-to') || '/';
+  var T = {};
+  try { T = JSON.parse(document.getElementById('sluice-texts').textContent); } catch (e) { T = {}; }
+  var base = '/_sluice/rooms/' + encodeURIComponent(room);
+  var stateEl = document.getElementById('state');
+  var positionEl = document.getElementById('position');
+  var aheadEl = document.getElementById('ahead');
+  var etaEl = document.getElementById('eta');
+  var bar = document.querySelector('.bar');
+  var fill = document.getElementById('bar-fill');
+  var startPosition = null;
+  var errorDelay = 1000;
+  var polling = false;
+  var lastAnnounced = '';
+
+  function t(key, vars) {
+    var s = T[key] || key;
+    if (vars) Object.keys(vars).forEach(function (k) { s = s.split('{' + k + '}').join(String(vars[k])); });
+    return s;
+  }
+  function say(text) {
+    if (text !== lastAnnounced) { stateEl.textContent = text; lastAnnounced = text; }
+  }
+  function setProgress(fraction) {
+    var pct = Math.max(0, Math.min(100, Math.round(fraction * 100)));
+    fill.style.width = pct + '%';
+    bar.setAttribute('aria-valuenow', String(pct));
+  }
+  // Same-origin paths only: anything else goes to "/".
+  function safePath(p) {
+    if (typeof p !== 'string' || p.charAt(0) !== '/' || p.charAt(1) === '/' || p.indexOf('\\') >= 0) return '/';
+    return p;
+  }
+  function etaRange(seconds) {
+    if (seconds == null) return '–';
+    if (seconds < 60) return t('eta_under_minute');
+    var lo = Math.max(1, Math.floor(seconds * 0.8 / 60));
+    var hi = Math.max(lo + 1, Math.ceil(seconds * 1.25 / 60));
+    if (hi >= 120) return t('eta_hours', { lo: Math.floor(lo / 60), hi: Math.ceil(hi / 60) });
+    return t('eta_minutes', { lo: lo, hi: hi });
+  }
+  function jitter(ms) { return Math.round(ms * (0.85 + Math.random() * 0.3)); }
+
+  function request(method, url, body) {
+    var opts = { method: method, credentials: 'same-origin', headers: { 'accept': 'application/json' } };
+    if (body !== undefined) { opts.headers['content-type'] = 'application/json'; opts.body = JSON.stringify(body); }
+    return fetch(url, opts).then(function (res) {
+      return res.json().catch(function () { return {}; }).then(function (json) { return { status: res.status, body: json, res: res }; });
+    });
+  }
+
+  function admitted(s) {
+    say(t('admitted'));
+    setProgress(1);
+    window.location.replace(safePath(s.return_to || fallbackReturn));
+  }
+
+  function show(s) {
+    if (s.state === 'admitted') return admitted(s);
+    if (typeof s.position === 'number') {
+      if (startPosition === null || s.position > startPosition) startPosition = s.position;
+      positionEl.textContent = s.position.toLocaleString();
+      aheadEl.textContent = Math.max(0, s.position - 1).toLocaleString();
+      setProgress(startPosition > 1 ? (startPosition - s.position) / (startPosition - 1) : 0.99);
+    }
+    if (s.state === 'waiting') {
+      etaEl.textContent = etaRange(s.eta_seconds);
+      say(s.position <= 1 ? t('next') : t('waiting', { position: s.position.toLocaleString() }));
+    } else if (s.state === 'paused') {
+      say(t('paused'));
+    } else if (s.state === 'sold_out') {
+      say(t('sold_out')); etaEl.textContent = '–';
+    } else if (s.state === 'closed') {
+      say(t('closed')); etaEl.textContent = '–';
+    }
+    schedule(s.poll_after_ms || 5000);
+  }
+
+  function schedule(ms) { setTimeout(poll, jitter(ms)); }
+
+  function poll() {
+    if (polling) return; // never more than one poll in flight
+    polling = true;
+    request('GET', base + '/status').then(function (r) {
+      polling = false;
+      if (r.status === 200) { errorDelay = 1000; return show(r.body); }
+      if (r.status === 401) return join();
+      throw new Error('status ' + r.status);
+    }).catch(function () {
+      polling = false;
+      say(t('reconnecting'));
+      errorDelay = Math.min(errorDelay * 2, 30000);
+      schedule(errorDelay);
+    });
+  }
+
+  function join() {
+    say(t('preparing'));
+    request('POST', base + '/challenge', {}).then(function (r) {
+      if (r.status !== 200) throw r;
+      say(t('solving'));
+      return window.SluiceSolver.solveChallenge(r.body, {
+        workerUrl: '/_sluice/static/pow-worker.js',
+        onProgress: function (done, total) { setProgress(0.25 * done / total); say(t('solving_progress', { done: done, total: total })); }
+      }).then(function (solutions) { return submit(r.body.challenge, solutions, 0); });
+    }).catch(function (err) {
+      var wait = (err && err.res && Number(err.res.headers.get('retry-after'))) * 1000 || errorDelay;
+      errorDelay = Math.min(errorDelay * 2, 30000);
+      say(t('reconnecting'));
+      setTimeout(join, jitter(wait));
+    });
+  }
+
+  // The same solution is resubmitted after a network error: it is only
+  // consumed when the gateway accepts it.
+  function submit(challenge, solutions, attempt) {
+    return request('POST', base + '/join', {
+      challenge: challenge, solutions: solutions, return_to: fallbackReturn
+    }).then(function (r) {
+      if (r.status === 200 || r.status === 201) { errorDelay = 1000; return show(r.body); }
+      if (r.status === 423) { say(t('closed')); return; }
+      throw r;
+    }, function () {
+      if (attempt > 8) throw new Error('network');
+      return new Promise(function (ok) { setTimeout(ok, jitter(Math.min(1000 * Math.pow(2, attempt), 15000))); })
+        .then(function () { return submit(challenge, solutions, attempt + 1); });
+    });
+  }
+
+  poll();
+})();
