@@ -11,6 +11,7 @@ pub mod client;
 pub mod origin;
 #[path = "redis_server.rs"]
 pub mod redis_server;
+pub mod visitor;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
