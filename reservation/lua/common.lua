@@ -19,6 +19,12 @@
 local K_STOCK, K_META, K_DEADLINES, K_VISITORS, K_STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local MAXLEN, EVENT = ARGV[1], ARGV[2]
 
+-- Integers as decimal text. Never tostring(): it prints 14 significant
+-- digits, so 2^50 would become "1.1258999068426e+15".
+local function int(n)
+  return string.format('%.0f', n)
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -31,7 +37,7 @@ local function emit(kind, suffix, visitor, qty, available, now, extra)
   if suffix ~= '' then hold_id = EVENT .. '.' .. suffix end
   local args = {'XADD', K_STREAM, 'MAXLEN', '~', MAXLEN, '*',
     'type', kind, 'event', EVENT, 'hold_id', hold_id, 'visitor', visitor,
-    'qty', tostring(qty), 'available', tostring(available), 'ts_ms', tostring(now)}
+    'qty', int(qty), 'available', int(available), 'ts_ms', int(now)}
   if extra then
     for _, v in ipairs(extra) do args[#args + 1] = v end
   end

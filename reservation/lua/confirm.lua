@@ -45,7 +45,7 @@ if answer == 'held' then
     emit('released', suffix, h[1], qty, available, now,
       {'reason', 'payment_failed', 'payment_event_id', ARGV[3]})
   end
-  redis.call('HSET', K_HOLD, 'status', answer, 'ended_ms', tostring(now))
+  redis.call('HSET', K_HOLD, 'status', answer, 'ended_ms', int(now))
   redis.call('PEXPIRE', K_HOLD, ARGV[5])
 end
 redis.call('SET', K_PAY, answer, 'PX', ARGV[6])

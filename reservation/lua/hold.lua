@@ -61,9 +61,9 @@ redis.call('HINCRBY', K_VISITORS, visitor, qty)
 local deadline = now + ttl
 local member = suffix .. ':' .. qty .. ':' .. visitor
 redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', qty, 'status', 'held',
-  'deadline_ms', tostring(deadline), 'created_ms', tostring(now), 'member', member)
-redis.call('PEXPIREAT', K_HOLD, tostring(deadline + tonumber(ARGV[8])))
-redis.call('ZADD', K_DEADLINES, tostring(deadline), member)
+  'deadline_ms', int(deadline), 'created_ms', int(now), 'member', member)
+redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[8])))
+redis.call('ZADD', K_DEADLINES, int(deadline), member)
 if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[7]) end
-emit('held', suffix, visitor, qty, available, now, {'expires_at_ms', tostring(deadline)})
+emit('held', suffix, visitor, qty, available, now, {'expires_at_ms', int(deadline)})
 return {'HELD', qty, 'held', deadline, available}

@@ -27,14 +27,14 @@ local qty, deadline, member = tonumber(h[2]), tonumber(h[4]), h[5]
 if deadline <= now or redis.call('ZREM', K_DEADLINES, member) == 0 then
   -- Lapsed: return its units if a reaper has not already (once either way).
   expire_member(member, now)
-  redis.call('HSET', K_HOLD, 'status', 'expired', 'ended_ms', tostring(now))
+  redis.call('HSET', K_HOLD, 'status', 'expired', 'ended_ms', int(now))
   redis.call('PEXPIRE', K_HOLD, ARGV[4])
   return {'EXPIRED'}
 end
 local available = redis.call('INCRBY', K_STOCK, qty)
 redis.call('HINCRBY', K_META, 'held', -qty)
 visitor_sub(h[1], qty)
-redis.call('HSET', K_HOLD, 'status', 'released', 'ended_ms', tostring(now))
+redis.call('HSET', K_HOLD, 'status', 'released', 'ended_ms', int(now))
 redis.call('PEXPIRE', K_HOLD, ARGV[4])
 emit('released', string.match(member, '^([^:]*)'), h[1], qty, available, now, {'reason', 'visitor'})
 return {'RELEASED'}

@@ -26,8 +26,8 @@ if total < held + confirmed then return {'BELOW', held, confirmed} end
 local available = total - held - confirmed
 if created then redis.call('DEL', K_DEADLINES, K_VISITORS) end
 redis.call('HSET', K_META, 'total', ARGV[3], 'cart_limit', ARGV[4], 'hold_ttl_ms', ARGV[5],
-  'version', ARGV[6], 'room', ARGV[7], 'held', tostring(held), 'confirmed', tostring(confirmed))
-redis.call('SET', K_STOCK, tostring(available))
+  'version', ARGV[6], 'room', ARGV[7], 'held', int(held), 'confirmed', int(confirmed))
+redis.call('SET', K_STOCK, int(available))
 emit('stock', '', '', ARGV[3], available, now_ms(), {'version', ARGV[6]})
 if created then return {'CREATED', available} end
 return {'UPDATED', available}

@@ -223,6 +223,36 @@ pub async fn set_stock_versions(h: &Harness) {
     );
 }
 
+/// Counters stay exact up to [`crate::MAX_TOTAL`] (2^53); above is refused.
+pub async fn big_numbers(h: &Harness) {
+    let ev = h.event("big");
+    let max = crate::MAX_TOTAL;
+    let ttl = Duration::from_secs(600);
+    assert_eq!(
+        h.inv.set_stock(&ev, &spec(max, 4, ttl, 1)).await.unwrap(),
+        SetStockOutcome::Created { available: max }
+    );
+    let v = held(h.inv.hold(&ev, "alice", 3, None).await.unwrap());
+    assert_eq!(v.available, max - 3);
+    assert_eq!(
+        h.inv.confirm(&v.hold_id, "p", true).await.unwrap(),
+        ConfirmOutcome::Confirmed
+    );
+    held(h.inv.hold(&ev, "bob", 1, None).await.unwrap());
+    assert_eq!(h.counts(&ev).await, (max - 4, 1, 3));
+    assert_eq!(
+        h.inv.set_stock(&ev, &spec(max - 1, 4, ttl, 2)).await.unwrap(),
+        SetStockOutcome::Updated { available: max - 5 }
+    );
+    assert_eq!(h.counts(&ev).await, (max - 5, 1, 3));
+    assert!(matches!(
+        h.inv.set_stock(&ev, &spec(max + 1, 4, ttl, 3)).await.unwrap(),
+        SetStockOutcome::Invalid { .. }
+    ));
+    let last = h.inv.recent_transitions(&ev, 1).await.unwrap();
+    assert_eq!((last[0].kind, last[0].qty), (TransitionKind::Stock, max - 1));
+}
+
 /// A hold, its view, its owner check and its stream entry.
 pub async fn hold_and_get(h: &Harness) {
     let ev = h.event("hold");
@@ -890,7 +920,7 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
 macro_rules! conformance_tests {
     ($make:expr) => {
         $crate::conformance_tests!(@each $make;
-            set_stock_versions, hold_and_get, bad_input, cart_limit, sold_out,
+            set_stock_versions, big_numbers, hold_and_get, bad_input, cart_limit, sold_out,
             idempotency, idempotency_concurrent, release, confirm, expiry,
             expiry_is_seen_by_holds, concurrent_reapers);
     };
