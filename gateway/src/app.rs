@@ -298,6 +298,7 @@ pub fn build(state: AppState) -> Router {
         .route("/_sluice/healthz", get(healthz))
         .route("/_sluice/readyz", get(readyz))
         .route("/_sluice/jwks.json", get(visitor::jwks))
+        .route("/_sluice/openapi.json", get(openapi))
         .route("/_sluice/rooms/{room}", get(visitor::public_room))
         .route("/_sluice/rooms/{room}/challenge", post(visitor::challenge))
         .route("/_sluice/rooms/{room}/join", post(visitor::join))
@@ -409,6 +410,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
             .into_response();
     }
     axum::Json(json!({"status": "ready"})).into_response()
+}
+
+/// The gateway's own reference of its HTTP contract.
+const OPENAPI: &str = include_str!("../api/openapi.json");
+
+async fn openapi() -> Response {
+    let mut res = OPENAPI.into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
 }
 
 async fn unknown_endpoint() -> Problem {

@@ -33,6 +33,14 @@ pub enum Command {
         /// The TOML file to check.
         file: PathBuf,
     },
+    /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
+    /// key id into DIR. The newest key signs; older keys keep verifying
+    /// (rotation without logging anyone out). Prints the key id.
+    Keygen {
+        /// The keys directory (`--keys-dir` of `serve`).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// Flags of `sluice serve` (API.md, operating contract).
@@ -126,6 +134,21 @@ pub fn main() -> ExitCode {
                 Err(e) => config_failure(&e),
             }
         }
+        Command::Keygen { out } => match sluice_admission::keygen(&out) {
+            Ok(kid) => {
+                println!("{kid}");
+                eprintln!(
+                    "sluice: wrote {}/{kid}.pk8; gateways started with --keys-dir {} now sign with it",
+                    out.display(),
+                    out.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("sluice: keygen: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve(args) => {
             let config = match args.resolve() {
                 Ok(c) => c,

@@ -101,3 +101,35 @@ fn flags_and_environment_are_validated_too() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("redis"));
 }
+
+#[test]
+fn keygen_writes_a_private_key_named_by_its_kid() {
+    let dir = std::env::temp_dir().join(format!("sluice-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut kids = Vec::new();
+    for _ in 0..2 {
+        let out = sluice()
+            .args(["keygen", "--out"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let kid = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let file = dir.join(format!("{kid}.pk8"));
+        assert!(file.is_file());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "key readable by others: {mode:o}");
+        }
+        kids.push(kid);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    assert_ne!(kids[0], kids[1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -164,3 +164,34 @@ async fn control_bodies_are_limited() {
     assert_eq!(res.status, 413);
     assert_eq!(res.json()["code"], "body_too_large");
 }
+
+#[tokio::test]
+async fn the_openapi_document_names_every_endpoint() {
+    let (_origin, gw) = setup().await;
+    let res = TestClient::new()
+        .get(&format!("{}/_sluice/openapi.json", gw.url()), &[])
+        .await;
+    assert_eq!(res.status, 200);
+    let doc = res.json();
+    assert_eq!(doc["openapi"], "3.1.0");
+    for path in [
+        "/_sluice/healthz",
+        "/_sluice/readyz",
+        "/_sluice/jwks.json",
+        "/_sluice/rooms/{room}",
+        "/_sluice/rooms/{room}/challenge",
+        "/_sluice/rooms/{room}/join",
+        "/_sluice/rooms/{room}/status",
+        "/_sluice/events/{event}",
+        "/_sluice/events/{event}/holds",
+        "/_sluice/holds/{hold_id}",
+        "/_sluice/webhooks/payment",
+        "/_sluice/admin/rooms/{room}",
+        "/_sluice/admin/events/{event}",
+    ] {
+        assert!(
+            doc["paths"].get(path).is_some(),
+            "{path} missing from openapi.json"
+        );
+    }
+}
