@@ -69,7 +69,7 @@ local function halted(st)
 end
 
 local function prune_sessions(now)
-  redis.call('ZREMRANGEBYSCORE', SESS, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', SESS, '-inf', int(now))
 end
 
 local function live_sessions(now)

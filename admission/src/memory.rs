@@ -128,21 +128,21 @@ impl MemoryQueueStore {
             return Ok(core.snapshot(room, now));
         }
         let mut rooms = self.inner.rooms.write();
-        // Another caller may have created it meanwhile: configure that one.
-        let entry = rooms.entry(room.to_owned()).or_insert_with(|| {
-            let epoch = self.next_epoch(now);
-            Arc::new(Mutex::new(RoomCore::new(
-                now,
-                &settings,
-                epoch,
-                min_tail,
-                min_frontier,
-            )))
-        });
-        let mut core = entry.lock();
-        core.configure(now, &settings);
-        core.reseed(min_tail, min_frontier);
-        Ok(core.snapshot(room, now))
+        if let Some(r) = rooms.get(room).cloned() {
+            // another caller created it meanwhile: update that one
+            drop(rooms);
+            let mut core = r.lock();
+            core.configure(now, &settings);
+            core.reseed(min_tail, min_frontier);
+            return Ok(core.snapshot(room, now));
+        }
+        // a new state: full bucket at the floors, nothing admitted yet
+        // (as configure.lua)
+        let epoch = self.next_epoch(now);
+        let core = RoomCore::new(now, &settings, epoch, min_tail, min_frontier);
+        let snap = core.snapshot(room, now);
+        rooms.insert(room.to_owned(), Arc::new(Mutex::new(core)));
+        Ok(snap)
     }
 
     /// [`QueueStore::join`], synchronously.
