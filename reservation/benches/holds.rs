@@ -44,7 +44,9 @@ async fn one_hold<I: Inventory>(inv: &I, ev: &EventId) {
 }
 
 fn bench_memory(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let inv = MemoryInventory::new();
     let ev = EventId::parse("bench-memory").unwrap();
     rt.block_on(inv.set_stock(&ev, &spec())).unwrap();

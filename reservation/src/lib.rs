@@ -72,8 +72,8 @@ pub use error::{ReservationError, Result};
 pub use memory::MemoryInventory;
 pub use redis::{RedisConfig, RedisInventory};
 pub use types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView,
-    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
+    SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
 
 use std::time::Duration;

@@ -19,12 +19,10 @@ use parking_lot::Mutex;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
 use crate::types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView,
-    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
+    SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
-use crate::{
-    HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem,
-};
+use crate::{HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
 
 /// Default number of transitions kept per event.
 pub const DEFAULT_LOG_CAPACITY: usize = 10_000;
@@ -152,7 +150,14 @@ impl EventData {
 
     /// Returns the units of the hold behind `member` if they are still out
     /// (the member is in the index); true when this call returned them.
-    fn expire_member(&mut self, event: &EventId, cap: usize, deadline: u64, member: &str, now: u64) -> bool {
+    fn expire_member(
+        &mut self,
+        event: &EventId,
+        cap: usize,
+        deadline: u64,
+        member: &str,
+        now: u64,
+    ) -> bool {
         if !self.deadlines.remove(&(deadline, member.to_owned())) {
             return false;
         }
@@ -454,8 +459,7 @@ impl Inventory for MemoryInventory {
         let Some(e) = events.get(&event) else {
             return Ok(None);
         };
-        Ok(e
-            .holds
+        Ok(e.holds
             .get(hold_id.suffix())
             .filter(|h| h.visitor == visitor)
             .map(|h| e.view(&event, hold_id.suffix(), h, now)))

@@ -41,12 +41,10 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::error::{ReservationError, Result};
 use crate::types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView,
-    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
+    SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
-use crate::{
-    HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem,
-};
+use crate::{HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
 
 /// The registry of events (outside any hash tag).
 pub const EVENTS_KEY: &str = "sluice:events";
@@ -626,7 +624,11 @@ impl Inventory for RedisInventory {
     async fn events(&self) -> Result<Vec<EventId>> {
         let mut conn = self.conn.clone();
         let names: Vec<String> = self
-            .bounded(redis::cmd("SMEMBERS").arg(EVENTS_KEY).query_async(&mut conn))
+            .bounded(
+                redis::cmd("SMEMBERS")
+                    .arg(EVENTS_KEY)
+                    .query_async(&mut conn),
+            )
             .await?;
         let mut v: Vec<EventId> = names.iter().filter_map(|n| EventId::parse(n)).collect();
         v.sort();

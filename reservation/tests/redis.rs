@@ -28,7 +28,9 @@ async fn connect(server: &RedisServer) -> RedisInventory {
         .unwrap()
 }
 
-async fn harness_with(options: RedisOptions) -> Option<(Harness, Arc<parking_lot::Mutex<RedisServer>>)> {
+async fn harness_with(
+    options: RedisOptions,
+) -> Option<(Harness, Arc<parking_lot::Mutex<RedisServer>>)> {
     let server = RedisServer::start_with(options)?;
     let inv = connect(&server).await;
     inv.load_scripts().await.unwrap();
@@ -72,7 +74,9 @@ fn model_based_property() {
         .enable_all()
         .build()
         .unwrap();
-    let Some(h) = rt.block_on(harness()) else { return };
+    let Some(h) = rt.block_on(harness()) else {
+        return;
+    };
     // Real time: few cases, short TTL; time steps are a whole TTL (see
     // conformance::model). Override with PROPTEST_CASES.
     let mut runner = TestRunner::new(Config {
@@ -92,7 +96,12 @@ fn model_based_property() {
 }
 
 /// Retries a hold through connection errors (the server is restarting).
-async fn hold_retrying(inv: &RedisInventory, ev: &sluice_reservation::EventId, visitor: &str, qty: u32) -> HoldOutcome {
+async fn hold_retrying(
+    inv: &RedisInventory,
+    ev: &sluice_reservation::EventId,
+    visitor: &str,
+    qty: u32,
+) -> HoldOutcome {
     loop {
         match inv.hold(ev, visitor, qty, None).await {
             Ok(out) => return out,
@@ -114,7 +123,9 @@ async fn aof_restart_mid_storm_never_oversells() {
     else {
         return;
     };
-    let InventoryBackend::Redis(inv) = h.inv.clone() else { unreachable!() };
+    let InventoryBackend::Redis(inv) = h.inv.clone() else {
+        unreachable!()
+    };
     let ev = h.event("aof");
     let total = 2_000;
     h.stock(&ev, total, 4, Duration::from_secs(600)).await;
@@ -192,7 +203,9 @@ async fn empty_restart_is_not_ready_until_stock_is_set() {
     let Some((h, server)) = harness_with(RedisOptions::default()).await else {
         return;
     };
-    let InventoryBackend::Redis(inv) = h.inv.clone() else { unreachable!() };
+    let InventoryBackend::Redis(inv) = h.inv.clone() else {
+        unreachable!()
+    };
     let ev = h.event("empty");
     let ttl = Duration::from_secs(600);
     assert!(matches!(
@@ -209,7 +222,10 @@ async fn empty_restart_is_not_ready_until_stock_is_set() {
         .unwrap();
     // Never "sold out": not ready, until stock is loaded again.
     for _ in 0..3 {
-        assert_eq!(hold_retrying(&inv, &ev, "bob", 1).await, HoldOutcome::NotReady);
+        assert_eq!(
+            hold_retrying(&inv, &ev, "bob", 1).await,
+            HoldOutcome::NotReady
+        );
     }
     assert_eq!(inv.read(&ev).await.unwrap(), None);
     assert_eq!(inv.get_hold(&v.hold_id, "alice").await.unwrap(), None);
@@ -237,7 +253,10 @@ async fn lost_counter_is_not_ready_not_sold_out() {
         other => panic!("{other:?}"),
     };
     server.lock().command(&format!("DEL sluice:{{{ev}}}:stock"));
-    assert_eq!(h.inv.hold(&ev, "bob", 1, None).await.unwrap(), HoldOutcome::NotReady);
+    assert_eq!(
+        h.inv.hold(&ev, "bob", 1, None).await.unwrap(),
+        HoldOutcome::NotReady
+    );
     let s = h.inv.read(&ev).await.unwrap().unwrap();
     assert!(!s.ready() && !s.invariant_holds);
     assert_eq!(
@@ -262,7 +281,9 @@ async fn lost_counter_is_not_ready_not_sold_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_redis_times_out_instead_of_hanging() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let mut config = RedisConfig::new(server.url());
     config.timeout = Duration::from_millis(200);
     let inv = RedisInventory::connect(&config).await.unwrap();
@@ -303,7 +324,9 @@ async fn unreachable_redis_is_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_is_consumable_with_a_group() {
-    let Some(server) = RedisServer::start() else { return };
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
     let inv = connect(&server).await;
     let ev = sluice_reservation::EventId::parse("streamed").unwrap();
     inv.set_stock(&ev, &spec(10, 4, Duration::from_secs(60), 1))
@@ -314,9 +337,23 @@ async fn stream_is_consumable_with_a_group() {
     };
     inv.confirm(&v.hold_id, "pay-1", true).await.unwrap();
     let key = format!("sluice:{{{ev}}}:stream");
-    assert!(server.command(&format!("XGROUP CREATE {key} origin 0")).starts_with("+OK"));
-    let reply = server.command(&format!("XREADGROUP GROUP origin c1 COUNT 10 STREAMS {key} >"));
-    for needle in ["stock", "held", "confirmed", "pay-1", v.hold_id.as_str(), "alice", "ts_ms"] {
+    assert!(
+        server
+            .command(&format!("XGROUP CREATE {key} origin 0"))
+            .starts_with("+OK")
+    );
+    let reply = server.command(&format!(
+        "XREADGROUP GROUP origin c1 COUNT 10 STREAMS {key} >"
+    ));
+    for needle in [
+        "stock",
+        "held",
+        "confirmed",
+        "pay-1",
+        v.hold_id.as_str(),
+        "alice",
+        "ts_ms",
+    ] {
         assert!(reply.contains(needle), "{needle} missing in {reply}");
     }
 }

@@ -167,7 +167,10 @@ pub async fn set_stock_versions(h: &Harness) {
         SetStockOutcome::Updated { available: 1 }
     );
     let s = h.inv.read(&ev).await.unwrap().unwrap();
-    assert_eq!((s.total, s.available, s.held, s.confirmed), (6, Some(1), 2, 3));
+    assert_eq!(
+        (s.total, s.available, s.held, s.confirmed),
+        (6, Some(1), 2, 3)
+    );
     assert_eq!((s.version, s.cart_limit, s.hold_ttl_secs), (6, 2, 600));
     assert!(s.invariant_holds && s.ready());
     // Below held + confirmed: refused, nothing changed.
@@ -203,7 +206,10 @@ pub async fn set_stock_versions(h: &Harness) {
         SetStockOutcome::Updated { .. }
     ));
     assert_eq!(
-        h.inv.set_stock(&ev, &spec(5, 4, ttl, big - 1)).await.unwrap(),
+        h.inv
+            .set_stock(&ev, &spec(5, 4, ttl, big - 1))
+            .await
+            .unwrap(),
         SetStockOutcome::Stale {
             current_version: big
         }
@@ -218,7 +224,10 @@ pub async fn set_stock_versions(h: &Harness) {
         .collect();
     assert_eq!(kinds.first(), Some(&TransitionKind::Stock));
     assert_eq!(
-        kinds.iter().filter(|k| **k == TransitionKind::Stock).count(),
+        kinds
+            .iter()
+            .filter(|k| **k == TransitionKind::Stock)
+            .count(),
         4
     );
 }
@@ -241,16 +250,25 @@ pub async fn big_numbers(h: &Harness) {
     held(h.inv.hold(&ev, "bob", 1, None).await.unwrap());
     assert_eq!(h.counts(&ev).await, (max - 4, 1, 3));
     assert_eq!(
-        h.inv.set_stock(&ev, &spec(max - 1, 4, ttl, 2)).await.unwrap(),
+        h.inv
+            .set_stock(&ev, &spec(max - 1, 4, ttl, 2))
+            .await
+            .unwrap(),
         SetStockOutcome::Updated { available: max - 5 }
     );
     assert_eq!(h.counts(&ev).await, (max - 5, 1, 3));
     assert!(matches!(
-        h.inv.set_stock(&ev, &spec(max + 1, 4, ttl, 3)).await.unwrap(),
+        h.inv
+            .set_stock(&ev, &spec(max + 1, 4, ttl, 3))
+            .await
+            .unwrap(),
         SetStockOutcome::Invalid { .. }
     ));
     let last = h.inv.recent_transitions(&ev, 1).await.unwrap();
-    assert_eq!((last[0].kind, last[0].qty), (TransitionKind::Stock, max - 1));
+    assert_eq!(
+        (last[0].kind, last[0].qty),
+        (TransitionKind::Stock, max - 1)
+    );
 }
 
 /// A hold, its view, its owner check and its stream entry.
@@ -272,7 +290,10 @@ pub async fn hold_and_get(h: &Harness) {
     let last = log.last().unwrap();
     assert_eq!(last.kind, TransitionKind::Held);
     assert_eq!(last.hold_id, v.hold_id.as_str());
-    assert_eq!((last.visitor.as_str(), last.qty, last.available), ("alice", 3, 7));
+    assert_eq!(
+        (last.visitor.as_str(), last.qty, last.available),
+        ("alice", 3, 7)
+    );
     assert_eq!(h.inv.recent_transitions(&ev, 1).await.unwrap().len(), 1);
 }
 
@@ -335,7 +356,12 @@ pub async fn bad_input(h: &Harness) {
     }
     assert_eq!(h.inv.read(&ev).await.unwrap(), before);
     assert_eq!(
-        h.inv.get_hold(&v.hold_id, "alice").await.unwrap().unwrap().status,
+        h.inv
+            .get_hold(&v.hold_id, "alice")
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
         HoldStatus::Held
     );
 }
@@ -474,7 +500,12 @@ pub async fn release(h: &Harness) {
     }
     assert_eq!(h.counts(&ev).await, (10, 0, 0));
     assert_eq!(
-        h.inv.get_hold(&v.hold_id, "alice").await.unwrap().unwrap().status,
+        h.inv
+            .get_hold(&v.hold_id, "alice")
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
         HoldStatus::Released
     );
     // A payment for a released hold confirms nothing.
@@ -499,9 +530,9 @@ pub async fn release(h: &Harness) {
     for _ in 0..16 {
         let inv = h.inv.clone();
         let id = w.hold_id.clone();
-        tasks.push(tokio::spawn(
-            async move { inv.release(&id, "bob").await.unwrap() },
-        ));
+        tasks.push(tokio::spawn(async move {
+            inv.release(&id, "bob").await.unwrap()
+        }));
     }
     let mut wins = 0;
     for t in tasks {
@@ -559,7 +590,12 @@ pub async fn confirm(h: &Harness) {
         ConfirmOutcome::Released
     );
     assert_eq!(
-        h.inv.get_hold(&b.hold_id, "bob").await.unwrap().unwrap().status,
+        h.inv
+            .get_hold(&b.hold_id, "bob")
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
         HoldStatus::Released
     );
     // bob's cart room is back.
@@ -608,7 +644,12 @@ pub async fn expiry(h: &Harness) {
     // Before any reaper: every view says expired.
     for (v, who) in [(&a, "alice"), (&b, "bob"), (&c, "carol")] {
         assert_eq!(
-            h.inv.get_hold(&v.hold_id, who).await.unwrap().unwrap().status,
+            h.inv
+                .get_hold(&v.hold_id, who)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
             HoldStatus::Expired
         );
     }
@@ -857,8 +898,14 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
             }
             let id = v.hold_id.clone();
             let answer = match i % 4 {
-                0 | 1 => format!("{:?}", inv.confirm(&id, &format!("p{i}"), true).await.unwrap()),
-                2 => format!("{:?}", inv.confirm(&id, &format!("p{i}"), false).await.unwrap()),
+                0 | 1 => format!(
+                    "{:?}",
+                    inv.confirm(&id, &format!("p{i}"), true).await.unwrap()
+                ),
+                2 => format!(
+                    "{:?}",
+                    inv.confirm(&id, &format!("p{i}"), false).await.unwrap()
+                ),
                 _ => format!("{:?}", inv.release(&id, &visitor).await.unwrap()),
             };
             (i, answer)
@@ -910,9 +957,16 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
             HoldStatus::Expired => answer == "Expired",
             HoldStatus::Held => false,
         };
-        assert!(agrees, "hold {i} ended {:?} but answered {answer}", end.status);
+        assert!(
+            agrees,
+            "hold {i} ended {:?} but answered {answer}",
+            end.status
+        );
     }
-    assert_eq!(h.counts(&ev).await, (total - confirmed_units, 0, confirmed_units));
+    assert_eq!(
+        h.counts(&ev).await,
+        (total - confirmed_units, 0, confirmed_units)
+    );
 }
 
 /// Every test that needs nothing but a harness, for the macro below.

@@ -260,11 +260,20 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
         .inv
         .set_stock(
             &ev,
-            &super::spec(spec.total, spec.cart_limit, Duration::from_millis(spec.ttl_ms), 1),
+            &super::spec(
+                spec.total,
+                spec.cart_limit,
+                Duration::from_millis(spec.ttl_ms),
+                1,
+            ),
         )
         .await
         .map_err(|e| e.to_string())?;
-    if out != (SetStockOutcome::Created { available: spec.total }) {
+    if out
+        != (SetStockOutcome::Created {
+            available: spec.total,
+        })
+    {
         return Err(format!("set_stock: {out:?}"));
     }
     let start = match &h.time {
@@ -300,13 +309,20 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                     if ok {
                         Ok(())
                     } else {
-                        Err(format!("view {v:?} vs model {mh:?} available {}", m.available))
+                        Err(format!(
+                            "view {v:?} vs model {mh:?} available {}",
+                            m.available
+                        ))
                     }
                 };
                 if let Some(i) = replay {
                     match &got {
-                        HoldOutcome::Replayed(v) => expect_view(&m, i, v).map_err(|e| err(step, op, e))?,
-                        other => return Err(err(step, op, format!("expected replay, got {other:?}"))),
+                        HoldOutcome::Replayed(v) => {
+                            expect_view(&m, i, v).map_err(|e| err(step, op, e))?
+                        }
+                        other => {
+                            return Err(err(step, op, format!("expected replay, got {other:?}")));
+                        }
                     }
                     continue;
                 }
@@ -314,9 +330,14 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                 let expected = if *qty == 0 || *qty > m.limit {
                     Some(HoldOutcome::InvalidQuantity { limit: m.limit })
                 } else if have + qty > m.limit {
-                    Some(HoldOutcome::CartLimitExceeded { limit: m.limit, held: have })
+                    Some(HoldOutcome::CartLimitExceeded {
+                        limit: m.limit,
+                        held: have,
+                    })
                 } else if m.available < u64::from(*qty) {
-                    Some(HoldOutcome::SoldOut { available: m.available })
+                    Some(HoldOutcome::SoldOut {
+                        available: m.available,
+                    })
                 } else {
                     None
                 };
@@ -331,7 +352,7 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                             visitor: vname.clone(),
                             qty: *qty,
                             status: HoldStatus::Held,
-                            deadline: if exact_time { m.now + m.ttl } else { m.now + m.ttl },
+                            deadline: m.now + m.ttl,
                             out: true,
                         });
                         let i = m.holds.len() - 1;
@@ -379,7 +400,9 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                 succeeded,
             } => {
                 let pick = m.pick(*hold);
-                let id = pick.map(|i| m.holds[i].id.clone()).unwrap_or_else(|| bogus.clone());
+                let id = pick
+                    .map(|i| m.holds[i].id.clone())
+                    .unwrap_or_else(|| bogus.clone());
                 let got = h
                     .inv
                     .confirm(&id, &format!("pay-{payment}"), *succeeded)
@@ -434,7 +457,11 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                             || v.qty != mh.qty
                             || v.available != m.available
                         {
-                            return Err(err(step, op, format!("got {v:?}, model {mh:?}, available {}", m.available)));
+                            return Err(err(
+                                step,
+                                op,
+                                format!("got {v:?}, model {mh:?}, available {}", m.available),
+                            ));
                         }
                     }
                     (e, g) => return Err(err(step, op, format!("expected {e:?}, got {g:?}"))),
@@ -465,8 +492,13 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                     .map_err(|e| e.to_string())?
                     .ok_or("read: none")?;
                 m.reap(LAZY_REAP_MAX);
-                if (got.available, got.held, got.confirmed, got.total, got.invariant_holds)
-                    != (Some(m.available), m.held, m.confirmed, m.total, true)
+                if (
+                    got.available,
+                    got.held,
+                    got.confirmed,
+                    got.total,
+                    got.invariant_holds,
+                ) != (Some(m.available), m.held, m.confirmed, m.total, true)
                 {
                     return Err(err(step, op, format!("got {got:?}, model {m:?}")));
                 }
@@ -501,10 +533,16 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
             .filter(|t| t.hold_id == mh.id.as_str())
             .map(|t| t.kind)
             .collect();
-        let model: Vec<TransitionKind> =
-            m.log.iter().filter(|(j, _)| *j == i).map(|(_, k)| *k).collect();
+        let model: Vec<TransitionKind> = m
+            .log
+            .iter()
+            .filter(|(j, _)| *j == i)
+            .map(|(_, k)| *k)
+            .collect();
         if store != model {
-            return Err(format!("hold {i} transitions: store {store:?}, model {model:?}"));
+            return Err(format!(
+                "hold {i} transitions: store {store:?}, model {model:?}"
+            ));
         }
         let terminal = model.iter().filter(|k| **k != TransitionKind::Held).count();
         if terminal > 1 {
