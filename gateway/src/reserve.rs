@@ -6,6 +6,27 @@
 //! The visitor is the admission token's `sub`, from the cookie
 //! `sluice_a_{room}` or a bearer token, where the room is the one that sells
 //! the event.
+//!
+//! Mapping decisions beyond the letter of API.md (all additions, no change):
+//!
+//! - A *succeeded* payment for a hold that was already released (by its
+//!   visitor, or by an earlier failed payment) answers 409 `hold_released`:
+//!   nothing was sold, the provider must refund, exactly like
+//!   `hold_expired`. A *failed* payment on a released hold answers 200
+//!   `released`, and any payment on a confirmed hold 200 `confirmed` (a
+//!   failure after success leaves the sale standing).
+//! - `DELETE` of a hold that lapsed answers 200 with `status: "expired"`
+//!   (its stock went back, as for a release; `GET` says the same).
+//! - Store faults: 503 `store_unavailable` when the store is down, slow or
+//!   restarting; 500 `internal_error` for a fault retrying cannot cure (a
+//!   script error, an answer of an unknown shape).
+//! - `Idempotency-Key`: 1 to 128 visible ASCII characters, else 400
+//!   `malformed_request` (nothing held).
+//! - An event created through another gateway sharing the store is found
+//!   in the store on first use, then remembered.
+//! - `PUT` of an existing event without `room` keeps the event's room; a
+//!   new event defaults to `default`.
+//! - An empty webhook secret counts as none: every signature is refused.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -19,7 +40,7 @@ use sha2::Sha256;
 use sluice_admission::AdmitClaims;
 use sluice_reservation::{
     ConfirmOutcome, EventId, HoldId, HoldOutcome, HoldView, Inventory, ReleaseOutcome,
-    SetStockOutcome, StockSpec,
+    ReservationError, SetStockOutcome, StockSpec,
 };
 
 use crate::app::{AppState, JsonBody, now_s};
@@ -61,15 +82,32 @@ fn not_ready() -> Problem {
     .retry_after(5)
 }
 
-fn store_err(e: impl std::fmt::Display) -> Problem {
-    Problem::store_unavailable().log_cause(&e)
+/// 503 `store_unavailable` for a store that is down, slow or restarting
+/// (retry helps); 500 `internal_error` for a fault retrying cannot cure.
+fn store_err(e: ReservationError) -> Problem {
+    if e.is_unavailable() {
+        Problem::store_unavailable().log_cause(&e)
+    } else {
+        Problem::internal().log_cause(&e)
+    }
 }
 
-/// The event id of a path, known to this gateway, with the room selling it.
-fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Problem> {
+/// The event id of a path with the room selling it: an event this gateway
+/// knows (configured, created through it, or seen before), else one created
+/// through another gateway sharing the store.
+async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Problem> {
     let event = EventId::parse(id).ok_or_else(event_not_found)?;
-    let room = state.events().room_of(id).ok_or_else(event_not_found)?;
-    Ok((event, room))
+    if let Some(room) = state.events().room_of(id) {
+        return Ok((event, room));
+    }
+    match state.inventory().read(&event).await.map_err(store_err)? {
+        Some(s) => {
+            let room = s.room.clone();
+            state.events().upsert(id, &room, Some(s));
+            Ok((event, room))
+        }
+        None => Err(event_not_found()),
+    }
 }
 
 /// The admitted visitor of `room`, or 401 `not_admitted`.
@@ -109,7 +147,7 @@ async fn get_event(
     axum::Extension(client): axum::Extension<ClientInfo>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let (event, room) = known_event(&state, &id)?;
+    let (event, room) = known_event(&state, &id).await?;
     visitor_of(&state, &headers, &room, &client)?;
     let s = state
         .inventory()
@@ -135,7 +173,7 @@ async fn create_hold(
     headers: HeaderMap,
     body: Result<JsonBody<Value>, Problem>,
 ) -> Result<Response, Problem> {
-    let (event, room) = known_event(&state, &id)?;
+    let (event, room) = known_event(&state, &id).await?;
     let visitor = visitor_of(&state, &headers, &room, &client)?;
     let JsonBody(body) = body?;
     let invalid_qty = |limit: Option<u32>| {
@@ -211,8 +249,8 @@ fn metrics_outcome(o: &HoldOutcome) {
     tracing::debug!(outcome, "hold");
 }
 
-/// The hold of a path, owned by the caller.
-fn hold_of(
+/// The hold of a path and the caller (ownership is the store's check).
+async fn hold_of(
     state: &AppState,
     id: &str,
     headers: &HeaderMap,
@@ -220,10 +258,13 @@ fn hold_of(
 ) -> Result<(HoldId, AdmitClaims), Problem> {
     let hold = HoldId::parse(id).ok_or_else(hold_not_found)?;
     let event = hold.event();
-    let room = state
-        .events()
-        .room_of(event.as_str())
-        .ok_or_else(hold_not_found)?;
+    let (_, room) = known_event(state, event.as_str()).await.map_err(|p| {
+        if p.code() == "event_not_found" {
+            hold_not_found()
+        } else {
+            p
+        }
+    })?;
     let visitor = visitor_of(state, headers, &room, client)?;
     Ok((hold, visitor))
 }
@@ -234,7 +275,7 @@ async fn get_hold(
     axum::Extension(client): axum::Extension<ClientInfo>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let (hold, visitor) = hold_of(&state, &id, &headers, &client)?;
+    let (hold, visitor) = hold_of(&state, &id, &headers, &client).await?;
     let h = state
         .inventory()
         .get_hold(&hold, &visitor.sub)
@@ -250,7 +291,7 @@ async fn delete_hold(
     axum::Extension(client): axum::Extension<ClientInfo>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
-    let (hold, visitor) = hold_of(&state, &id, &headers, &client)?;
+    let (hold, visitor) = hold_of(&state, &id, &headers, &client).await?;
     match state
         .inventory()
         .release(&hold, &visitor.sub)
@@ -358,6 +399,7 @@ async fn payment_webhook(
         .config()
         .webhook_secret
         .as_deref()
+        .filter(|s| !s.is_empty())
         .ok_or_else(|| bad_sig("no webhook secret configured"))?;
     let sig = headers
         .get("sluice-signature")
@@ -393,6 +435,14 @@ async fn payment_webhook(
         .await
         .map_err(store_err)?;
     match outcome {
+        // A succeeded payment for a hold given back earlier: nothing was
+        // sold, the money must go back (API.md allows added codes).
+        ConfirmOutcome::Released if succeeded => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "hold_released",
+            "The hold was released before payment; nothing was sold: refund the payment",
+        )
+        .with("hold_id", hold_id)),
         ConfirmOutcome::Confirmed | ConfirmOutcome::Released => Ok(axum::Json(json!({
             "hold_id": hold_id,
             "status": outcome.as_str(),
@@ -508,7 +558,17 @@ async fn admin_put_event(
     }
     let version = int("version")?;
     let room = match obj.get("room") {
-        None => "default".to_owned(),
+        // An existing event keeps its room; a new one is sold by `default`.
+        None => match state.events().room_of(&id) {
+            Some(r) => r,
+            None => state
+                .inventory()
+                .read(&event)
+                .await
+                .map_err(store_err)?
+                .map(|s| s.room)
+                .unwrap_or_else(|| "default".to_owned()),
+        },
         Some(v) => v
             .as_str()
             .filter(|r| state.rooms().get(r).is_some())
