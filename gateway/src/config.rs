@@ -268,6 +268,11 @@ pub struct RoomConfig {
     pub difficulty_floor_bits: u8,
     /// Highest proof-of-work difficulty.
     pub difficulty_ceiling_bits: u8,
+    /// Under attack (the work a flooding network would need is past the
+    /// ceiling), challenges carry this minimum solve age instead of more
+    /// work: a wall-clock floor no GPU compresses. `"0s"` turns it off.
+    #[serde(with = "humantime_serde")]
+    pub attack_min_solve: Duration,
     /// How long a challenge may be solved and redeemed.
     #[serde(with = "humantime_serde")]
     pub challenge_ttl: Duration,
@@ -312,6 +317,7 @@ impl Default for RoomConfig {
             puzzles: 16,
             difficulty_floor_bits: 18,
             difficulty_ceiling_bits: 20,
+            attack_min_solve: Duration::from_secs(3),
             challenge_ttl: Duration::from_secs(300),
             queue_token_ttl: Duration::from_secs(86_400),
         }

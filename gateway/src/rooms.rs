@@ -22,7 +22,9 @@ use arc_swap::ArcSwap;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use sluice_admission::{QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings, Snapshot};
+use sluice_admission::{
+    AdmissionError, QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings, Snapshot,
+};
 use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
 
 use crate::config::{Config, FailurePolicy, RoomConfig, canonical_ip};
@@ -59,6 +61,7 @@ impl Room {
             ceiling_bits: config.difficulty_ceiling_bits,
             default_bits: config.difficulty_floor_bits,
             puzzles: config.puzzles,
+            min_solve_under_attack: config.attack_min_solve,
             ..DifficultyConfig::default()
         })
         .map_err(|e| anyhow::anyhow!("room {}: difficulty: {e}", config.id))?;
@@ -345,10 +348,7 @@ fn mark_down(room: &Room, e: &dyn std::fmt::Display) {
     }
 }
 
-async fn init_room(
-    room: &Room,
-    store: &QueueBackend,
-) -> Result<(), sluice_admission::AdmissionError> {
+async fn init_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionError> {
     match store.settings(room.id()).await? {
         Some(s) => {
             room.settings.store(Arc::new(s));
@@ -363,11 +363,29 @@ async fn init_room(
     Ok(())
 }
 
-async fn tick_room(
-    room: &Room,
-    store: &QueueBackend,
-) -> Result<(), sluice_admission::AdmissionError> {
-    let snap = store.advance(room.id()).await?;
+async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionError> {
+    let snap = match store.advance(room.id()).await {
+        Ok(s) => s,
+        Err(AdmissionError::RoomNotFound(_)) => {
+            // The store lost the room (Redis restarted empty): recreate it
+            // above every seq this gateway has seen, with a new epoch.
+            let max_tail = room.max_tail.load(Ordering::Relaxed);
+            let max_frontier = room.max_frontier.load(Ordering::Relaxed);
+            tracing::warn!(
+                room = room.id(),
+                seen_tail = max_tail,
+                seen_frontier = max_frontier,
+                "store has no state for the room: recovering from the highest values seen"
+            );
+            let settings = room.settings();
+            let snap = store
+                .recover(room.id(), &settings, max_tail, max_frontier)
+                .await?;
+            room.record(snap);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     let max_tail = room.max_tail.load(Ordering::Relaxed);
     let max_frontier = room.max_frontier.load(Ordering::Relaxed);
     let lost = snap.tail < max_tail || snap.frontier < max_frontier;

@@ -194,9 +194,17 @@ impl GatewayProcess {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(20);
-        if rx.recv_timeout(deadline - Instant::now()).is_err() {
-            let _ = child.kill();
-            panic!("sluice did not report listening within 20 s");
+        loop {
+            if rx.recv_timeout(Duration::from_millis(50)).is_ok() {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("sluice serve exited before listening: {status}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("sluice did not report listening within 20 s");
+            }
         }
         let gw = GatewayProcess {
             child: Some(child),
@@ -252,4 +260,59 @@ impl Drop for GatewayProcess {
             let _ = c.wait();
         }
     }
+}
+
+/// Writes `text` to a fresh temporary file and returns its path (for
+/// `--config`).
+pub fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "sluice-test-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write temp file");
+    p
+}
+
+/// A fresh keys directory with one signing key, shared by the gateways of
+/// a test.
+pub fn temp_keys() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "sluice-keys-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    sluice_admission::keygen(&dir).expect("keygen");
+    dir
+}
+
+/// Admin GET of a room's state.
+pub async fn admin_room(base: &str, room: &str) -> serde_json::Value {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let res = client::TestClient::new()
+        .get(
+            &format!("{base}/_sluice/admin/rooms/{room}"),
+            &[("authorization", &bearer)],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.json()
+}
+
+/// Admin PATCH of a room.
+pub async fn admin_patch(base: &str, room: &str, patch: serde_json::Value) -> client::Answer {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    client::TestClient::new()
+        .call(
+            http::Method::PATCH,
+            &format!("{base}/_sluice/admin/rooms/{room}"),
+            &[
+                ("authorization", &bearer),
+                ("content-type", "application/json"),
+            ],
+            client::body(patch.to_string()),
+        )
+        .await
 }
