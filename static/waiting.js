@@ -109,9 +109,12 @@
     request('POST', base + '/challenge', {}).then(function (r) {
       if (r.status !== 200) throw r;
       say(t('solving'));
-      return window.SluiceSolver.solveChallenge(r.body, {
+      return window.SluicePow.solveChallenge(r.body, {
         workerUrl: '/_sluice/static/pow-worker.js',
-        onProgress: function (done, total) { setProgress(0.25 * done / total); say(t('solving_progress', { done: done, total: total })); }
+        onProgress: function (p) {
+          setProgress(0.25 * p.fraction);
+          say(t('solving_progress', { done: p.solved, total: p.total }));
+        }
       }).then(function (solutions) { return submit(r.body.challenge, solutions, 0); });
     }).catch(function (err) {
       var wait = (err && err.res && Number(err.res.headers.get('retry-after'))) * 1000 || errorDelay;
