@@ -60,7 +60,7 @@ fn flood_from_one_prefix_raises_it_alone_then_decays_slowly() {
         if t - start == 5_000 {
             assert!(l.difficulty_bits >= FLOOR + 3, "5 s into the flood: {l:?}");
         }
-        if t % 1000 == 0 {
+        if t.is_multiple_of(1000) {
             background(&p, t, t + 1000);
             for b in &bystanders {
                 let lb = p.level_for(*b, t);

@@ -84,10 +84,8 @@ impl MemoryReplayGuard {
         let now = Instant::now();
         let shard = &self.inner.shards[usize::from(id[0]) % SHARDS];
         let mut s = shard.lock();
-        if let Some(exp) = s.entries.get(id) {
-            if *exp > now {
-                return Ok(false);
-            }
+        if s.entries.get(id).is_some_and(|exp| *exp > now) {
+            return Ok(false);
         }
         if s.entries.len() >= s.sweep_at || s.entries.len() >= self.inner.capacity_per_shard {
             let removed = s.sweep(now);
