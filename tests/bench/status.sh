@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Status polls against a bare hyper server, in one run, on this machine.
+#   hyper  — a bare hyper server answering a constant JSON body (the ceiling)
+#   sluice — GET /_sluice/rooms/default/status with a valid queue token
+#            (cached signature check + the room's snapshot; no store call)
+#   joins  — POST join (solve + join) throughput on Redis is in joins.sh
+# Prints requests/s and p99 for each and the sluice/hyper ratio.
+#
+# Usage: tests/bench/status.sh [seconds=10] [connections=64]
+# Needs: wrk. Loopback only; stops by itself.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DUR="${1:-10}"
+CONNS="${2:-64}"
+command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk" >&2; exit 2; }
+cargo build --release -q -p sluice-gateway
+cargo build --release -q -p sluice-tests --example bench_tools
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+HELLO=$(port); SLUICE=$(port)
+
+./target/release/examples/bench_tools hello "$HELLO" & pids+=($!)
+# A paused room keeps everyone waiting, so every poll is a "waiting" answer.
+cat > "$work/sluice.toml" <<CONF
+admin_token = "bench-admin-token-0123456789"
+[[rooms]]
+id = "default"
+rate_per_sec = 0
+burst = 1
+puzzles = 1
+difficulty_floor_bits = 1
+difficulty_ceiling_bits = 2
+join_limit_per_prefix_per_min = 0
+attack_min_solve = "0s"
+CONF
+SLUICE_LOG=warn ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" --config "$work/sluice.toml" >/dev/null & pids+=($!)
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/readyz" >/dev/null && break; sleep 0.1; done
+# spend the one credit, then take a place in line
+./target/release/examples/bench_tools join "http://127.0.0.1:$SLUICE" default >/dev/null 2>&1 || true
+TOKEN=$(./target/release/examples/bench_tools join "http://127.0.0.1:$SLUICE" default)
+
+run() { # name url [header]
+  local hdr=()
+  [ -n "${3:-}" ] && hdr=(-H "$3")
+  wrk -t1 -c"$CONNS" -d2s "${hdr[@]}" "$2" >/dev/null 2>&1
+  local out; out=$(wrk -t1 -c"$CONNS" -d"${DUR}s" --latency "${hdr[@]}" "$2")
+  local rps p99
+  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  printf '%-8s %12s req/s   p99 %s\n' "$1" "$rps" "$p99" >&2
+  echo "$rps"
+}
+echo "wrk: ${CONNS} connections, ${DUR}s, 1 thread; $(nproc) cores shared by load and servers" >&2
+h=$(run hyper "http://127.0.0.1:$HELLO/")
+s=$(run status "http://127.0.0.1:$SLUICE/_sluice/rooms/default/status" "Authorization: Bearer $TOKEN")
+curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$SLUICE/_sluice/rooms/default/status" | grep -q '"state":"waiting"' \
+  || { echo "status answer is not 'waiting': the bench measured the wrong thing" >&2; exit 1; }
+awk -v s="$s" -v h="$h" 'BEGIN { printf "status polls / bare hyper: %.2f (target ≥ 0.5)\n", s/h }'
