@@ -35,6 +35,7 @@ use crate::config::Config;
 use crate::problem::Problem;
 use crate::proxy::Proxy;
 use crate::rooms::{Room, Rooms};
+use crate::telemetry::Telemetry;
 use crate::{gate, visitor};
 use sluice_admission::{
     AdmitClaims, Keyring, QueueBackend, QueueClaims, QueueStore, TokenError, VerifyCache,
@@ -59,6 +60,7 @@ struct Inner {
     replay_guard: ReplayGuard,
     inventory: InventoryBackend,
     events: crate::events::Events,
+    telemetry: Telemetry,
     shutting_down: AtomicBool,
     background: Vec<tokio::task::AbortHandle>,
 }
@@ -95,7 +97,8 @@ impl AppState {
             .origin
             .clone()
             .ok_or_else(|| anyhow::anyhow!("no origin configured"))?;
-        let proxy = Proxy::new(&origin, &config.proxy, &config.timeouts)?;
+        let telemetry = Telemetry::new();
+        let proxy = Proxy::new(&origin, &config.proxy, &config.timeouts, telemetry.clone())?;
         let rooms = Arc::new(Rooms::from_config(&config)?);
         let stores = crate::stores::connect(&config).await?;
         let keyring = match &config.keys_dir {
@@ -120,6 +123,7 @@ impl AppState {
             tokio::spawn(crate::rooms::run_ticker(
                 rooms.clone(),
                 stores.queue.clone(),
+                telemetry.clone(),
             ))
             .abort_handle(),
         );
@@ -143,6 +147,7 @@ impl AppState {
                 replay_guard: stores.replay_guard,
                 inventory: stores.inventory,
                 events,
+                telemetry,
                 shutting_down: AtomicBool::new(false),
                 background,
             }),
@@ -192,6 +197,11 @@ impl AppState {
     /// The reservation store.
     pub fn inventory(&self) -> &InventoryBackend {
         &self.inner.inventory
+    }
+
+    /// This gateway's metrics.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.inner.telemetry
     }
 
     /// The events and their cached state.
@@ -309,6 +319,7 @@ pub fn build(state: AppState) -> Router {
             get(admin_get_room).patch(admin_patch_room),
         )
         .merge(crate::reserve::routes())
+        .route("/metrics", get(metrics))
         .route("/_sluice/{*rest}", any(unknown_endpoint))
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::map_response(no_store));
@@ -410,6 +421,27 @@ async fn readyz(State(state): State<AppState>) -> Response {
             .into_response();
     }
     axum::Json(json!({"status": "ready"})).into_response()
+}
+
+/// `GET /metrics`: Prometheus text, behind the admin token (API.md lists
+/// it among the admin endpoints; `metrics_listen` serves it without auth
+/// on a separate, private listener).
+async fn metrics(
+    State(state): State<AppState>,
+    headers: http::HeaderMap,
+) -> Result<Response, Problem> {
+    state.check_admin(&headers)?;
+    Ok(metrics_text(&state))
+}
+
+/// The Prometheus exposition with its content type.
+pub fn metrics_text(state: &AppState) -> Response {
+    let mut res = state.telemetry().render().into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    res
 }
 
 /// The gateway's own reference of its HTTP contract.

@@ -193,6 +193,9 @@ fn waiting(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/html"));
+    state
+        .telemetry()
+        .waiting_served(room.id(), if wants_html { "page" } else { "json" });
     let mut res = if wants_html {
         let status = StatusCode::from_u16(room.config.waiting_status).unwrap_or(StatusCode::OK);
         let mut r = page::waiting_page(state, room, headers, return_to);

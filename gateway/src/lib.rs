@@ -43,6 +43,7 @@
 //! - [`page`] — the waiting-room page and embedded static files.
 //! - [`cookies`] — the queue and admission cookies.
 //! - [`stores`] — picking the memory or Redis backends.
+//! - [`telemetry`] — Prometheus metrics (`/metrics`).
 //! - [`demo_origin`] — the built-in demo shop.
 //! - [`cli`] — the `sluice` command line.
 
@@ -61,4 +62,5 @@ pub mod reserve;
 pub mod rooms;
 pub mod server;
 pub mod stores;
+pub mod telemetry;
 pub mod visitor;

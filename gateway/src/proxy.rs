@@ -34,6 +34,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use crate::client_ip::ClientInfo;
 use crate::config::{ProxyConfig, Timeouts};
 use crate::problem::Problem;
+use crate::telemetry::Telemetry;
 
 /// The value of an origin's `Sluice-Command` response header, taken out of
 /// the response before it reaches the client and left in the response's
@@ -48,11 +49,17 @@ pub struct Proxy {
     origin: Uri,
     preserve_host: bool,
     response_timeout: Duration,
+    telemetry: Telemetry,
 }
 
 impl Proxy {
     /// A proxy to `origin` (an `http://host:port[/base]` URL).
-    pub fn new(origin: &str, cfg: &ProxyConfig, timeouts: &Timeouts) -> anyhow::Result<Proxy> {
+    pub fn new(
+        origin: &str,
+        cfg: &ProxyConfig,
+        timeouts: &Timeouts,
+        telemetry: Telemetry,
+    ) -> anyhow::Result<Proxy> {
         let origin: Uri = origin.parse()?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -68,6 +75,7 @@ impl Proxy {
             origin,
             preserve_host: cfg.preserve_host,
             response_timeout: timeouts.upstream_response,
+            telemetry,
         })
     }
 
@@ -130,15 +138,18 @@ impl Proxy {
         }
 
         let upstream_req = Request::from_parts(parts, body);
+        let started = std::time::Instant::now();
         let result =
             tokio::time::timeout(self.response_timeout, self.client.request(upstream_req)).await;
         let mut res = match result {
             Err(_) => {
+                self.telemetry.upstream_error("timeout");
                 return Problem::origin_timeout()
                     .log_cause(&"no response headers within the upstream response timeout")
                     .into_response();
             }
             Ok(Err(e)) => {
+                self.telemetry.upstream_error("unreachable");
                 let cause = error_chain(&e);
                 if e.is_connect() && cause.contains("timed out") {
                     return Problem::origin_unreachable()
@@ -151,6 +162,8 @@ impl Proxy {
             }
             Ok(Ok(res)) => res,
         };
+        self.telemetry
+            .upstream(res.status().as_u16(), started.elapsed().as_secs_f64());
 
         if res.status() == http::StatusCode::SWITCHING_PROTOCOLS
             && let Some(downstream) = downstream_upgrade

@@ -29,6 +29,7 @@ use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
 
 use crate::config::{Config, FailurePolicy, RoomConfig, canonical_ip};
 use crate::problem::Problem;
+use crate::telemetry::Telemetry;
 
 /// How often each gateway advances every room's bucket and refreshes its
 /// snapshot.
@@ -314,7 +315,7 @@ pub fn bypasses(room: &Room, path: &str, ip: IpAddr) -> bool {
 
 /// Loads or creates each room in the store, then advances every room every
 /// tick until the process ends.
-pub async fn run_ticker(rooms: Arc<Rooms>, store: QueueBackend) {
+pub async fn run_ticker(rooms: Arc<Rooms>, store: QueueBackend, telemetry: Telemetry) {
     let mut interval = tokio::time::interval(TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut initialised = vec![false; rooms.all().len()];
@@ -338,6 +339,12 @@ pub async fn run_ticker(rooms: Arc<Rooms>, store: QueueBackend) {
                 }
                 Err(e) => mark_down(room, &e),
             }
+            telemetry.room(
+                &room.snapshot(),
+                room.admits_per_sec(),
+                room.difficulty.current_level().difficulty_bits,
+                room.store_ok(),
+            );
         }
     }
 }

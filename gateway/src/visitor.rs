@@ -39,6 +39,7 @@ pub async fn challenge(
         .pow()
         .issue(&spec, now)
         .map_err(|e| Problem::internal().log_cause(&e))?;
+    state.telemetry().challenge(room.id());
     Ok(axum::Json(json!({
         "challenge": issued.challenge,
         "puzzles": issued.puzzles,
@@ -110,7 +111,10 @@ pub async fn join(
         now_ms(),
     )
     .await
-    .map_err(pow_problem)?;
+    .map_err(|e| {
+        state.telemetry().pow_rejected(room.id(), e.code());
+        pow_problem(e)
+    })?;
 
     let outcome = match state.queue().join(room.id()).await {
         Ok(o) => o,

@@ -1,0 +1,189 @@
+//! Prometheus metrics of one gateway, rendered at `/metrics`.
+//!
+//! Each gateway instance owns its own recorder (no process-global state),
+//! so several gateways in one process — the tests — keep separate figures.
+//! Names follow Prometheus conventions: base units, counters end in
+//! `_total`. Room-wide figures that come from the shared store (joins,
+//! admissions, claims, queue length) are the same on every gateway sharing
+//! it: aggregate them with `max`, not `sum`. Per-gateway figures (upstream
+//! requests, challenges served, rejections) add up with `sum`.
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `sluice_joins_total` | counter | room | seqs handed out (store-wide) |
+//! | `sluice_admissions_total` | counter | room | seqs admitted (store-wide) |
+//! | `sluice_claims_total` | counter | room | admissions claimed by their visitor (store-wide) |
+//! | `sluice_refunds_total` | counter | room | no-show slots given back (store-wide) |
+//! | `sluice_queue_length` | gauge | room | visitors waiting |
+//! | `sluice_active_sessions` | gauge | room | admitted visitors active on the site |
+//! | `sluice_admission_rate_per_second` | gauge | room | configured admission rate |
+//! | `sluice_admits_per_second` | gauge | room | measured admission rate |
+//! | `sluice_pow_difficulty_bits` | gauge | room | current global difficulty |
+//! | `sluice_store_up` | gauge | room | 1 when the store answered the last tick |
+//! | `sluice_challenges_total` | counter | room | challenges issued by this gateway |
+//! | `sluice_pow_rejections_total` | counter | room, code | joins refused for their proof of work |
+//! | `sluice_rate_limited_total` | counter | room | requests refused by the per-network limit |
+//! | `sluice_waiting_room_served_total` | counter | room, kind | waiting answers (`page` or `json`) |
+//! | `sluice_upstream_request_duration_seconds` | histogram | status_class | time to the origin's response headers |
+//! | `sluice_upstream_errors_total` | counter | kind | `unreachable` or `timeout` |
+//! | `sluice_holds_total` | counter | outcome | hold attempts by outcome |
+
+use std::sync::Arc;
+
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+use sluice_admission::Snapshot;
+
+const META: Metadata<'static> = Metadata::new("sluice", Level::INFO, Some("sluice_gateway"));
+
+/// Buckets of the upstream latency histogram, in seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The metrics of one gateway.
+#[derive(Clone)]
+pub struct Telemetry {
+    recorder: Arc<PrometheusRecorder>,
+    handle: PrometheusHandle,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Telemetry {
+    /// A fresh registry.
+    pub fn new() -> Telemetry {
+        let builder = PrometheusBuilder::new();
+        let builder = match builder.set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(
+                "sluice_upstream_request_duration_seconds".into(),
+            ),
+            LATENCY_BUCKETS,
+        ) {
+            Ok(b) => b,
+            Err(_) => PrometheusBuilder::new(),
+        };
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        Telemetry {
+            recorder: Arc::new(recorder),
+            handle,
+        }
+    }
+
+    fn counter(&self, name: &'static str, labels: &[(&'static str, String)]) -> Counter {
+        let labels: Vec<Label> = labels
+            .iter()
+            .map(|(k, v)| Label::new(*k, v.clone()))
+            .collect();
+        self.recorder
+            .register_counter(&Key::from_parts(name, labels), &META)
+    }
+
+    fn gauge(&self, name: &'static str, labels: &[(&'static str, String)]) -> Gauge {
+        let labels: Vec<Label> = labels
+            .iter()
+            .map(|(k, v)| Label::new(*k, v.clone()))
+            .collect();
+        self.recorder
+            .register_gauge(&Key::from_parts(name, labels), &META)
+    }
+
+    fn histogram(&self, name: &'static str, labels: &[(&'static str, String)]) -> Histogram {
+        let labels: Vec<Label> = labels
+            .iter()
+            .map(|(k, v)| Label::new(*k, v.clone()))
+            .collect();
+        self.recorder
+            .register_histogram(&Key::from_parts(name, labels), &META)
+    }
+
+    /// Records a room's snapshot (every tick).
+    pub fn room(&self, snap: &Snapshot, admits_per_sec: f64, difficulty_bits: u8, store_up: bool) {
+        let l = [("room", snap.room.clone())];
+        self.counter("sluice_joins_total", &l)
+            .absolute(snap.joins_total);
+        self.counter("sluice_admissions_total", &l)
+            .absolute(snap.admitted_total);
+        self.counter("sluice_claims_total", &l)
+            .absolute(snap.claimed_total);
+        self.counter("sluice_refunds_total", &l)
+            .absolute(snap.refunded_total);
+        self.gauge("sluice_queue_length", &l)
+            .set(snap.queue_length() as f64);
+        self.gauge("sluice_active_sessions", &l)
+            .set(snap.active_sessions as f64);
+        self.gauge("sluice_admission_rate_per_second", &l)
+            .set(snap.rate_per_sec);
+        self.gauge("sluice_admits_per_second", &l)
+            .set(admits_per_sec);
+        self.gauge("sluice_pow_difficulty_bits", &l)
+            .set(f64::from(difficulty_bits));
+        self.gauge("sluice_store_up", &l)
+            .set(if store_up { 1.0 } else { 0.0 });
+    }
+
+    /// A challenge was issued.
+    pub fn challenge(&self, room: &str) {
+        self.counter("sluice_challenges_total", &[("room", room.to_owned())])
+            .increment(1);
+    }
+
+    /// A join was refused for its proof of work.
+    pub fn pow_rejected(&self, room: &str, code: &str) {
+        self.counter(
+            "sluice_pow_rejections_total",
+            &[("room", room.to_owned()), ("code", code.to_owned())],
+        )
+        .increment(1);
+    }
+
+    /// A request was refused by the per-network limit.
+    pub fn rate_limited(&self, room: &str) {
+        self.counter("sluice_rate_limited_total", &[("room", room.to_owned())])
+            .increment(1);
+    }
+
+    /// A waiting answer was served (`page` or `json`).
+    pub fn waiting_served(&self, room: &str, kind: &'static str) {
+        self.counter(
+            "sluice_waiting_room_served_total",
+            &[("room", room.to_owned()), ("kind", kind.to_owned())],
+        )
+        .increment(1);
+    }
+
+    /// The origin answered (headers) after `seconds` with `status`.
+    pub fn upstream(&self, status: u16, seconds: f64) {
+        let class = format!("{}xx", status / 100);
+        self.histogram(
+            "sluice_upstream_request_duration_seconds",
+            &[("status_class", class)],
+        )
+        .record(seconds);
+    }
+
+    /// The origin could not be reached (`unreachable`) or was too slow
+    /// (`timeout`).
+    pub fn upstream_error(&self, kind: &'static str) {
+        self.counter("sluice_upstream_errors_total", &[("kind", kind.to_owned())])
+            .increment(1);
+    }
+
+    /// A hold attempt ended with `outcome`.
+    pub fn hold(&self, outcome: &'static str) {
+        self.counter("sluice_holds_total", &[("outcome", outcome.to_owned())])
+            .increment(1);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        self.handle.run_upkeep();
+        self.handle.render()
+    }
+}
