@@ -314,6 +314,7 @@ pub fn build(state: AppState) -> Router {
         .route("/_sluice/rooms/{room}/join", post(visitor::join))
         .route("/_sluice/rooms/{room}/status", get(visitor::status))
         .route("/_sluice/static/{file}", get(crate::page::static_file))
+        .route("/_sluice/admin/rooms", get(admin_list_rooms))
         .route(
             "/_sluice/admin/rooms/{room}",
             get(admin_get_room).patch(admin_patch_room),
@@ -465,6 +466,20 @@ async fn method_not_allowed() -> Problem {
 }
 
 // === admin ===
+
+async fn admin_list_rooms(
+    State(state): State<AppState>,
+    headers: http::HeaderMap,
+) -> Result<Response, Problem> {
+    state.check_admin(&headers)?;
+    let rooms: Vec<Value> = state
+        .rooms()
+        .all()
+        .iter()
+        .map(|r| crate::rooms::admin_view(r))
+        .collect();
+    Ok(axum::Json(json!({ "rooms": rooms })).into_response())
+}
 
 async fn admin_get_room(
     State(state): State<AppState>,

@@ -33,6 +33,8 @@ pub enum Command {
         /// The TOML file to check.
         file: PathBuf,
     },
+    /// Read and change a running gateway's rooms and events (admin API).
+    Admin(crate::admin_cli::AdminArgs),
     /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
     /// key id into DIR. The newest key signs; older keys keep verifying
     /// (rotation without logging anyone out). Prints the key id.
@@ -134,6 +136,7 @@ pub fn main() -> ExitCode {
                 Err(e) => config_failure(&e),
             }
         }
+        Command::Admin(args) => crate::admin_cli::run(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {
             Ok(kid) => {
                 println!("{kid}");
@@ -197,15 +200,28 @@ fn init_tracing(format: LogFormat) {
 /// `sluice serve`: starts the demo origin when none is configured, binds,
 /// prints the address, and serves until SIGTERM or Ctrl-C.
 pub async fn serve(mut config: Config) -> anyhow::Result<()> {
-    if config.origin.is_none() {
-        let addr = demo_origin::spawn().await?;
-        tracing::info!(%addr, "no --origin given: serving the built-in demo shop");
-        config.origin = Some(format!("http://{addr}"));
-    }
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr()?;
+    if config.origin.is_none() {
+        // The demo shop's payment provider signs webhooks: with no secret
+        // given, one is made up for this process and shared with it.
+        let secret = config
+            .webhook_secret
+            .get_or_insert_with(|| {
+                let bytes: [u8; 24] = rand::random();
+                bytes.iter().map(|b| format!("{b:02x}")).collect()
+            })
+            .clone();
+        let shop = demo_origin::spawn(demo_origin::DemoOptions {
+            webhook_secret: Some(secret),
+            gateway: Some(format!("http://{addr}")),
+        })
+        .await?;
+        tracing::info!(addr = %shop.addr, "no --origin given: serving the built-in demo shop");
+        config.origin = Some(shop.url());
+    }
     let state = AppState::new(config).await?;
     println!("sluice listening on http://{addr}/ — open it in a browser");
     tracing::info!(%addr, "listening");

@@ -46,7 +46,9 @@
 //! - [`telemetry`] — Prometheus metrics (`/metrics`).
 //! - [`demo_origin`] — the built-in demo shop.
 //! - [`cli`] — the `sluice` command line.
+//! - [`admin_cli`] — `sluice admin`, a client of the admin API.
 
+pub mod admin_cli;
 pub mod app;
 pub mod cli;
 pub mod client_ip;
