@@ -48,6 +48,8 @@
 //!   [`VerifyCache`], [`keygen`].
 //! - [`poll`]: poll intervals, ETA, [`RateMeter`].
 //! - [`prequeue`]: the verifiable shuffle of a scheduled room's pre-queue.
+//! - [`sim`]: the discrete-event simulator (`sluice simulate`): visitors
+//!   against the real room state machine in virtual time.
 //! - `conformance` (feature `test-util`): the store suite both stores pass.
 //!
 //! # Invariants
@@ -74,6 +76,7 @@ pub mod prequeue;
 pub mod redis_store;
 pub mod room;
 pub mod settings;
+pub mod sim;
 pub mod store;
 pub mod tokens;
 
