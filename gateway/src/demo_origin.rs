@@ -1,58 +1,486 @@
 //! The built-in demo shop: the origin that `sluice serve` runs behind the
 //! gateway when no `--origin` is given, on a free loopback port, so a
-//! newcomer sees the whole flow with one command.
+//! newcomer sees the whole flow with one command: the waiting room, then a
+//! shop that holds tickets, a demo payment provider and a confirmation.
 //!
 //! It is a separate HTTP server that knows the gateway only through its
-//! public API (API.md), exactly as a real origin would.
-//! - `GET /` — the shop's front page;
+//! public API (API.md), exactly as a real origin would:
+//! - the browser talks to the reservation endpoints itself
+//!   (`/_sluice/events/…`, `/_sluice/holds/…`), same origin, with the
+//!   admission cookie the gateway set;
+//! - the shop's server side reads the admission token the gateway forwards
+//!   (`Sluice-Admission`) and uses it as a bearer token to look a hold up;
+//! - the demo payment provider calls the payment webhook server to server
+//!   with a `Sluice-Signature` made from the shared webhook secret.
+//!
+//! Routes:
+//! - `GET /` — the front page, linking to the event;
+//! - `GET /shop/{event}` — the event page: live availability, a quantity,
+//!   a hold with a countdown to its expiry, release, pay (its script and
+//!   style are files: the pages carry a strict Content-Security-Policy);
+//! - `GET /demo-pay/{hold}` and `POST /demo-pay/{hold}` — the demo payment
+//!   provider: a checkout page, then the signed webhook, then a redirect to
+//!   the order page;
+//! - `GET /shop/{event}/orders/{hold}` — the confirmation;
+//! - `GET /shop-static/{file}` — the shop's script and style;
 //! - `ANY /echo/...` — answers with a JSON description of what it received
 //!   (method, path, query, headers, body length and SHA-256), which makes
 //!   the proxy's behaviour visible from a browser or `curl`.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::Request;
-use axum::response::{Html, IntoResponse, Response};
+use axum::extract::{Path, Request, State};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
+use bytes::Bytes;
 use futures_util::StreamExt;
-use http::header;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
-/// Starts the demo shop on a free loopback port; returns its address.
-pub async fn spawn() -> anyhow::Result<SocketAddr> {
+use crate::page::html_escape;
+use crate::reserve::sign_webhook;
+
+/// The policy of the shop's pages: its own files only, no inline code.
+const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+const SHOP_JS: &str = include_str!("../../static/demo/shop.js");
+const SHOP_CSS: &str = include_str!("../../static/demo/shop.css");
+
+/// What the demo shop needs to know of the gateway in front of it.
+#[derive(Clone, Debug, Default)]
+pub struct DemoOptions {
+    /// The payment webhook's HMAC secret (the gateway's
+    /// `--webhook-secret`). None: the demo provider cannot confirm a
+    /// payment and says so.
+    pub webhook_secret: Option<String>,
+    /// The gateway's base URL for server-to-server calls
+    /// (`http://127.0.0.1:8080`); may also be given later with
+    /// [`DemoShop::set_gateway`], once the gateway listens.
+    pub gateway: Option<String>,
+}
+
+/// A running demo shop.
+#[derive(Clone)]
+pub struct DemoShop {
+    /// Its address.
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl DemoShop {
+    /// `http://addr`, the `--origin` of the gateway in front of it.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Tells the shop where the gateway listens (once; later calls are
+    /// ignored).
+    pub fn set_gateway(&self, url: impl Into<String>) {
+        let _ = self
+            .shared
+            .gateway
+            .set(url.into().trim_end_matches('/').to_owned());
+    }
+}
+
+struct Shared {
+    webhook_secret: Option<String>,
+    gateway: OnceLock<String>,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// Starts the demo shop on a free loopback port.
+pub async fn spawn(opts: DemoOptions) -> anyhow::Result<DemoShop> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    let shared = Arc::new(Shared {
+        webhook_secret: opts.webhook_secret.filter(|s| !s.is_empty()),
+        gateway: OnceLock::new(),
+        client: Client::builder(TokioExecutor::new()).build_http(),
+    });
+    let shop = DemoShop { addr, shared };
+    if let Some(g) = opts.gateway {
+        shop.set_gateway(g);
+    }
+    let app = router(shop.clone());
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router()).await {
+        if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "demo origin stopped");
         }
     });
-    Ok(addr)
+    Ok(shop)
 }
 
 /// The demo shop's routes.
-pub fn router() -> Router {
+pub fn router(shop: DemoShop) -> Router {
     Router::new()
         .route("/", get(front_page))
+        .route("/shop/{event}", get(event_page))
+        .route("/shop/{event}/orders/{hold}", get(order_page))
+        .route("/demo-pay/{hold}", get(pay_page).post(pay))
+        .route("/shop-static/{file}", get(static_file))
         .route("/echo", any(echo))
         .route("/echo/{*rest}", any(echo))
+        .with_state(shop)
 }
 
-async fn front_page() -> Html<&'static str> {
-    Html(FRONT_PAGE)
+// === pages ===
+
+/// A page of the shop with its security headers.
+fn page(status: StatusCode, title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>{} · sluice demo shop</title><link rel=\"stylesheet\" href=\"/shop-static/shop.css\"></head>\
+<body><header class=\"top\"><a class=\"brand\" href=\"/\"><span class=\"mark\" aria-hidden=\"true\"></span>sluice demo shop</a></header>\
+<main>{body}</main><footer>A demo origin behind the sluice gateway. No real money moves.</footer></body></html>\n",
+        html_escape(title)
+    );
+    let mut res = (status, Html(html)).into_response();
+    secure(res.headers_mut());
+    res
 }
 
-const FRONT_PAGE: &str = r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>sluice demo shop</title></head>
-<body><main><h1>sluice demo shop</h1>
-<p>You are past the waiting room: this page is served by the demo origin behind the sluice gateway.</p>
-<p>See what the origin receives: <a href="/echo/hello?from=browser">/echo/hello?from=browser</a>.</p>
-</main></body></html>
-"#;
+fn secure(h: &mut HeaderMap) {
+    h.insert("content-security-policy", HeaderValue::from_static(CSP));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+}
+
+async fn front_page() -> Response {
+    page(
+        StatusCode::OK,
+        "Welcome",
+        r#"<h1>Welcome to the demo shop</h1>
+<p class="lead">You are past the waiting room: this page is served by the demo origin behind the sluice gateway.</p>
+<p><a class="button" href="/shop/demo">See the tickets of event “demo”</a></p>
+<p class="small">See what the origin receives from the gateway: <a href="/echo/hello?from=browser">/echo/hello?from=browser</a>.</p>"#,
+    )
+}
+
+async fn event_page(Path(event): Path<String>) -> Response {
+    let ev = html_escape(&event);
+    let body = format!(
+        r##"<h1>Tickets: {ev}</h1>
+<div id="shop" data-event="{ev}">
+<p class="lead">Choose how many tickets you want and hold them while you pay.</p>
+<section class="card" aria-labelledby="stock-h">
+  <h2 id="stock-h">Availability</h2>
+  <p class="stock"><span id="available" class="big">…</span> <span id="of-total"></span></p>
+  <div class="meter" aria-hidden="true"><div id="meter-fill"></div></div>
+</section>
+<section class="card" id="buy" aria-labelledby="buy-h">
+  <h2 id="buy-h">Your tickets</h2>
+  <form id="hold-form">
+    <label for="qty">Quantity</label>
+    <select id="qty" name="qty"><option value="1">1</option></select>
+    <button type="submit" id="hold-btn" class="button">Hold tickets</button>
+  </form>
+</section>
+<section class="card" id="hold" hidden aria-labelledby="hold-h">
+  <h2 id="hold-h">Held for you</h2>
+  <p><strong id="hold-qty"></strong> ticket(s) are yours for <strong id="countdown" class="countdown">–</strong>.</p>
+  <div class="actions">
+    <a id="pay" class="button" href="#">Pay now</a>
+    <button type="button" id="release" class="button secondary">Release</button>
+  </div>
+</section>
+<p id="message" role="status" aria-live="polite"></p>
+</div>
+<noscript><p class="notice">The shop needs JavaScript to show live availability and hold tickets.</p></noscript>
+<script src="/shop-static/shop.js"></script>"##
+    );
+    page(StatusCode::OK, &format!("Tickets: {event}"), &body)
+}
+
+async fn static_file(Path(file): Path<String>) -> Response {
+    let (ctype, body) = match file.as_str() {
+        "shop.js" => ("text/javascript; charset=utf-8", SHOP_JS),
+        "shop.css" => ("text/css; charset=utf-8", SHOP_CSS),
+        _ => return (StatusCode::NOT_FOUND, "no such file").into_response(),
+    };
+    let mut res = body.into_response();
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    res
+}
+
+// === the demo payment provider ===
+
+/// The hold as the visitor's own token sees it (`GET /_sluice/holds/{id}`
+/// with the forwarded admission token as bearer), or the page to show.
+async fn hold_of_visitor(
+    shop: &DemoShop,
+    headers: &HeaderMap,
+    hold: &str,
+) -> Result<Value, Response> {
+    let Some(token) = headers
+        .get("sluice-admission")
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Err(page(
+            StatusCode::UNAUTHORIZED,
+            "Not admitted",
+            "<h1>Not admitted</h1><p>This page is only reachable through the gateway, after the waiting room.</p>",
+        ));
+    };
+    let path = format!("/_sluice/holds/{}", encode_segment(hold));
+    match shop.call(Method::GET, &path, Some(token), None).await {
+        Ok((StatusCode::OK, v)) => Ok(v),
+        Ok((StatusCode::NOT_FOUND, _)) => Err(page(
+            StatusCode::NOT_FOUND,
+            "No such hold",
+            "<h1>No such hold</h1><p>This hold does not exist or is not yours. <a href=\"/shop/demo\">Back to the shop</a>.</p>",
+        )),
+        Ok((status, v)) => Err(gateway_trouble(&format!("{status} {v}"))),
+        Err(e) => Err(gateway_trouble(&e)),
+    }
+}
+
+fn gateway_trouble(cause: &str) -> Response {
+    tracing::warn!(cause, "demo shop: gateway call failed");
+    page(
+        StatusCode::BAD_GATEWAY,
+        "Try again",
+        "<h1>Something went wrong</h1><p>The shop could not reach the ticket service. Please try again in a moment.</p>",
+    )
+}
+
+async fn pay_page(
+    State(shop): State<DemoShop>,
+    Path(hold): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let h = match hold_of_visitor(&shop, &headers, &hold).await {
+        Ok(h) => h,
+        Err(res) => return res,
+    };
+    let event = h["event"].as_str().unwrap_or("demo");
+    if h["status"] != "held" {
+        return Redirect::to(&order_path(event, &hold)).into_response();
+    }
+    let qty = h["qty"].as_u64().unwrap_or(0);
+    let body = format!(
+        r#"<div class="provider">
+<p class="provider-brand">DemoPay <span>test mode</span></p>
+<h1>Pay for {qty} ticket(s)</h1>
+<p>Event <strong>{ev}</strong>, order <code>{hold_e}</code>.</p>
+<p class="small">This pretend provider confirms the payment to the gateway with a signed webhook, as a real one would.</p>
+<form method="post" action="/demo-pay/{hold_e}" class="actions">
+  <button type="submit" name="outcome" value="succeeded" id="pay-confirm" class="button">Pay {qty} × €42.00</button>
+  <button type="submit" name="outcome" value="failed" id="pay-fail" class="button secondary">Decline the payment</button>
+</form>
+</div>"#,
+        ev = html_escape(event),
+        hold_e = html_escape(&hold),
+    );
+    page(StatusCode::OK, "DemoPay checkout", &body)
+}
+
+#[derive(serde::Deserialize)]
+struct PayForm {
+    outcome: String,
+}
+
+async fn pay(
+    State(shop): State<DemoShop>,
+    Path(hold): Path<String>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<PayForm>,
+) -> Response {
+    let h = match hold_of_visitor(&shop, &headers, &hold).await {
+        Ok(h) => h,
+        Err(res) => return res,
+    };
+    let event = h["event"].as_str().unwrap_or("demo").to_owned();
+    let outcome = if form.outcome == "succeeded" {
+        "succeeded"
+    } else {
+        "failed"
+    };
+    let Some(secret) = &shop.shared.webhook_secret else {
+        return page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Payments off",
+            "<h1>Payments are off</h1><p>The gateway has no webhook secret, so the demo provider cannot confirm a payment. Start it with <code>--webhook-secret</code>.</p>",
+        );
+    };
+    // One payment event per hold and outcome: a double submit is the same
+    // event again, which the webhook answers the same way.
+    let body = json!({
+        "payment_event_id": format!("demopay_{hold}_{outcome}"),
+        "hold_id": hold,
+        "outcome": outcome,
+    })
+    .to_string();
+    let signature = sign_webhook(secret.as_bytes(), crate::app::now_s(), body.as_bytes());
+    match shop
+        .signed_post("/_sluice/webhooks/payment", &signature, body)
+        .await
+    {
+        Ok((StatusCode::OK, _)) => Redirect::to(&order_path(&event, &hold)).into_response(),
+        Ok((StatusCode::CONFLICT, v)) => page(
+            StatusCode::CONFLICT,
+            "Hold lapsed",
+            &format!(
+                "<h1>Your hold lapsed</h1><p>The tickets went back on sale before the payment arrived ({}). You were not charged.</p><p><a class=\"button\" href=\"/shop/{}\">Back to the shop</a></p>",
+                html_escape(v["code"].as_str().unwrap_or("conflict")),
+                html_escape(&event)
+            ),
+        ),
+        Ok((status, v)) => gateway_trouble(&format!("webhook {status} {v}")),
+        Err(e) => gateway_trouble(&e),
+    }
+}
+
+fn order_path(event: &str, hold: &str) -> String {
+    format!(
+        "/shop/{}/orders/{}",
+        encode_segment(event),
+        encode_segment(hold)
+    )
+}
+
+async fn order_page(
+    State(shop): State<DemoShop>,
+    Path((event, hold)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let h = match hold_of_visitor(&shop, &headers, &hold).await {
+        Ok(h) => h,
+        Err(res) => return res,
+    };
+    let qty = h["qty"].as_u64().unwrap_or(0);
+    let ev = html_escape(&event);
+    let hold_e = html_escape(&hold);
+    let body = match h["status"].as_str() {
+        Some("confirmed") => format!(
+            r#"<div class="card confirmed" id="confirmation">
+<p class="tick" aria-hidden="true">✓</p>
+<h1>You're going!</h1>
+<p class="lead">Payment received: <strong id="confirmed-qty">{qty}</strong> ticket(s) for <strong>{ev}</strong> are yours.</p>
+<p>Order <code id="order-id">{hold_e}</code> · status <strong id="order-status">confirmed</strong></p>
+</div>
+<p><a href="/shop/{ev}">Back to the shop</a></p>"#
+        ),
+        Some("held") => format!(
+            r#"<h1>Waiting for payment</h1><p>Order <code>{hold_e}</code> is held and not paid yet.</p><p><a class="button" href="/demo-pay/{hold_e}">Pay now</a></p>"#
+        ),
+        Some(s) => format!(
+            r#"<h1>No tickets bought</h1><p>Order <code>{hold_e}</code> is <strong id="order-status">{}</strong>: its tickets went back on sale and you were not charged.</p><p><a class="button" href="/shop/{ev}">Back to the shop</a></p>"#,
+            html_escape(s)
+        ),
+        None => return gateway_trouble("hold without status"),
+    };
+    page(StatusCode::OK, "Your order", &body)
+}
+
+// === server-to-server calls to the gateway ===
+
+impl DemoShop {
+    fn gateway(&self) -> Result<&str, String> {
+        self.shared
+            .gateway
+            .get()
+            .map(String::as_str)
+            .ok_or_else(|| "the demo shop does not know the gateway's address".to_owned())
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        bearer: Option<&str>,
+        extra: Option<(&str, &str, String)>,
+    ) -> Result<(StatusCode, Value), String> {
+        let url = format!("{}{path}", self.gateway()?);
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(url)
+            .header(header::ACCEPT, "application/json");
+        if let Some(t) = bearer {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let body = match extra {
+            Some((name, value, body)) => {
+                req = req
+                    .header(name, value)
+                    .header(header::CONTENT_TYPE, "application/json");
+                Full::new(Bytes::from(body))
+            }
+            None => Full::new(Bytes::new()),
+        };
+        let req = req.body(body).map_err(|e| e.to_string())?;
+        let res = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            self.shared.client.request(req),
+        )
+        .await
+        .map_err(|_| "gateway call timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+        let status = res.status();
+        let bytes = res
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok((status, v))
+    }
+
+    async fn signed_post(
+        &self,
+        path: &str,
+        signature: &str,
+        body: String,
+    ) -> Result<(StatusCode, Value), String> {
+        self.call(
+            Method::POST,
+            path,
+            None,
+            Some(("sluice-signature", signature, body)),
+        )
+        .await
+    }
+}
+
+/// Percent-encodes everything but unreserved characters, for one path
+/// segment.
+fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+// === echo ===
 
 async fn echo(req: Request) -> Response {
     let (parts, body) = req.into_parts();
@@ -95,4 +523,15 @@ async fn echo(req: Request) -> Response {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_encoded() {
+        assert_eq!(encode_segment("h_1-2.x~"), "h_1-2.x~");
+        assert_eq!(encode_segment("a/b?c"), "a%2Fb%3Fc");
+    }
 }
