@@ -85,3 +85,29 @@ fn the_systemd_unit_verifies() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_grafana_dashboard_queries_documented_metrics() {
+    let text = std::fs::read_to_string(deploy().join("grafana/sluice.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let telemetry = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry.rs"),
+    )
+    .unwrap();
+    for panel in v["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            let metric = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .find(|w| w.starts_with("sluice_"))
+                .unwrap();
+            let base = metric
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_count");
+            assert!(
+                telemetry.contains(&format!("`{base}`")),
+                "{metric} is not a documented metric"
+            );
+        }
+    }
+}
