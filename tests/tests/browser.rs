@@ -55,9 +55,13 @@ async fn browser(test: &str) -> Option<Browser> {
         .collect();
     if !missing.is_empty() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{missing:?} not found: CI=true requires them (apt-get install chromium chromium-driver)");
+            panic!(
+                "{missing:?} not found: CI=true requires them (apt-get install chromium chromium-driver)"
+            );
         }
-        eprintln!("\n*** SKIPPED {test}: {missing:?} not found (apt-get install chromium chromium-driver) ***\n");
+        eprintln!(
+            "\n*** SKIPPED {test}: {missing:?} not found (apt-get install chromium chromium-driver) ***\n"
+        );
         return None;
     }
     let port = free_port();
@@ -195,7 +199,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?}: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -211,27 +218,25 @@ async fn shop_behind_gateway(redis: Option<&RedisServer>) -> (TestGateway, demo_
     })
     .await
     .expect("demo shop");
-    let mut b = TestGateway::builder()
-        .origin(shop.url())
-        .config(|c| {
-            c.webhook_secret = Some(WEBHOOK_SECRET.into());
-            c.rooms = vec![RoomConfig {
-                rate_per_sec: 1.0,
-                burst: 1.0,
-                puzzles: 4,
-                difficulty_floor_bits: 8,
-                difficulty_ceiling_bits: 8,
-                join_limit_per_prefix_per_min: 0,
-                attack_min_solve: Duration::ZERO,
-                ..RoomConfig::default()
-            }];
-            c.events = vec![EventConfig {
-                total: 100,
-                cart_limit: 4,
-                hold_ttl: Duration::from_secs(300),
-                ..EventConfig::default()
-            }];
-        });
+    let mut b = TestGateway::builder().origin(shop.url()).config(|c| {
+        c.webhook_secret = Some(WEBHOOK_SECRET.into());
+        c.rooms = vec![RoomConfig {
+            rate_per_sec: 1.0,
+            burst: 1.0,
+            puzzles: 4,
+            difficulty_floor_bits: 8,
+            difficulty_ceiling_bits: 8,
+            join_limit_per_prefix_per_min: 0,
+            attack_min_solve: Duration::ZERO,
+            ..RoomConfig::default()
+        }];
+        c.events = vec![EventConfig {
+            total: 100,
+            cart_limit: 4,
+            hold_ttl: Duration::from_secs(300),
+            ..EventConfig::default()
+        }];
+    });
     if let Some(r) = redis {
         b = b.redis(r.url());
     }
@@ -271,9 +276,11 @@ async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathB
     );
 
     // Solved and joined: a position shows; then it falls to admission.
-    let first: u64 = wait_for(Duration::from_secs(15), "a position on the page", || async {
-        b.text("#position").await.trim().parse().ok()
-    })
+    let first: u64 = wait_for(
+        Duration::from_secs(15),
+        "a position on the page",
+        || async { b.text("#position").await.trim().parse().ok() },
+    )
     .await;
     assert!(first >= 2, "the line stands in front: position {first}");
     let mut shots = vec![b.shot("waiting").await];
@@ -290,10 +297,16 @@ async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathB
         {
             seen.push(p);
         }
-        assert!(Instant::now() < deadline, "not admitted within 30 s: {seen:?}");
+        assert!(
+            Instant::now() < deadline,
+            "not admitted within 30 s: {seen:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    eprintln!("positions seen: {seen:?}, admitted after {:?}", started.elapsed());
+    eprintln!(
+        "positions seen: {seen:?}, admitted after {:?}",
+        started.elapsed()
+    );
     assert_eq!(admitted, deep, "lands on exactly the URL it asked for");
     assert!(
         seen.windows(2).all(|w| w[1] <= w[0]) && seen.len() >= 2,
@@ -308,23 +321,30 @@ async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathB
     let qty = b.c().find(Locator::Css("#qty")).await.expect("qty");
     qty.select_by_value("2").await.expect("choose 2");
     b.click("#hold-btn").await;
-    wait_for(Duration::from_secs(10), "the hold and its countdown", || async {
-        let shown = b
-            .c()
-            .find(Locator::Css("#hold"))
-            .await
-            .ok()?
-            .is_displayed()
-            .await
-            .ok()?;
-        let cd = b.text("#countdown").await;
-        (shown && b.text("#hold-qty").await == "2" && cd.starts_with('4') || cd.starts_with('5'))
+    wait_for(
+        Duration::from_secs(10),
+        "the hold and its countdown",
+        || async {
+            let shown = b
+                .c()
+                .find(Locator::Css("#hold"))
+                .await
+                .ok()?
+                .is_displayed()
+                .await
+                .ok()?;
+            let cd = b.text("#countdown").await;
+            (shown && b.text("#hold-qty").await == "2" && cd.starts_with('4')
+                || cd.starts_with('5'))
             .then_some(())
-    })
+        },
+    )
     .await;
-    wait_for(Duration::from_secs(10), "availability after the hold", || async {
-        (b.text("#available").await == "98").then_some(())
-    })
+    wait_for(
+        Duration::from_secs(10),
+        "availability after the hold",
+        || async { (b.text("#available").await == "98").then_some(()) },
+    )
     .await;
     shots.push(b.shot("shop-held").await);
     let held = admin_get(&base, "/_sluice/admin/events/demo").await;
@@ -351,7 +371,11 @@ async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathB
     let n = |k: &str| e[k].as_u64().unwrap();
     assert_eq!(n("confirmed"), 2, "{e}");
     assert_eq!(n("held"), 0, "{e}");
-    assert_eq!(n("available") + n("held") + n("confirmed"), n("total"), "{e}");
+    assert_eq!(
+        n("available") + n("held") + n("confirmed"),
+        n("total"),
+        "{e}"
+    );
     assert_eq!(e["invariant_holds"], true);
 
     if let Some(r) = redis {
@@ -360,7 +384,10 @@ async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathB
         let out = r.command("XRANGE sluice:{demo}:stream - +");
         assert!(out.contains("\r\nheld\r\n"), "{out}");
         assert!(out.contains("\r\nconfirmed\r\n"), "{out}");
-        assert!(out.contains("demopay_"), "the provider's payment event: {out}");
+        assert!(
+            out.contains("demopay_"),
+            "the provider's payment event: {out}"
+        );
     }
     eprintln!("browser path done in {:?}", started.elapsed());
     assert!(started.elapsed() < Duration::from_secs(50));
@@ -382,4 +409,117 @@ async fn the_same_in_a_browser_on_redis_with_the_event_stream() {
         return;
     };
     whole_path("redis", Some(&redis)).await;
+}
+
+// === proof-of-work speed in the browser ===
+
+/// Measures the browser solver where it runs: one real dedicated Worker's
+/// hash rate, then `SluicePow.solveChallenge` on a real challenge at the
+/// default difficulty (k = 16, b = 18), with as many workers as the page
+/// would start here. Prints both and keeps them in
+/// `target/browser-artifacts/pow-speed.json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proof_of_work_speed_in_chromium_at_the_default_difficulty() {
+    let Some(b) = browser("pow-speed").await else {
+        return;
+    };
+    let shop = demo_origin::spawn(DemoOptions::default())
+        .await
+        .expect("demo shop");
+    let gw = TestGateway::builder()
+        .origin(shop.url())
+        .config(|c| {
+            c.rooms = vec![RoomConfig {
+                join_limit_per_prefix_per_min: 0,
+                ..RoomConfig::default()
+            }];
+        })
+        .spawn()
+        .await;
+    // A same-origin document without the page's own script running.
+    b.c()
+        .goto(&format!("{}/_sluice/healthz", gw.url()))
+        .await
+        .expect("open");
+    b.c()
+        .update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+            Some(Duration::from_secs(45)),
+            None,
+            None,
+        ))
+        .await
+        .expect("script timeout");
+    let rate = b
+        .c()
+        .execute_async(
+            r#"
+            const done = arguments[arguments.length - 1];
+            fetch('/_sluice/rooms/default/challenge', {method: 'POST', headers: {'content-type': 'application/json'}, body: '{}'})
+              .then((r) => r.json()).then((ch) => {
+                const w = new Worker('/_sluice/static/pow-worker.js');
+                let first = null;
+                w.onmessage = (e) => {
+                  const m = e.data, now = performance.now();
+                  if (m.type !== 'progress') return;
+                  if (!first) { first = {h: m.hashes, t: now}; return; }
+                  if (now - first.t >= 3000) {
+                    w.terminate();
+                    done({hashes_per_sec: (m.hashes - first.h) / ((now - first.t) / 1000), challenge: ch});
+                  }
+                };
+                // 60 bits: never solved, so it only hashes.
+                w.postMessage({type: 'solve', challenge: ch.challenge, index: 7, bits: 60});
+              }).catch((e) => done({error: String(e)}));
+            "#,
+            vec![],
+        )
+        .await
+        .expect("measure the hash rate");
+    assert!(rate.get("error").is_none(), "{rate}");
+    let ch = rate["challenge"].clone();
+    assert_eq!(ch["puzzles"], 16, "the default difficulty: {ch}");
+    assert_eq!(ch["difficulty_bits"], 18, "the default difficulty: {ch}");
+    let solve = b
+        .c()
+        .execute_async(
+            r#"
+            const [ch, done] = arguments;
+            const s = document.createElement('script');
+            s.src = '/_sluice/static/pow-solver.js';
+            s.onload = () => {
+              const t0 = performance.now();
+              let hashes = 0;
+              window.SluicePow.solveChallenge(ch, {onProgress: (p) => { hashes = p.hashes; }})
+                .then((sol) => done({ms: performance.now() - t0, hashes, solutions: sol,
+                                     workers: window.SluicePow.workerCount(window)}))
+                .catch((e) => done({error: String(e)}));
+            };
+            document.head.appendChild(s);
+            "#,
+            vec![ch.clone()],
+        )
+        .await
+        .expect("solve at the default difficulty");
+    assert!(solve.get("error").is_none(), "{solve}");
+    let hps = rate["hashes_per_sec"].as_f64().unwrap();
+    let ms = solve["ms"].as_f64().unwrap();
+    let solutions: Vec<String> = serde_json::from_value(solve["solutions"].clone()).unwrap();
+    assert_eq!(solutions.len(), 16);
+    // The gateway's verifier accepts what the browser found.
+    let challenge = ch["challenge"].as_str().unwrap();
+    let mut v = Visitor::new(&gw.url(), "default");
+    let res = v.join_with(challenge, &solutions, "/").await;
+    assert!(res.status.is_success(), "{}", res.text());
+    let report = json!({
+        "hashes_per_sec_one_worker": hps.round(),
+        "solve_ms_k16_b18": ms.round(),
+        "workers": solve["workers"],
+        "hashes": solve["hashes"],
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    });
+    eprintln!("\nproof of work in headless Chromium: {report}\n");
+    std::fs::write(b.artifacts.join("pow-speed.json"), report.to_string()).expect("write");
+    assert!(hps > 100_000.0, "{report}");
+    b.close().await;
+    gw.shutdown().await;
 }
