@@ -35,6 +35,8 @@ pub enum Command {
     },
     /// Read and change a running gateway's rooms and events (admin API).
     Admin(crate::admin_cli::AdminArgs),
+    /// Simulate a queue in virtual time with the real admission code.
+    Simulate(crate::simulate::SimulateArgs),
     /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
     /// key id into DIR. The newest key signs; older keys keep verifying
     /// (rotation without logging anyone out). Prints the key id.
@@ -137,6 +139,7 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Admin(args) => crate::admin_cli::run(args),
+        Command::Simulate(args) => crate::simulate::run(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {
             Ok(kid) => {
                 println!("{kid}");

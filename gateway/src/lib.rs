@@ -47,6 +47,7 @@
 //! - [`demo_origin`] — the built-in demo shop.
 //! - [`cli`] — the `sluice` command line.
 //! - [`admin_cli`] — `sluice admin`, a client of the admin API.
+//! - [`simulate`] — `sluice simulate`, the queue in virtual time.
 
 pub mod admin_cli;
 pub mod app;
@@ -63,6 +64,7 @@ pub mod proxy;
 pub mod reserve;
 pub mod rooms;
 pub mod server;
+pub mod simulate;
 pub mod stores;
 pub mod telemetry;
 pub mod visitor;

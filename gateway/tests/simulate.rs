@@ -1,0 +1,303 @@
+//! `sluice simulate` end to end: the binary, its JSON, CSV and chart, and a
+//! what-if from a live gateway (`--from`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = sluice().arg("simulate").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Seed 003's worked example: 50,000 at once, 200/s → drain ≈ 250 s, mean
+/// wait ≈ 125 s, origin flat at ≈ 200/s.
+#[test]
+fn seed_003_from_the_command_line() {
+    let started = Instant::now();
+    let v = json_of(&[
+        "--visitors",
+        "50000",
+        "--arrivals",
+        "spike",
+        "--rate",
+        "200",
+        "--json",
+    ]);
+    eprintln!("{v:#}\n(in {:?})", started.elapsed());
+    assert_eq!(v["visitors"], 50_000);
+    assert_eq!(v["admitted"], 50_000);
+    assert_eq!(v["abandoned"], 0);
+    let drain = v["drain_seconds"].as_f64().unwrap();
+    assert!((drain - 250.0).abs() <= 7.5, "drain {drain}");
+    let peak_q = v["peak_queue_length"].as_u64().unwrap();
+    assert!((49_000..=50_000).contains(&peak_q), "{peak_q}");
+    let w = &v["wait_seconds"];
+    let mean = w["mean"].as_f64().unwrap();
+    assert!((mean - 125.0).abs() <= 6.25, "mean {mean}");
+    for k in ["p50", "p95", "p99", "max"] {
+        assert!(w[k].as_f64().is_some(), "{k}");
+    }
+    assert!(w["p50"].as_f64().unwrap() < w["p95"].as_f64().unwrap());
+    let origin = v["origin_peak_rps"].as_f64().unwrap();
+    assert!((190.0..=230.0).contains(&origin), "origin peak {origin}");
+    let mean_rps = v["origin_mean_rps"].as_f64().unwrap();
+    assert!((mean_rps - 200.0).abs() <= 6.0, "origin mean {mean_rps}");
+    assert!(v["edge_polls_per_sec"]["peak"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn csv_and_chart_are_written() {
+    let csv = tmp("series.csv");
+    let svg = tmp("chart.svg");
+    let out = sluice()
+        .args([
+            "simulate",
+            "--visitors",
+            "5000",
+            "--arrivals",
+            "ramp:20",
+            "--rate",
+            "100",
+            "--capacity-rps",
+            "150",
+            "--patience-median",
+            "30s",
+            "--patience-p95",
+            "90s",
+            "--solve-median",
+            "1s",
+            "--solve-p95",
+            "3s",
+            "--csv",
+        ])
+        .arg(&csv)
+        .arg("--chart")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // the human table
+    for needle in [
+        "visitors",
+        "admitted",
+        "abandoned",
+        "drain",
+        "wait",
+        "origin",
+    ] {
+        assert!(stdout.contains(needle), "{needle}: {stdout}");
+    }
+
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(header[0], "t");
+    for col in [
+        "queue_length",
+        "admitted_per_sec",
+        "claimed",
+        "active_sessions",
+        "origin_rps",
+        "polls",
+    ] {
+        assert!(header.contains(&col), "{col}");
+    }
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| l.split(',').map(|x| x.parse().unwrap()).collect())
+        .collect();
+    assert!(rows.len() > 20);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.len(), header.len());
+        assert_eq!(r[0], i as f64);
+    }
+
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    let head = svg.trim_start();
+    assert!(
+        head.starts_with("<svg") || head.starts_with("<?xml"),
+        "{}",
+        &head[..80]
+    );
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("<polyline") || svg.contains("<path"));
+    assert!(svg.contains("origin requests/s") && svg.contains("capacity"));
+}
+
+#[test]
+fn same_seed_same_answer() {
+    let args = [
+        "--visitors",
+        "3000",
+        "--arrivals",
+        "poisson:80",
+        "--rate",
+        "50",
+        "--patience-median",
+        "20s",
+        "--json",
+    ];
+    let a = json_of(&args);
+    let b = json_of(&args);
+    assert_eq!(a, b);
+    let mut other = args.to_vec();
+    other.extend(["--seed", "9"]);
+    assert_ne!(a, json_of(&other));
+}
+
+#[test]
+fn bad_flags_exit_64() {
+    for args in [
+        vec!["--arrivals", "wave"],
+        vec!["--arrivals", "csv:/nonexistent/times.csv"],
+        vec!["--rate", "-5"],
+        vec!["--tick", "300ms"],
+    ] {
+        let out = sluice().arg("simulate").args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert_ne!(out.status.code(), Some(0));
+    }
+    let out = sluice()
+        .args(["simulate", "--visitors", "10", "--tick", "300ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn arrivals_from_a_csv_file() {
+    let path = tmp("arrivals.csv");
+    let mut text = String::from("seconds,who\n");
+    for i in 0..1_000 {
+        text.push_str(&format!("{},v{i}\n", 100.0 + f64::from(i) * 0.01));
+    }
+    std::fs::write(&path, text).unwrap();
+    let v = json_of(&[
+        "--arrivals",
+        &format!("csv:{}", path.display()),
+        "--rate",
+        "100",
+        "--json",
+    ]);
+    assert_eq!(v["visitors"], 1_000);
+    assert_eq!(v["admitted"], 1_000);
+}
+
+// === --from ===
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn start_gateway(token: &str) -> (Server, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let child = sluice()
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--admin-token",
+                token,
+            ])
+            .env("SLUICE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Server(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if http_status(port, "/_sluice/readyz") == Some(200) {
+                return (server, port);
+            }
+            if let Ok(Some(_)) = server.0.try_wait() {
+                break; // port taken meanwhile: try another
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    panic!("the gateway did not become ready");
+}
+
+#[test]
+fn what_if_from_a_live_gateway() {
+    let token = "sim-test-token-0123456789";
+    let (_server, port) = start_gateway(token);
+    let url = format!("http://127.0.0.1:{port}");
+    let v = json_of(&["--from", &url, "--token", token, "--rate", "50", "--json"]);
+    assert_eq!(v["from"]["queue_length"], 0);
+    assert_eq!(v["visitors"], 0);
+    assert_eq!(v["drain_seconds"], 0.0);
+    assert_eq!(v["rate_per_sec"], 50.0);
+    assert!(v["completed"].as_bool().unwrap());
+
+    // the human answer
+    let out = sluice()
+        .args(["simulate", "--from", &url, "--token", token, "--rate", "50"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("drains in"), "{text}");
+
+    // a wrong token is refused, with the status in the message
+    let out = sluice()
+        .args(["simulate", "--from", &url, "--token", "wrong", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+}
