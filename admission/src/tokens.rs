@@ -18,8 +18,8 @@
 //! with the public key bytes are refused before any key is touched); `kid`
 //! must be a short plain name of a key in the ring (it is only ever a map
 //! key, never a path); the signature, `iss`, `aud` (via `jsonwebtoken`);
-//! then `typ` and `exp` against the caller's `now_s` with [`LEEWAY_S`] of
-//! clock skew. A queue token is never an admission token: `typ` differs.
+//! then `typ`, `exp` and `iat` (not in the future) against the caller's
+//! `now_s` with [`LEEWAY_S`] of clock skew either way. A queue token is never an admission token: `typ` differs.
 //!
 //! # Signing
 //!
@@ -89,6 +89,10 @@ pub enum TokenError {
     /// Past `exp` (+ leeway).
     #[error("token expired")]
     Expired,
+    /// `iat` further in the future than the leeway: a signer whose clock
+    /// runs ahead, or a token minted to outlive a key's retirement.
+    #[error("token issued in the future")]
+    IssuedInFuture,
     /// Signing failed (serialisation).
     #[error("signing failed: {0}")]
     Signing(String),
@@ -272,6 +276,9 @@ impl AnyClaims {
         }
         if self.exp.saturating_add(LEEWAY_S) < now_s {
             return Err(TokenError::Expired);
+        }
+        if self.iat > now_s.saturating_add(LEEWAY_S) {
+            return Err(TokenError::IssuedInFuture);
         }
         Ok(())
     }

@@ -9,8 +9,8 @@
 //!    the client sent one), forwarded to the origin and logged.
 //! 3. `TraceLayer` — one span per request with method, path and request id.
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
-//! 5. The router: `/_sluice/…` handlers (bodies limited, no-store), and as
-//!    fallback the guarded proxy.
+//! 5. The router: `/_sluice/…` handlers (bodies limited, no-store, admin
+//!    calls behind [`admin_guard`]), and as fallback the guarded proxy.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,6 +62,7 @@ struct Inner {
     events: crate::events::Events,
     telemetry: Telemetry,
     shutting_down: AtomicBool,
+    admin_failures: AdminFailures,
     background: Vec<tokio::task::AbortHandle>,
 }
 
@@ -149,6 +150,7 @@ impl AppState {
                 events,
                 telemetry,
                 shutting_down: AtomicBool::new(false),
+                admin_failures: AdminFailures::default(),
                 background,
             }),
         })
@@ -323,6 +325,10 @@ pub fn build(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/_sluice/{*rest}", any(unknown_endpoint))
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            admin_guard,
+        ))
         .layer(axum::middleware::map_response(no_store));
 
     Router::new()
@@ -466,6 +472,84 @@ async fn method_not_allowed() -> Problem {
 }
 
 // === admin ===
+
+/// Failed admin authentications a client network (its /24 or /56, as for
+/// joins) may make per minute; past it, admin calls from that network
+/// answer 429 until the minute is over.
+pub const ADMIN_FAILURES_PER_MIN: u32 = 20;
+
+/// Failed admin authentications per client network, in fixed one-minute
+/// windows. The admin token is compared in constant time; this bounds how
+/// many guesses a network gets. While a network is over the limit its
+/// calls are refused *without* comparing the token, so a guess made then
+/// teaches nothing (a locked-out operator waits out the minute, or calls
+/// from another network).
+#[derive(Default)]
+struct AdminFailures {
+    windows: std::sync::Mutex<std::collections::HashMap<sluice_pow::NetPrefix, (u64, u32)>>,
+}
+
+impl AdminFailures {
+    /// Seconds to wait when `net` is over the limit at `now_s`.
+    fn blocked(&self, net: sluice_pow::NetPrefix, now_s: u64) -> Option<u64> {
+        let map = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let (start, n) = *map.get(&net)?;
+        let end = start + 60;
+        (n >= ADMIN_FAILURES_PER_MIN && now_s < end).then(|| end - now_s)
+    }
+
+    fn record(&self, net: sluice_pow::NetPrefix, now_s: u64) {
+        let mut map = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= 100_000 {
+            // Bounded memory under a spray of networks: old windows go first.
+            map.retain(|_, (start, _)| now_s < *start + 60);
+            if map.len() >= 100_000 {
+                map.clear();
+            }
+        }
+        let w = map.entry(net).or_insert((now_s, 0));
+        if now_s >= w.0 + 60 {
+            *w = (now_s, 0);
+        }
+        w.1 = w.1.saturating_add(1);
+    }
+}
+
+/// Brute-force guard of the admin API (`/_sluice/admin/…` and `/metrics`):
+/// counts the 401s each client network earns and answers 429
+/// `rate_limited` (with `Retry-After`) once it has had
+/// [`ADMIN_FAILURES_PER_MIN`] in the current minute.
+async fn admin_guard(
+    State(state): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = req.uri().path();
+    let admin = path.starts_with("/_sluice/admin") || path == "/metrics";
+    let Some(net) = req
+        .extensions()
+        .get::<ClientInfo>()
+        .filter(|_| admin)
+        .map(|c| sluice_pow::network_prefix(c.ip))
+    else {
+        return next.run(req).await;
+    };
+    let failures = &state.inner.admin_failures;
+    if let Some(wait) = failures.blocked(net, now_s()) {
+        return Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "Too many failed admin authentications from your network",
+        )
+        .retry_after(wait.max(1))
+        .into_response();
+    }
+    let res = next.run(req).await;
+    if res.status() == StatusCode::UNAUTHORIZED {
+        failures.record(net, now_s());
+    }
+    res
+}
 
 async fn admin_list_rooms(
     State(state): State<AppState>,

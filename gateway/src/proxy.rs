@@ -18,7 +18,9 @@
 //!   gateway speaks in that namespace (`Sluice-Admission`).
 //! - Failures are problem+json: 502 `origin_unreachable` when the origin
 //!   cannot be reached, 504 `origin_timeout` when its response headers do not
-//!   arrive in time.
+//!   arrive in time, 400 `malformed_request` when the downstream body itself
+//!   failed (a bad chunk size, a body cut short): the client's fault is
+//!   never reported as the origin's.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -137,6 +139,14 @@ impl Proxy {
             h.insert(k.clone(), v.clone());
         }
 
+        // Notes whether the downstream body failed, so that failure is
+        // answered as the client's (400), not as the origin's (502).
+        let body_failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = body_failed.clone();
+        let body = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            e
+        }));
         let upstream_req = Request::from_parts(parts, body);
         let started = std::time::Instant::now();
         let result =
@@ -146,6 +156,11 @@ impl Proxy {
                 self.telemetry.upstream_error("timeout");
                 return Problem::origin_timeout()
                     .log_cause(&"no response headers within the upstream response timeout")
+                    .into_response();
+            }
+            Ok(Err(e)) if body_failed.load(std::sync::atomic::Ordering::Relaxed) => {
+                return Problem::malformed("the request body could not be read")
+                    .log_cause(&error_chain(&e))
                     .into_response();
             }
             Ok(Err(e)) => {
