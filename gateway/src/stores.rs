@@ -46,12 +46,18 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     let inventory = RedisInventory::connect(&sluice_reservation::RedisConfig::new(url.clone()))
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
-    let replay_guard = if url.starts_with("redis+cluster://") {
-        // Keys of the guard are single-key commands: any node answers with
-        // MOVED; until the guard speaks cluster, gateways on a cluster keep
-        // the guard per process (a solution is then good once per gateway).
-        tracing::warn!("proof-of-work replay guard is per-gateway on Redis Cluster");
-        ReplayGuard::memory()
+    let replay_guard = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        let nodes: Vec<String> = rest
+            .trim_end_matches('/')
+            .split(',')
+            .map(|n| format!("redis://{n}"))
+            .collect();
+        let client = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(STORE_TIMEOUT)
+            .response_timeout(STORE_TIMEOUT)
+            .build()?;
+        let conn = client.get_async_connection().await?;
+        ReplayGuard::Redis(RedisReplayGuard::cluster(conn))
     } else {
         let client = redis::Client::open(url.as_str())?;
         let cfg = redis::aio::ConnectionManagerConfig::new()

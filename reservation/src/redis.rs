@@ -261,8 +261,15 @@ impl RedisInventory {
     pub async fn connect(config: &RedisConfig) -> Result<Self> {
         let timeout = config.timeout;
         let conn = if let Some(rest) = config.url.strip_prefix("redis+cluster://") {
-            let url = format!("redis://{rest}");
-            let client = redis::cluster::ClusterClientBuilder::new(vec![url])
+            // `redis+cluster://host:port[,host:port…]`: every listed node is
+            // a seed (any one answering is enough to learn the topology).
+            let nodes: Vec<String> = rest
+                .trim_end_matches('/')
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("redis://{n}"))
+                .collect();
+            let client = redis::cluster::ClusterClientBuilder::new(nodes)
                 .connection_timeout(timeout)
                 .response_timeout(timeout)
                 .build()

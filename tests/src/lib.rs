@@ -8,6 +8,7 @@
 //! The end-to-end tests live in `tests/tests/`.
 
 pub mod client;
+pub mod cluster;
 pub mod origin;
 #[path = "redis_server.rs"]
 pub mod redis_server;

@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
 
 use super::{ReplayStore, hex};
 use crate::error::GuardError;
@@ -23,10 +24,18 @@ use crate::error::GuardError;
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "sluice:pow:";
 
+/// A standalone connection (reconnecting) or a Redis Cluster connection
+/// (following `MOVED`/`ASK`); the guard's one command works on both.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
 /// Challenge ids held in Redis until they expire.
 #[derive(Clone)]
 pub struct RedisReplayGuard {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
 }
 
@@ -48,8 +57,16 @@ impl RedisReplayGuard {
     /// deployments on one Redis).
     pub fn with_prefix(conn: ConnectionManager, prefix: impl Into<String>) -> Self {
         RedisReplayGuard {
-            conn,
+            conn: Conn::Single(conn),
             prefix: prefix.into(),
+        }
+    }
+
+    /// A guard over a Redis Cluster connection.
+    pub fn cluster(conn: ClusterConnection) -> Self {
+        RedisReplayGuard {
+            conn: Conn::Cluster(conn),
+            prefix: DEFAULT_PREFIX.to_owned(),
         }
     }
 
@@ -62,15 +79,12 @@ impl RedisReplayGuard {
 impl ReplayStore for RedisReplayGuard {
     async fn consume_once(&self, id: &[u8; 16], ttl: Duration) -> Result<bool, GuardError> {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let mut conn = self.conn.clone();
-        let reply: Option<String> = redis::cmd("SET")
-            .arg(self.key(id))
-            .arg(1)
-            .arg("NX")
-            .arg("PX")
-            .arg(ms)
-            .query_async(&mut conn)
-            .await?;
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.key(id)).arg(1).arg("NX").arg("PX").arg(ms);
+        let reply: Option<String> = match &self.conn {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
+        };
         Ok(reply.is_some())
     }
 }
