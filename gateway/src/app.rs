@@ -119,23 +119,20 @@ impl AppState {
             None => Keyset::random(),
         };
         let events = crate::events::Events::from_config(&config);
-        let mut background = Vec::new();
-        background.push(
+        let background = vec![
             tokio::spawn(crate::rooms::run_ticker(
                 rooms.clone(),
                 stores.queue.clone(),
                 telemetry.clone(),
             ))
             .abort_handle(),
-        );
-        background.push(
             tokio::spawn(crate::events::run_reaper(
                 events.clone(),
                 stores.inventory.clone(),
                 config.events.clone(),
             ))
             .abort_handle(),
-        );
+        ];
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,

@@ -577,29 +577,31 @@ mod tests {
 
     #[test]
     fn most_specific_room_wins() {
-        let mut config = Config::default();
-        config.rooms = vec![
-            RoomConfig {
-                id: "all".into(),
-                ..RoomConfig::default()
-            },
-            RoomConfig {
-                id: "tickets".into(),
-                paths: vec!["/tickets".into()],
-                ..RoomConfig::default()
-            },
-            RoomConfig {
-                id: "vip".into(),
-                paths: vec!["/tickets/vip".into()],
-                ..RoomConfig::default()
-            },
-            RoomConfig {
-                id: "other-host".into(),
-                hosts: vec!["b.example".into()],
-                paths: vec!["/tickets".into()],
-                ..RoomConfig::default()
-            },
-        ];
+        let config = Config {
+            rooms: vec![
+                RoomConfig {
+                    id: "all".into(),
+                    ..RoomConfig::default()
+                },
+                RoomConfig {
+                    id: "tickets".into(),
+                    paths: vec!["/tickets".into()],
+                    ..RoomConfig::default()
+                },
+                RoomConfig {
+                    id: "vip".into(),
+                    paths: vec!["/tickets/vip".into()],
+                    ..RoomConfig::default()
+                },
+                RoomConfig {
+                    id: "other-host".into(),
+                    hosts: vec!["b.example".into()],
+                    paths: vec!["/tickets".into()],
+                    ..RoomConfig::default()
+                },
+            ],
+            ..Config::default()
+        };
         let rooms = Rooms::from_config(&config).unwrap();
         let id = |h: Option<&str>, p: &str| rooms.route(h, p).map(|r| r.id().to_owned());
         assert_eq!(id(None, "/"), Some("all".into()));
