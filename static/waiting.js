@@ -18,7 +18,8 @@
   var etaEl = document.getElementById('eta');
   var bar = document.querySelector('.bar');
   var fill = document.getElementById('bar-fill');
-  var startPosition = null;
+  var startPosition = null;   // the position at joining: the bar's zero
+  var startKey = null;
   var errorDelay = 1000;
   var polling = false;
   var lastAnnounced = '';
@@ -31,6 +32,10 @@
   function say(text) {
     if (text !== lastAnnounced) { stateEl.textContent = text; lastAnnounced = text; }
   }
+  // The bar: the first tenth while the browser solves the challenge, the
+  // rest as the line moves from the position at joining to the front, so
+  // it never moves backwards.
+  var SOLVE_SHARE = 0.1;
   function setProgress(fraction) {
     var pct = Math.max(0, Math.min(100, Math.round(fraction * 100)));
     fill.style.width = pct + '%';
@@ -65,19 +70,34 @@
     window.location.replace(safePath(s.return_to || fallbackReturn));
   }
 
+  // The position at joining survives a reload (per room and seq), so the
+  // bar does not start again from zero.
+  function rememberStart(s) {
+    if (startKey === null && typeof s.seq === 'number') {
+      startKey = 'sluice-start:' + room + ':' + s.seq;
+      try { var kept = Number(sessionStorage.getItem(startKey)); if (kept > 0) startPosition = kept; } catch (e) { /* storage off */ }
+    }
+    if (startPosition === null || s.position > startPosition) {
+      startPosition = s.position;
+      try { if (startKey) sessionStorage.setItem(startKey, String(startPosition)); } catch (e) { /* storage off */ }
+    }
+  }
+
   function show(s) {
+    root.classList.remove('working');
     if (s.state === 'admitted') return admitted(s);
     if (typeof s.position === 'number') {
-      if (startPosition === null || s.position > startPosition) startPosition = s.position;
+      rememberStart(s);
       positionEl.textContent = s.position.toLocaleString();
       aheadEl.textContent = Math.max(0, s.position - 1).toLocaleString();
-      setProgress(startPosition > 1 ? (startPosition - s.position) / (startPosition - 1) : 0.99);
+      var moved = startPosition > 1 ? (startPosition - s.position) / (startPosition - 1) : 0.95;
+      setProgress(SOLVE_SHARE + (1 - SOLVE_SHARE) * moved);
     }
     if (s.state === 'waiting') {
       etaEl.textContent = etaRange(s.eta_seconds);
       say(s.position <= 1 ? t('next') : t('waiting', { position: s.position.toLocaleString() }));
     } else if (s.state === 'paused') {
-      say(t('paused'));
+      say(t('paused')); etaEl.textContent = '–';
     } else if (s.state === 'sold_out') {
       say(t('sold_out')); etaEl.textContent = '–';
     } else if (s.state === 'closed') {
@@ -109,14 +129,16 @@
     request('POST', base + '/challenge', {}).then(function (r) {
       if (r.status !== 200) throw r;
       say(t('solving'));
+      root.classList.add('working');
       return window.SluicePow.solveChallenge(r.body, {
         workerUrl: '/_sluice/static/pow-worker.js',
         onProgress: function (p) {
-          setProgress(0.25 * p.fraction);
+          setProgress(SOLVE_SHARE * p.fraction);
           say(t('solving_progress', { done: p.solved, total: p.total }));
         }
       }).then(function (solutions) { return submit(r.body.challenge, solutions, 0); });
     }).catch(function (err) {
+      root.classList.remove('working');
       var wait = (err && err.res && Number(err.res.headers.get('retry-after'))) * 1000 || errorDelay;
       errorDelay = Math.min(errorDelay * 2, 30000);
       say(t('reconnecting'));

@@ -279,6 +279,9 @@ pub struct RoomConfig {
     /// Lifetime of a queue token (a place in line).
     #[serde(with = "humantime_serde")]
     pub queue_token_ttl: Duration,
+    /// The waiting page's look (`[rooms.page]`): brand name, accent
+    /// colour, an operator's template directory (see `docs/waiting-page.md`).
+    pub page: crate::page::PageConfig,
 }
 
 /// What a room does for new visitors when its store cannot be reached.
@@ -320,6 +323,7 @@ impl Default for RoomConfig {
             attack_min_solve: Duration::from_secs(3),
             challenge_ttl: Duration::from_secs(300),
             queue_token_ttl: Duration::from_secs(86_400),
+            page: crate::page::PageConfig::default(),
         }
     }
 }
@@ -543,6 +547,7 @@ impl Config {
                     "must be in [0, 1)",
                 ));
             }
+            room.page.validate(&format!("{field}.page"))?;
         }
         let mut seen = std::collections::HashSet::new();
         for (i, ev) in self.events.iter().enumerate() {

@@ -3,13 +3,27 @@
 //! served under a strict Content-Security-Policy; its texts come in the
 //! visitor's language (`Accept-Language`: English, French) and every value
 //! put into the page is HTML-escaped.
+//!
+//! A room may restyle its page ([`PageConfig`]): a brand name, an accent
+//! colour (served as a generated stylesheet, so no inline style is needed)
+//! and an operator's template directory whose `waiting.html`, `waiting.css`
+//! and `logo.svg`/`logo.png` replace the embedded ones. The placeholders a
+//! template may use are [`PLACEHOLDERS`] and the texts' keys; they are
+//! documented in `docs/waiting-page.md`.
 
-use axum::extract::Path;
+use std::collections::HashMap;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::{Arc, LazyLock};
+
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::app::AppState;
+use crate::config::ConfigError;
 use crate::problem::Problem;
 use crate::rooms::Room;
 
@@ -43,26 +57,222 @@ const FILES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// `GET /_sluice/static/{file}`: only the embedded names; anything else
-/// (including traversal attempts) is 404.
-pub async fn static_file(Path(file): Path<String>) -> Response {
-    match FILES.iter().find(|(name, _, _)| *name == file) {
-        Some((_, ctype, body)) => {
-            let mut res = (*body).into_response();
-            let h = res.headers_mut();
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-            h.insert(
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("public, max-age=300"),
-            );
-            h.insert(
-                "x-content-type-options",
-                HeaderValue::from_static("nosniff"),
-            );
-            res
-        }
-        None => Problem::new(StatusCode::NOT_FOUND, "not_found", "No such file").into_response(),
+/// `GET /_sluice/static/{file}`: only the embedded names, and a room's own
+/// files (`theme.{room}.css`, and from its template directory
+/// `waiting.{room}.css`, `logo.{room}.svg|png`); anything else (including
+/// traversal attempts) is 404.
+pub async fn static_file(State(state): State<AppState>, Path(file): Path<String>) -> Response {
+    if let Some((_, ctype, body)) = FILES.iter().find(|(name, _, _)| *name == file) {
+        return asset(ctype, axum::body::Body::from(*body));
     }
+    room_file(&state, &file).unwrap_or_else(|| {
+        Problem::new(StatusCode::NOT_FOUND, "not_found", "No such file").into_response()
+    })
+}
+
+fn asset(ctype: &'static str, body: axum::body::Body) -> Response {
+    let mut res = body.into_response();
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    res
+}
+
+/// `{kind}.{room}.{ext}`: a file of one room's page.
+fn room_file(state: &AppState, file: &str) -> Option<Response> {
+    let mut parts = file.split('.');
+    let (kind, room, ext) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let room = state.room(room).ok()?;
+    let page = &room.config.page;
+    match (kind, ext) {
+        ("theme", "css") => Some(asset(
+            "text/css; charset=utf-8",
+            axum::body::Body::from(page.theme_css()),
+        )),
+        ("waiting", "css") => {
+            let css = template(page.template_dir.as_deref()?)?.css.clone()?;
+            Some(asset(
+                "text/css; charset=utf-8",
+                axum::body::Body::from(css),
+            ))
+        }
+        ("logo", _) => {
+            let t = template(page.template_dir.as_deref()?)?;
+            let (lext, ctype, bytes) = t.logo.as_ref()?;
+            (*lext == ext).then(|| asset(ctype, axum::body::Body::from(bytes.clone())))
+        }
+        _ => None,
+    }
+}
+
+// === the look of a room's page ===
+
+/// The look of one room's waiting page (`[rooms.page]` in the config).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PageConfig {
+    /// The operator's name, shown above the heading and as the logo's
+    /// text alternative (at most 100 characters). None: nothing shown.
+    pub brand_name: Option<String>,
+    /// The accent colour (progress bar, focus rings) as `#rrggbb`. None:
+    /// the built-in blue.
+    pub accent_color: Option<String>,
+    /// A directory holding `waiting.html` (required) and optionally
+    /// `waiting.css` and `logo.svg` or `logo.png`, used instead of the
+    /// embedded page. Read once, at the first page served.
+    pub template_dir: Option<PathBuf>,
+}
+
+/// The placeholders a template may use besides the texts' keys:
+/// `{{room}}`, `{{return_to}}`, `{{brand_name}}`, `{{logo}}` (an `<img>`
+/// element, or nothing), `{{stylesheet_url}}`, `{{theme_url}}` and
+/// `{{texts_json}}` (for `<script type="application/json">`).
+pub const PLACEHOLDERS: &[&str] = &[
+    "room",
+    "return_to",
+    "brand_name",
+    "logo",
+    "stylesheet_url",
+    "theme_url",
+    "texts_json",
+];
+
+impl PageConfig {
+    /// Checks the colour, the name and the template directory (it must
+    /// hold a `waiting.html` that uses known placeholders only).
+    pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
+        if let Some(c) = &self.accent_color
+            && !(c.len() == 7
+                && c.starts_with('#')
+                && c.bytes().skip(1).all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(ConfigError::invalid(
+                format!("{field}.accent_color"),
+                "must be a colour written #rrggbb",
+            ));
+        }
+        if let Some(n) = &self.brand_name
+            && (n.chars().count() > 100 || n.chars().any(char::is_control))
+        {
+            return Err(ConfigError::invalid(
+                format!("{field}.brand_name"),
+                "must be at most 100 characters, without control characters",
+            ));
+        }
+        if let Some(dir) = &self.template_dir {
+            let t = load_template(dir).map_err(|e| {
+                ConfigError::invalid(format!("{field}.template_dir"), e.to_string())
+            })?;
+            let known = texts(Lang::En);
+            for key in placeholders(&t.html) {
+                if !known.contains_key(key) && !PLACEHOLDERS.contains(&key) {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.template_dir"),
+                        format!("waiting.html uses an unknown placeholder {{{{{key}}}}}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The generated stylesheet of the room's colours.
+    pub fn theme_css(&self) -> String {
+        match &self.accent_color {
+            // Validated as #rrggbb: nothing else can reach the stylesheet.
+            Some(c) => format!(":root, :root:not(#x) {{ --accent: {c}; }}\n"),
+            None => String::from("/* the built-in colours */\n"),
+        }
+    }
+}
+
+/// A template directory, loaded.
+struct Template {
+    html: String,
+    css: Option<String>,
+    /// Extension, content type, bytes.
+    logo: Option<(&'static str, &'static str, Vec<u8>)>,
+}
+
+/// Loaded template directories by path, read once.
+static TEMPLATES: LazyLock<Mutex<HashMap<PathBuf, Arc<Template>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn load_template(dir: &FsPath) -> std::io::Result<Template> {
+    let html = std::fs::read_to_string(dir.join("waiting.html")).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("{}/waiting.html: {e}", dir.display()))
+    })?;
+    let css = std::fs::read_to_string(dir.join("waiting.css")).ok();
+    let logo = [("svg", "image/svg+xml"), ("png", "image/png")]
+        .into_iter()
+        .find_map(|(ext, ctype)| {
+            std::fs::read(dir.join(format!("logo.{ext}")))
+                .ok()
+                .map(|b| (ext, ctype, b))
+        });
+    Ok(Template { html, css, logo })
+}
+
+/// The template of `dir`, read at its first use; None (and a warning)
+/// when it cannot be read.
+fn template(dir: &FsPath) -> Option<Arc<Template>> {
+    if let Some(t) = TEMPLATES.lock().get(dir) {
+        return Some(t.clone());
+    }
+    match load_template(dir) {
+        Ok(t) => {
+            let t = Arc::new(t);
+            TEMPLATES.lock().insert(dir.to_owned(), t.clone());
+            Some(t)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "waiting page template unreadable: serving the embedded page");
+            None
+        }
+    }
+}
+
+/// The `{{key}}` names used in `html`.
+fn placeholders(html: &str) -> impl Iterator<Item = &str> {
+    html.split("{{")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("}}").map(|(k, _)| k.trim()))
+}
+
+/// Replaces every `{{key}}` of `html` in one pass (a value is never
+/// scanned again, so text in it that looks like a placeholder stays text);
+/// unknown keys become empty.
+fn render(html: &str, values: &HashMap<&str, String>) -> String {
+    let mut out = String::with_capacity(html.len() + 1024);
+    let mut rest = html;
+    while let Some(at) = rest.find("{{") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        match after.find("}}") {
+            Some(end) => {
+                if let Some(v) = values.get(after[..end].trim()) {
+                    out.push_str(v);
+                }
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str(&rest[at..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A language the page speaks.
@@ -196,18 +406,46 @@ pub fn waiting_page(
 ) -> Response {
     let lang = pick_lang(headers);
     let t = texts(lang);
-    let mut html = PAGE.to_owned();
-    for (k, v) in &t {
-        if let Some(s) = v.as_str() {
-            html = html.replace(&format!("{{{{{k}}}}}"), &html_escape(s));
-        }
-    }
-    html = html.replace("{{room}}", &html_escape(room.id()));
-    html = html.replace("{{return_to}}", &html_escape(return_to));
+    let page = &room.config.page;
+    let custom = page.template_dir.as_deref().and_then(template);
+    let id = room.id();
     // JSON inside <script type="application/json">: `<` escaped so no
     // text can close the element.
-    let texts_json = Value::Object(t).to_string().replace('<', "\\u003c");
-    html = html.replace("{{texts_json}}", &texts_json);
+    let texts_json = Value::Object(t.clone()).to_string().replace('<', "\\u003c");
+    let mut values: HashMap<&str, String> = HashMap::new();
+    for (k, v) in &t {
+        if let Some(s) = v.as_str() {
+            values.insert(k.as_str(), html_escape(s));
+        }
+    }
+    values.insert("room", html_escape(id));
+    values.insert("return_to", html_escape(return_to));
+    let brand = page.brand_name.clone().unwrap_or_default();
+    values.insert("brand_name", html_escape(&brand));
+    let logo = custom
+        .as_ref()
+        .and_then(|c| c.logo.as_ref())
+        .map(|(ext, _, _)| {
+            format!(
+                "<img class=\"logo\" src=\"/_sluice/static/logo.{}.{ext}\" alt=\"{}\">",
+                html_escape(id),
+                html_escape(&brand)
+            )
+        })
+        .unwrap_or_default();
+    values.insert("logo", logo);
+    let stylesheet = if custom.as_ref().is_some_and(|c| c.css.is_some()) {
+        format!("/_sluice/static/waiting.{}.css", html_escape(id))
+    } else {
+        "/_sluice/static/waiting.css".to_owned()
+    };
+    values.insert("stylesheet_url", stylesheet);
+    values.insert(
+        "theme_url",
+        format!("/_sluice/static/theme.{}.css", html_escape(id)),
+    );
+    values.insert("texts_json", texts_json);
+    let html = render(custom.as_ref().map_or(PAGE, |c| c.html.as_str()), &values);
     let mut res = html.into_response();
     let h = res.headers_mut();
     h.insert(
@@ -247,6 +485,56 @@ mod tests {
     }
 
     #[test]
+    fn placeholders_are_replaced_once() {
+        let mut v = HashMap::new();
+        v.insert("a", "{{b}}".to_owned());
+        v.insert("b", "B".to_owned());
+        assert_eq!(render("x{{a}}y{{ b }}z{{nope}}{{", &v), "x{{b}}yBz{{");
+    }
+
+    #[test]
+    fn page_settings_are_validated() {
+        let ok = PageConfig {
+            brand_name: Some("Acme <Tickets>".into()),
+            accent_color: Some("#A1b2C3".into()),
+            template_dir: None,
+        };
+        ok.validate("p").unwrap();
+        assert!(ok.theme_css().contains("--accent: #A1b2C3;"));
+        for bad in ["red", "#12345", "#1234567", "#12345g", "#123456;}"] {
+            let c = PageConfig {
+                accent_color: Some(bad.into()),
+                ..PageConfig::default()
+            };
+            let e = c.validate("rooms[0].page").unwrap_err().to_string();
+            assert!(e.contains("rooms[0].page.accent_color"), "{bad}: {e}");
+        }
+        let dir = std::env::temp_dir().join(format!("sluice-page-{}", rand::random::<u64>()));
+        let missing = PageConfig {
+            template_dir: Some(dir.clone()),
+            ..PageConfig::default()
+        };
+        assert!(
+            missing
+                .validate("p")
+                .unwrap_err()
+                .to_string()
+                .contains("waiting.html")
+        );
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("waiting.html"),
+            "<p>{{heading}} {{brand_name}} {{typo}}</p>",
+        )
+        .unwrap();
+        let e = missing.validate("p").unwrap_err().to_string();
+        assert!(e.contains("{{typo}}"), "{e}");
+        std::fs::write(dir.join("waiting.html"), PAGE).unwrap();
+        missing.validate("p").unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn escaping() {
         assert_eq!(
             html_escape("<a href=\"x\">'&"),
@@ -261,10 +549,7 @@ mod tests {
         assert_eq!(en.keys().collect::<Vec<_>>(), fr.keys().collect::<Vec<_>>());
         for cap in PAGE.split("{{").skip(1) {
             let key = cap.split("}}").next().unwrap();
-            assert!(
-                en.contains_key(key) || ["room", "return_to", "texts_json"].contains(&key),
-                "{key}"
-            );
+            assert!(en.contains_key(key) || PLACEHOLDERS.contains(&key), "{key}");
         }
     }
 }

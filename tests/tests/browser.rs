@@ -30,6 +30,9 @@ use sluice_tests::{ADMIN_TOKEN, TestGateway};
 const WEBHOOK_SECRET: &str = "whsec-browser-0123456789";
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// One browser at a time: the machine has few cores, and the speed
+/// measurement must not share them with another test's browser.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// A phone-sized window (CSS pixels).
 const WINDOW: (u32, u32) = (412, 915);
 
@@ -39,6 +42,7 @@ const WINDOW: (u32, u32) = (412, 915);
 /// end when it is dropped.
 struct Browser {
     client: Option<Client>,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
     driver: Child,
     profile: PathBuf,
     artifacts: PathBuf,
@@ -64,6 +68,7 @@ async fn browser(test: &str) -> Option<Browser> {
         );
         return None;
     }
+    let turn = ONE_BROWSER.lock().await;
     let port = free_port();
     let driver = Command::new(CHROMEDRIVER)
         .arg(format!("--port={port}"))
@@ -80,6 +85,7 @@ async fn browser(test: &str) -> Option<Browser> {
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
     let mut b = Browser {
         client: None,
+        _turn: turn,
         driver,
         profile,
         artifacts,
@@ -522,4 +528,105 @@ async fn proof_of_work_speed_in_chromium_at_the_default_difficulty() {
     assert!(hps > 100_000.0, "{report}");
     b.close().await;
     gw.shutdown().await;
+}
+
+// === an operator's template ===
+
+/// A room's own template directory, brand name and accent colour: the page
+/// is the operator's, every value escaped, colours and files served
+/// same-origin under the same strict policy (no browser needed).
+#[tokio::test]
+async fn an_operator_template_and_colour_restyle_the_page() {
+    let dir = std::env::temp_dir().join(format!("sluice-template-{}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("waiting.html"),
+        "<!doctype html><html lang=\"{{lang}}\"><head><link rel=\"stylesheet\" href=\"{{stylesheet_url}}\">\
+         <link rel=\"stylesheet\" href=\"{{theme_url}}\"></head><body><header>{{logo}}{{brand_name}}</header>\
+         <main id=\"sluice\" data-room=\"{{room}}\" data-return-to=\"{{return_to}}\"><h1>{{heading}}</h1>\
+         <p id=\"state\" role=\"status\" aria-live=\"polite\">{{preparing}}</p></main>\
+         <script id=\"sluice-texts\" type=\"application/json\">{{texts_json}}</script></body></html>",
+    )
+    .unwrap();
+    std::fs::write(dir.join("waiting.css"), "body { font-family: serif; }").unwrap();
+    std::fs::write(
+        dir.join("logo.svg"),
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"/>",
+    )
+    .unwrap();
+    let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
+    let template_dir = dir.clone();
+    let gw = TestGateway::builder()
+        .origin(shop.url())
+        .config(move |c| {
+            c.rooms = vec![RoomConfig {
+                rate_per_sec: 0.0,
+                burst: 1.0,
+                puzzles: 2,
+                difficulty_floor_bits: 6,
+                difficulty_ceiling_bits: 6,
+                attack_min_solve: Duration::ZERO,
+                join_limit_per_prefix_per_min: 0,
+                page: sluice_gateway::page::PageConfig {
+                    brand_name: Some("Acme <Tix> & Co".into()),
+                    accent_color: Some("#aa3300".into()),
+                    template_dir: Some(template_dir),
+                },
+                ..RoomConfig::default()
+            }];
+        })
+        .spawn()
+        .await;
+    // Someone in line, so the page shows.
+    for _ in 0..2 {
+        let mut v = Visitor::new(&gw.url(), "default");
+        assert!(v.join("/").await.status.is_success());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = TestClient::new();
+    let res = c
+        .get(
+            &format!("{}/shop/demo?a='b'", gw.url()),
+            &[("accept", "text/html")],
+        )
+        .await;
+    assert_eq!(res.status, 200);
+    let csp = res.header("content-security-policy").unwrap().to_owned();
+    assert!(csp.contains("style-src 'self'") && !csp.contains("unsafe-inline"));
+    let html = res.text();
+    assert!(html.contains("Acme &lt;Tix&gt; &amp; Co"), "{html}");
+    assert!(
+        html.contains("<img class=\"logo\" src=\"/_sluice/static/logo.default.svg\" alt=\"Acme &lt;Tix&gt; &amp; Co\">"),
+        "{html}"
+    );
+    assert!(html.contains("href=\"/_sluice/static/waiting.default.css\""));
+    assert!(html.contains("href=\"/_sluice/static/theme.default.css\""));
+    assert!(!html.contains("{{"), "every placeholder filled: {html}");
+    assert!(
+        html.contains("?a=&#39;b&#39;"),
+        "the return URL escaped: {html}"
+    );
+    let get = |f: &'static str| {
+        let c = &c;
+        let url = format!("{}/_sluice/static/{f}", gw.url());
+        async move { c.get(&url, &[]).await }
+    };
+    let theme = get("theme.default.css").await;
+    assert_eq!(theme.status, 200);
+    assert!(theme.text().contains("--accent: #aa3300;"));
+    assert_eq!(
+        get("waiting.default.css").await.text(),
+        "body { font-family: serif; }"
+    );
+    let logo = get("logo.default.svg").await;
+    assert_eq!(logo.header("content-type"), Some("image/svg+xml"));
+    assert_eq!(get("logo.default.png").await.status, 404);
+    assert_eq!(get("theme.nope.css").await.status, 404);
+    assert_eq!(
+        get("waiting.css").await.status,
+        200,
+        "the embedded files stay"
+    );
+    gw.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
