@@ -102,8 +102,13 @@ async fn hold_retrying(
     visitor: &str,
     qty: u32,
 ) -> HoldOutcome {
+    // The same Idempotency-Key on every attempt: a hold that landed but
+    // whose answer was lost with the connection comes back as `Replayed`,
+    // never as a second hold (or a cart-limit refusal of the retry).
+    let key = format!("retry-{visitor}");
     loop {
-        match inv.hold(ev, visitor, qty, None).await {
+        match inv.hold(ev, visitor, qty, Some(&key)).await {
+            Ok(HoldOutcome::Replayed(v)) => return HoldOutcome::Held(v),
             Ok(out) => return out,
             Err(e) => {
                 assert!(e.is_unavailable(), "unexpected fault: {e}");
