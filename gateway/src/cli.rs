@@ -37,6 +37,9 @@ pub enum Command {
     Admin(crate::admin_cli::AdminArgs),
     /// Simulate a queue in virtual time with the real admission code.
     Simulate(crate::simulate::SimulateArgs),
+    /// Throw a bounded crowd of real HTTP visitors at a running gateway
+    /// (loopback only unless --allow-remote) and report what they got.
+    Swarm(crate::swarm::SwarmArgs),
     /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
     /// key id into DIR. The newest key signs; older keys keep verifying
     /// (rotation without logging anyone out). Prints the key id.
@@ -140,6 +143,7 @@ pub fn main() -> ExitCode {
         }
         Command::Admin(args) => crate::admin_cli::run(args),
         Command::Simulate(args) => crate::simulate::run(args),
+        Command::Swarm(args) => crate::swarm::run(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {
             Ok(kid) => {
                 println!("{kid}");

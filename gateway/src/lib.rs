@@ -48,6 +48,7 @@
 //! - [`cli`] — the `sluice` command line.
 //! - [`admin_cli`] — `sluice admin`, a client of the admin API.
 //! - [`simulate`] — `sluice simulate`, the queue in virtual time.
+//! - [`swarm`] — `sluice swarm`, a bounded crowd of real visitors.
 
 pub mod admin_cli;
 pub mod app;
@@ -66,5 +67,6 @@ pub mod rooms;
 pub mod server;
 pub mod simulate;
 pub mod stores;
+pub mod swarm;
 pub mod telemetry;
 pub mod visitor;
