@@ -50,7 +50,7 @@
 //! A visitor whose granted holds add up to more than the cart limit is
 //! **above the cart limit**. Both must be 0.
 //!
-//! Exit status: 0; 2 when oversold, above the cart limit, an idempotent
+//! Exit status: 0; 3 when oversold, above the cart limit, an idempotent
 //! replay returned a different hold, or the store's invariant is broken;
 //! 1 when the gateway cannot be used (unreachable, unknown room); 64 for bad
 //! flags or a refused remote target.
@@ -78,8 +78,9 @@ use serde_json::{Map, Value, json};
 
 /// Exit status of bad flags (as a bad config).
 const EXIT_USAGE: u8 = 64;
-/// Exit status when the run shows overselling or a broken limit.
-const EXIT_VIOLATION: u8 = 2;
+/// Exit status when the run shows overselling or a broken limit (2 is
+/// clap's for a flag it cannot parse).
+const EXIT_VIOLATION: u8 = 3;
 /// Longest wait for one answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often one step is retried after a 429/503 or a lost connection.
@@ -1248,7 +1249,7 @@ impl Report {
             .and_then(|s| s["invariant_holds"].as_bool())
     }
 
-    /// What makes the run a failure (exit status 2).
+    /// What makes the run a failure (exit status 3).
     fn violations(&self) -> Vec<String> {
         let mut v = Vec::new();
         if self.oversold() > 0 {

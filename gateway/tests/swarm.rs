@@ -1,0 +1,284 @@
+//! `sluice swarm` end to end: the binary against a `sluice serve` of its
+//! own (in-memory stores, then a real `redis-server`), its JSON report
+//! checked for overselling, the cart limit and the kinds of error; and a
+//! remote target refused before any traffic.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../tests/src/redis_server.rs"]
+mod redis_server;
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const ADMIN: &str = "swarm-test-admin-token";
+const WEBHOOK: &str = "swarm-test-webhook-secret";
+const TOTAL: u64 = 30;
+const CART_LIMIT: u64 = 4;
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+/// An easy proof of work, no per-network limit, small stock.
+fn config_file(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-swarm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+listen = "127.0.0.1:0"
+
+[[rooms]]
+id = "default"
+rate_per_sec = 50
+burst = 10
+join_limit_per_prefix_per_min = 0
+puzzles = 2
+difficulty_floor_bits = 4
+difficulty_ceiling_bits = 6
+attack_min_solve = "0s"
+
+[[events]]
+id = "demo"
+room = "default"
+total = {TOTAL}
+cart_limit = {CART_LIMIT}
+hold_ttl = "2m"
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A `sluice serve` child, killed on drop.
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the gateway and waits for the address it prints.
+fn start_gateway(name: &str, redis: Option<&str>) -> Gateway {
+    let mut cmd = sluice();
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(config_file(name))
+        .args(["--admin-token", ADMIN, "--webhook-secret", WEBHOOK])
+        .env("SLUICE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(url) = redis {
+        cmd.args(["--redis", url]);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(rest) = line.strip_prefix("sluice listening on ") {
+                    let url = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap()
+                        .trim_end_matches('/')
+                        .to_owned();
+                    return Gateway { child, url };
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("sluice serve did not print its address within 30 s");
+}
+
+/// Runs a swarm of 200 visitors, 32 at once, half of the holds paid.
+fn swarm(url: &str) -> (Option<i32>, Value) {
+    let started = Instant::now();
+    let out = sluice()
+        .args([
+            "swarm",
+            "--url",
+            url,
+            "--visitors",
+            "200",
+            "--concurrency",
+            "32",
+            "--rate",
+            "2000",
+            "--duration",
+            "90s",
+            "--max-poll-ms",
+            "500",
+            "--pay-ratio",
+            "0.5",
+            "--webhook-secret",
+            WEBHOOK,
+            "--admin-token",
+            ADMIN,
+            "--seed",
+            "7",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stderr}"));
+    eprintln!("{v:#}\n(in {:?}) {stderr}", started.elapsed());
+    (out.status.code(), v)
+}
+
+fn check_report(code: Option<i32>, v: &Value) {
+    assert_eq!(code, Some(0), "exit status");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["stopped_by"], "done");
+    assert_eq!(v["visitors"], 200);
+    assert_eq!(v["finished"], 200);
+    assert_eq!(v["failed_visitors"], 0);
+    assert_eq!(v["joined"], 200);
+    let admitted = v["admitted"].as_u64().unwrap();
+    assert!(admitted > 0, "nobody admitted");
+    assert_eq!(v["total"], TOTAL);
+    assert_eq!(v["cart_limit"], CART_LIMIT);
+
+    // nothing oversold, nobody above the cart limit, idempotency kept
+    assert_eq!(v["oversold"], 0);
+    assert_eq!(v["oversold_by_answers"], 0);
+    assert_eq!(v["oversold_by_stock"], 0);
+    assert_eq!(v["above_cart_limit"], 0);
+    assert_eq!(v["idempotency_mismatches"], 0);
+    let held = v["units_held"].as_u64().unwrap();
+    let confirmed = v["units_confirmed"].as_u64().unwrap();
+    let released = v["units_released"].as_u64().unwrap();
+    assert!(v["holds"].as_u64().unwrap() > 0, "no hold granted");
+    assert!(confirmed > 0, "nothing paid");
+    assert!(v["peak_units_outstanding"].as_u64().unwrap() <= TOTAL);
+    assert!(
+        held - released <= TOTAL,
+        "held {held} - released {released} > {TOTAL}"
+    );
+
+    // the store agrees with the answers
+    let stock = &v["stock"];
+    assert_eq!(stock["invariant_holds"], true, "{stock}");
+    assert_eq!(stock["total"], TOTAL);
+    let s_held = stock["held"].as_u64().unwrap();
+    let s_confirmed = stock["confirmed"].as_u64().unwrap();
+    let s_available = stock["available"].as_u64().unwrap();
+    assert_eq!(s_held + s_confirmed + s_available, TOTAL, "{stock}");
+    assert_eq!(s_confirmed, confirmed, "confirmed units: store vs answers");
+    assert!(s_held + s_confirmed <= TOTAL);
+    assert_eq!(
+        s_held,
+        v["units_left_to_expire"].as_u64().unwrap(),
+        "held units: store vs answers (hold_ttl outlasts the run)"
+    );
+
+    // only the refusals a sale must give
+    let errors = v["errors"].as_object().unwrap();
+    for (code, n) in errors {
+        assert!(
+            ["sold_out", "cart_limit_exceeded"].contains(&code.as_str()),
+            "unexpected error {code} ×{n}"
+        );
+    }
+    assert!(errors.contains_key("sold_out"), "200 visitors, 30 units");
+    assert_eq!(v["http_errors"].as_object().unwrap().len(), 0);
+    assert_eq!(v["transport_errors"], 0);
+    for ep in ["challenge", "join", "hold", "webhook"] {
+        let l = &v["latency_ms"][ep];
+        assert!(l["count"].as_u64().unwrap() > 0, "{ep}");
+        assert!(l["p50_ms"].as_f64().unwrap() <= l["p99_ms"].as_f64().unwrap());
+    }
+}
+
+#[test]
+fn swarm_against_an_in_memory_gateway() {
+    let gw = start_gateway("memory.toml", None);
+    let (code, v) = swarm(&gw.url);
+    check_report(code, &v);
+}
+
+#[test]
+fn swarm_against_a_gateway_on_redis() {
+    let Some(redis) = redis_server::RedisServer::start() else {
+        return;
+    };
+    let gw = start_gateway("redis.toml", Some(&redis.url()));
+    let (code, v) = swarm(&gw.url);
+    check_report(code, &v);
+}
+
+#[test]
+fn a_remote_target_is_refused_before_any_traffic() {
+    // 192.0.2.1 (TEST-NET-1) is not routed: a connection attempt would hang
+    // until its timeout, so a quick answer also shows none was made.
+    let started = Instant::now();
+    let out = sluice()
+        .args(["swarm", "--url", "http://192.0.2.1:8080", "--visitors", "1"])
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(out.status.code(), Some(64));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not a loopback address") && stderr.contains("--allow-remote"),
+        "{stderr}"
+    );
+    for url in [
+        "http://example.com/",
+        "http://[2001:db8::1]:80",
+        "http://10.0.0.1",
+    ] {
+        let out = sluice().args(["swarm", "--url", url]).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{url}");
+    }
+}
+
+#[test]
+fn bad_flags_exit_64() {
+    for args in [
+        vec!["--pay-ratio", "0.5"],
+        vec!["--concurrency", "0"],
+        vec!["--url", "https://127.0.0.1:1"],
+        vec!["--url", "127.0.0.1:1"],
+        vec!["--room", "no/slash"],
+    ] {
+        let out = sluice().arg("swarm").args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+    }
+    // flags clap itself refuses
+    for args in [
+        vec!["--pay-ratio", "2", "--webhook-secret", "s"],
+        vec!["--duration", "soon"],
+    ] {
+        let out = sluice().arg("swarm").args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+    }
+}
