@@ -61,20 +61,33 @@ SLUICE_LOG=warn ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" \
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/healthz" >/dev/null && break; sleep 0.1; done
 
-run() { # name url
+# CPU time (user + system, in clock ticks) of a process: stable under a
+# noisy machine where req/s is not, so the bench also reports CPU per request.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+run() { # name url pid-of-the-measured-proxy
   wrk -t"$THREADS" -c"$CONNS" -d2s "$2" >/dev/null 2>&1 # warm-up
+  local c0; c0=$(cpu_ticks "$3")
   local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" --latency "$2")
-  local rps p99
+  local c1; c1=$(cpu_ticks "$3")
+  local rps p99 total us
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  printf '%-8s %12s req/s   p99 %s\n' "$1" "$rps" "$p99" >&2
-  echo "$rps $p99"
+  total=$(awk '/requests in/ {print $1}' <<<"$out")
+  us=$(awk -v t="$(( (c1 - c0) * TICK_US ))" -v n="$total" 'BEGIN { printf "%.1f", t / n }')
+  printf '%-8s %12s req/s   p99 %-9s %s µs CPU/request\n' "$1" "$rps" "$p99" "$us" >&2
+  echo "$rps $p99 $us"
 }
 to_ms() { awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v); print v} else {sub(/s/,"",v); print v*1000} }'; }
 
 echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers" >&2
-read -r o_rps o_p99 < <(run origin "http://127.0.0.1:$ORIGIN/")
-read -r n_rps n_p99 < <(run nginx "http://127.0.0.1:$NGINX/")
-read -r s_rps s_p99 < <(run sluice "http://127.0.0.1:$SLUICE/")
-awk -v s="$s_rps" -v n="$n_rps" -v sp="$(to_ms "$s_p99")" -v np="$(to_ms "$n_p99")" 'BEGIN {
-  printf "sluice/nginx throughput: %.2f   p99: sluice %.2f ms vs nginx %.2f ms (ratio %.2f)\n", s/n, sp, np, sp/np }'
+NGINX_WORKER=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
+read -r o_rps o_p99 o_us < <(run origin "http://127.0.0.1:$ORIGIN/" "$NGINX_WORKER")
+read -r n_rps n_p99 n_us < <(run nginx "http://127.0.0.1:$NGINX/" "$NGINX_WORKER")
+read -r s_rps s_p99 s_us < <(run sluice "http://127.0.0.1:$SLUICE/" "$SLUICE_PID")
+echo "(nginx's CPU per request includes its own origin's; subtract the origin line for the proxy alone)" >&2
+awk -v s="$s_rps" -v n="$n_rps" -v sp="$(to_ms "$s_p99")" -v np="$(to_ms "$n_p99")" \
+    -v su="$s_us" -v nu="$n_us" -v ou="$o_us" 'BEGIN {
+  printf "sluice/nginx throughput: %.2f   p99: sluice %.2f ms vs nginx %.2f ms (ratio %.2f)\n", s/n, sp, np, sp/np
+  printf "CPU per proxied request: sluice %.1f µs, nginx proxy_pass %.1f µs (ratio %.2f)\n", su, nu - ou, su/(nu - ou) }'
