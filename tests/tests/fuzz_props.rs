@@ -1,0 +1,369 @@
+//! Bounded fuzzing as property tests, run with the normal suite: the
+//! parsers that face the network or the operator get arbitrary and mutated
+//! input, and must refuse it cleanly — no panic, no 5xx, and no mutation of
+//! a genuine token or challenge ever verifies.
+//!
+//! The same targets run unbounded under `cargo fuzz` (see `fuzz/`); these
+//! are their everyday, deterministic-budget versions (a few hundred to a
+//! couple of thousand cases each, a few seconds in all).
+//!
+//! - tokens: `Keyring::verify_queue` / `verify_admit` on arbitrary strings
+//!   and on one-character mutations of real tokens;
+//! - challenges: `Keyset::verify` on arbitrary challenges and counters, and
+//!   on mutations of a real solved challenge;
+//! - JSON bodies: every control endpoint that reads a body, driven
+//!   in-process through the gateway's router (`tower::ServiceExt::oneshot`)
+//!   with arbitrary bytes and arbitrary JSON shaped like the real bodies;
+//! - the config: `Config::from_toml` + `validate` on arbitrary text and on
+//!   mutations of the example configuration.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{Method, Request};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use sluice_admission::{AdmitClaims, Keyring, QueueClaims, unix_now_s};
+use sluice_gateway::app::{self, AppState};
+use sluice_gateway::client_ip::ClientInfo;
+use sluice_gateway::config::{Config, RoomConfig};
+use sluice_pow::{ChallengeSpec, Keyset};
+use tower::ServiceExt;
+
+// === tokens ===
+
+struct Tokens {
+    ring: Keyring,
+    queue: String,
+    admit: String,
+}
+
+fn tokens() -> &'static Tokens {
+    static T: OnceLock<Tokens> = OnceLock::new();
+    T.get_or_init(|| {
+        let ring = Keyring::ephemeral();
+        let now = unix_now_s();
+        let mut q = QueueClaims::new("default", "visitor", 42, 1, now, Duration::from_secs(600));
+        q.ret = Some("/tickets".into());
+        let a = AdmitClaims::new("default", "visitor", 1, now, Duration::from_secs(600));
+        Tokens {
+            queue: ring.sign_queue(&q).unwrap(),
+            admit: ring.sign_admit(&a).unwrap(),
+            ring,
+        }
+    })
+}
+
+/// Replaces the character at `at % len` by `c`.
+fn mutate(s: &str, at: usize, c: char) -> String {
+    let mut chars: Vec<char> = s.chars().collect();
+    if chars.is_empty() {
+        return c.to_string();
+    }
+    let i = at % chars.len();
+    chars[i] = c;
+    chars.into_iter().collect()
+}
+
+const B64ISH: &str = "[A-Za-z0-9_.=+/-]";
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_strings_never_verify_as_tokens(s in ".{0,600}", t in "[A-Za-z0-9_-]{0,200}\\.[A-Za-z0-9_-]{0,400}\\.[A-Za-z0-9_-]{0,100}") {
+        let k = tokens();
+        let now = unix_now_s();
+        for x in [&s, &t] {
+            prop_assert!(k.ring.verify_queue(x, "default", now).is_err());
+            prop_assert!(k.ring.verify_admit(x, "default", now).is_err());
+        }
+    }
+
+}
+
+// A mutation inside the payload or signature costs a full Ed25519 verify,
+// slow in a debug build: fewer cases here, the long run is `cargo fuzz`.
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_tokens_never_verify(at in 0usize..4096, c in B64ISH.prop_map(|s| s.chars().next().unwrap())) {
+        let k = tokens();
+        let now = unix_now_s();
+        let q = mutate(&k.queue, at, c);
+        prop_assert_eq!(k.ring.verify_queue(&q, "default", now).is_ok(), q == k.queue);
+        let a = mutate(&k.admit, at, c);
+        prop_assert_eq!(k.ring.verify_admit(&a, "default", now).is_ok(), a == k.admit);
+    }
+}
+
+#[test]
+fn tokens_never_cross_types_or_rooms() {
+    let k = tokens();
+    let now = unix_now_s();
+    assert!(k.ring.verify_queue(&k.queue, "default", now).is_ok());
+    assert!(k.ring.verify_admit(&k.admit, "default", now).is_ok());
+    assert!(k.ring.verify_admit(&k.queue, "default", now).is_err());
+    assert!(k.ring.verify_queue(&k.admit, "default", now).is_err());
+    assert!(k.ring.verify_queue(&k.queue, "other", now).is_err());
+}
+
+// === challenges ===
+
+struct Challenge {
+    keys: Keyset,
+    challenge: String,
+    solutions: Vec<String>,
+}
+
+fn challenge() -> &'static Challenge {
+    static C: OnceLock<Challenge> = OnceLock::new();
+    C.get_or_init(|| {
+        let keys = Keyset::from_secret(b"fuzz-props-secret-0123456789").unwrap();
+        let spec = ChallengeSpec {
+            room: "default".into(),
+            puzzles: 2,
+            difficulty_bits: 4,
+            ttl: Duration::from_secs(3600),
+            min_solve: Duration::ZERO,
+        };
+        let issued = keys.issue(&spec, now_ms()).unwrap();
+        let solutions = sluice_pow::solve(&issued.challenge, 2, 4, 1);
+        Challenge {
+            keys,
+            challenge: issued.challenge,
+            solutions,
+        }
+    })
+}
+
+fn now_ms() -> u64 {
+    unix_now_s() * 1000
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_challenges_never_verify(
+        ch in ".{0,700}",
+        sols in prop::collection::vec(".{0,30}", 0..70),
+        digits in prop::collection::vec("[0-9]{1,40}", 0..4),
+    ) {
+        let c = challenge();
+        prop_assert!(c.keys.verify(&ch, &sols, "default", now_ms()).is_err());
+        // the real challenge with arbitrary counters: no panic; only real
+        // solutions pass
+        let r = c.keys.verify(&c.challenge, &digits, "default", now_ms());
+        if r.is_ok() {
+            for (i, d) in digits.iter().enumerate() {
+                let h = sluice_pow::leading_zero_bits(&sha(&format!("{}:{i}:{d}", c.challenge)));
+                prop_assert!(h >= 4);
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_challenges_never_verify(at in 0usize..600, ch in B64ISH.prop_map(|s| s.chars().next().unwrap())) {
+        let c = challenge();
+        let m = mutate(&c.challenge, at, ch);
+        let r = c.keys.verify(&m, &c.solutions, "default", now_ms());
+        prop_assert_eq!(r.is_ok(), m == c.challenge);
+        prop_assert!(c.keys.verify(&c.challenge, &c.solutions, "other", now_ms()).is_err());
+    }
+}
+
+fn sha(s: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes()).into()
+}
+
+// === JSON bodies through the router ===
+
+struct Router {
+    rt: tokio::runtime::Runtime,
+    app: axum::Router,
+}
+
+const ADMIN: &str = "fuzz-admin-token-0123456789";
+
+fn router() -> &'static Router {
+    static R: OnceLock<Router> = OnceLock::new();
+    R.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let config = Config {
+            origin: Some("http://127.0.0.1:9".into()),
+            admin_token: Some(ADMIN.into()),
+            webhook_secret: Some("fuzz-webhook-secret-0123".into()),
+            rooms: vec![RoomConfig {
+                join_limit_per_prefix_per_min: 0,
+                ..RoomConfig::default()
+            }],
+            ..Config::default()
+        }
+        .with_defaults();
+        config.validate().unwrap();
+        let state = rt.block_on(AppState::new(config)).unwrap();
+        Router {
+            app: app::build(state),
+            rt,
+        }
+    })
+}
+
+/// Sends one request through the router in-process; returns the status.
+fn send(method: Method, path: &str, auth: Option<&str>, body: Vec<u8>) -> u16 {
+    let r = router();
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json");
+    if let Some(a) = auth {
+        b = b.header("authorization", format!("Bearer {a}"));
+    }
+    let mut req = b.body(Body::from(body)).unwrap();
+    let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    req.extensions_mut().insert(ClientInfo {
+        peer,
+        ip: peer.ip(),
+        peer_trusted: false,
+        proto: "http",
+    });
+    let res = r.rt.block_on(r.app.clone().oneshot(req)).unwrap();
+    res.status().as_u16()
+}
+
+/// The bodies' field names, so arbitrary JSON hits real fields.
+const FIELDS: &[&str] = &[
+    "challenge",
+    "solutions",
+    "return_to",
+    "qty",
+    "rate_per_sec",
+    "burst",
+    "paused",
+    "max_active",
+    "capacity_rps",
+    "safety_margin",
+    "difficulty_floor_bits",
+    "difficulty_ceiling_bits",
+    "join_limit_per_prefix_per_min",
+    "total",
+    "cart_limit",
+    "hold_ttl_seconds",
+    "version",
+    "room",
+    "payment_event_id",
+    "hold_id",
+    "outcome",
+];
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        Just(json!(1e308)),
+        Just(json!(-0.0)),
+        Just(json!(18446744073709551615u64)),
+        ".{0,40}".prop_map(Value::from),
+        "[0-9]{1,30}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::vec((prop::sample::select(FIELDS), inner), 0..6).prop_map(|kv| {
+                Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+            }),
+        ]
+    })
+}
+
+fn endpoints() -> Vec<(Method, &'static str, Option<&'static str>)> {
+    vec![
+        (Method::POST, "/_sluice/rooms/default/join", None),
+        (Method::POST, "/_sluice/rooms/default/challenge", None),
+        (Method::PATCH, "/_sluice/admin/rooms/default", Some(ADMIN)),
+        (Method::PUT, "/_sluice/admin/events/fuzz", Some(ADMIN)),
+        (Method::POST, "/_sluice/events/demo/holds", None),
+        (Method::POST, "/_sluice/webhooks/payment", None),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_on_control_endpoints_are_never_5xx(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        for (m, path, auth) in endpoints() {
+            let status = send(m, path, auth, bytes.clone());
+            prop_assert!(status < 500, "{} {} -> {}", path, String::from_utf8_lossy(&bytes), status);
+        }
+    }
+
+    #[test]
+    fn arbitrary_json_on_control_endpoints_is_never_5xx(v in json_value()) {
+        let bytes = v.to_string().into_bytes();
+        for (m, path, auth) in endpoints() {
+            let status = send(m.clone(), path, auth, bytes.clone());
+            prop_assert!(status < 500, "{} {} -> {}", path, v, status);
+        }
+    }
+}
+
+// === the configuration ===
+
+const EXAMPLE: &str = include_str!("../../deploy/sluice.example.toml");
+
+fn config_never_panics(text: &str) {
+    if let Ok(c) = Config::from_toml(text) {
+        let _ = c.validate();
+        let _ = c.with_defaults().validate();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_config_text_is_refused_cleanly(text in ".{0,400}") {
+        config_never_panics(&text);
+    }
+
+    #[test]
+    fn mutated_example_config_is_refused_cleanly(at in 0usize..20_000, len in 0usize..40, insert in ".{0,20}") {
+        let mut s: Vec<char> = EXAMPLE.chars().collect();
+        let i = at % s.len().max(1);
+        let end = (i + len).min(s.len());
+        s.splice(i..end, insert.chars());
+        config_never_panics(&s.into_iter().collect::<String>());
+    }
+
+    #[test]
+    fn extreme_room_numbers_are_refused_cleanly(
+        rate in prop_oneof![any::<f64>().prop_map(|f| format!("{f:?}")), Just("inf".to_owned()), Just("nan".to_owned()), Just("-inf".to_owned()), any::<i64>().prop_map(|i| i.to_string())],
+        burst in prop_oneof![any::<f64>().prop_map(|f| format!("{f:?}")), Just("nan".to_owned())],
+        puzzles in any::<i64>(),
+        bits in any::<i64>(),
+        margin in prop_oneof![any::<f64>().prop_map(|f| format!("{f:?}")), Just("nan".to_owned())],
+        ttl in prop_oneof![Just("0s".to_owned()), Just("18446744073709551615s".to_owned()), "[0-9]{1,25}(ms|s|m|h|d|y)".prop_map(|s| s)],
+    ) {
+        let text = format!(
+            "[[rooms]]\nid = \"r\"\nrate_per_sec = {rate}\nburst = {burst}\npuzzles = {puzzles}\ndifficulty_floor_bits = {bits}\nsafety_margin = {margin}\nsession_ttl = \"{ttl}\"\nclaim_window = \"{ttl}\"\n"
+        );
+        config_never_panics(&text);
+    }
+}
