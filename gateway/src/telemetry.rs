@@ -47,6 +47,9 @@ const LATENCY_BUCKETS: &[f64] = &[
 pub struct Telemetry {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
+    /// Upstream latency histograms by status class (1xx … 5xx), registered
+    /// once: the proxy records into them on every request.
+    upstream_by_class: Arc<[Histogram; 5]>,
 }
 
 impl Default for Telemetry {
@@ -70,9 +73,19 @@ impl Telemetry {
         };
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
+        let upstream_by_class = [1, 2, 3, 4, 5].map(|c| {
+            recorder.register_histogram(
+                &Key::from_parts(
+                    "sluice_upstream_request_duration_seconds",
+                    vec![Label::new("status_class", format!("{c}xx"))],
+                ),
+                &META,
+            )
+        });
         Telemetry {
             recorder: Arc::new(recorder),
             handle,
+            upstream_by_class: Arc::new(upstream_by_class),
         }
     }
 
@@ -92,15 +105,6 @@ impl Telemetry {
             .collect();
         self.recorder
             .register_gauge(&Key::from_parts(name, labels), &META)
-    }
-
-    fn histogram(&self, name: &'static str, labels: &[(&'static str, String)]) -> Histogram {
-        let labels: Vec<Label> = labels
-            .iter()
-            .map(|(k, v)| Label::new(*k, v.clone()))
-            .collect();
-        self.recorder
-            .register_histogram(&Key::from_parts(name, labels), &META)
     }
 
     /// Records a room's snapshot (every tick).
@@ -160,12 +164,8 @@ impl Telemetry {
 
     /// The origin answered (headers) after `seconds` with `status`.
     pub fn upstream(&self, status: u16, seconds: f64) {
-        let class = format!("{}xx", status / 100);
-        self.histogram(
-            "sluice_upstream_request_duration_seconds",
-            &[("status_class", class)],
-        )
-        .record(seconds);
+        let i = usize::from(status / 100).clamp(1, 5) - 1;
+        self.upstream_by_class[i].record(seconds);
     }
 
     /// The origin could not be reached (`unreachable`) or was too slow
