@@ -32,7 +32,10 @@ fn the_example_config_passes_check_config() {
 
 #[test]
 fn yaml_files_parse_and_the_configmap_holds_a_valid_config() {
-    let mut files = vec![deploy().join("compose.yaml"), deploy().join("prometheus.yml")];
+    let mut files = vec![
+        deploy().join("compose.yaml"),
+        deploy().join("prometheus.yml"),
+    ];
     for entry in std::fs::read_dir(deploy().join("k8s")).unwrap() {
         files.push(entry.unwrap().path());
     }
@@ -49,8 +52,14 @@ fn yaml_files_parse_and_the_configmap_holds_a_valid_config() {
         }
         if f.ends_with("deployment.yaml") {
             let c = &docs[0]["spec"]["template"]["spec"]["containers"][0];
-            assert_eq!(c["readinessProbe"]["httpGet"]["path"].as_str(), Some("/_sluice/readyz"));
-            assert_eq!(c["livenessProbe"]["httpGet"]["path"].as_str(), Some("/_sluice/healthz"));
+            assert_eq!(
+                c["readinessProbe"]["httpGet"]["path"].as_str(),
+                Some("/_sluice/readyz")
+            );
+            assert_eq!(
+                c["livenessProbe"]["httpGet"]["path"].as_str(),
+                Some("/_sluice/healthz")
+            );
         }
     }
     assert!(files.len() >= 7);
@@ -90,10 +99,9 @@ fn the_systemd_unit_verifies() {
 fn the_grafana_dashboard_queries_documented_metrics() {
     let text = std::fs::read_to_string(deploy().join("grafana/sluice.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let telemetry = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry.rs"),
-    )
-    .unwrap();
+    let telemetry =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry.rs"))
+            .unwrap();
     for panel in v["panels"].as_array().unwrap() {
         for t in panel["targets"].as_array().unwrap() {
             let expr = t["expr"].as_str().unwrap();

@@ -24,14 +24,20 @@ async fn main() {
             let mut v = Visitor::new(&args[2], &args[3]);
             let res = v.join("/").await;
             assert!(res.status.is_success(), "{}", res.text());
-            println!("{}", v.queue_token.expect("a queue token: is the room admitting at once?"));
+            println!(
+                "{}",
+                v.queue_token
+                    .expect("a queue token: is the room admitting at once?")
+            );
         }
         _ => eprintln!("usage: bench_tools hello PORT | join URL ROOM"),
     }
 }
 
 async fn hello(port: u16) {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind");
     loop {
         let (stream, _) = listener.accept().await.expect("accept");
         tokio::spawn(async move {

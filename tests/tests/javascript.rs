@@ -18,7 +18,9 @@ fn node_tests_of_the_browser_solver_pass() {
         if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
             panic!("node not found: CI=true requires it (apt-get install nodejs)");
         }
-        eprintln!("\n*** SKIPPED: node not found; the browser solver's JavaScript tests did not run ***\n");
+        eprintln!(
+            "\n*** SKIPPED: node not found; the browser solver's JavaScript tests did not run ***\n"
+        );
         return;
     }
     let out = Command::new("node")
