@@ -15,16 +15,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_reservation::{
-    EventId, HoldOutcome, Inventory, RedisConfig, RedisInventory, StockSpec,
-};
+use sluice_reservation::{EventId, HoldOutcome, Inventory, RedisConfig, RedisInventory, StockSpec};
 use sluice_tests::cluster::RedisCluster;
 use sluice_tests::redis_server::RedisServer;
 
 const EVENTS: usize = 8;
 
 async fn run(url: &str, seconds: u64, tasks: usize) -> f64 {
-    let inv = RedisInventory::connect(&RedisConfig::new(url)).await.expect("connect");
+    let inv = RedisInventory::connect(&RedisConfig::new(url))
+        .await
+        .expect("connect");
     let events: Vec<EventId> = (0..EVENTS)
         .map(|i| EventId::parse(&format!("bench{i}")).unwrap())
         .collect();
