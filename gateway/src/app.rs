@@ -319,6 +319,7 @@ pub fn build(state: AppState) -> Router {
             get(admin_get_room).patch(admin_patch_room),
         )
         .merge(crate::reserve::routes())
+        .merge(crate::dashboard::routes())
         .route("/metrics", get(metrics))
         .route("/_sluice/{*rest}", any(unknown_endpoint))
         .method_not_allowed_fallback(method_not_allowed)
@@ -575,6 +576,7 @@ async fn admin_get_room(
 async fn admin_patch_room(
     State(state): State<AppState>,
     Path(room): Path<String>,
+    client: Option<axum::Extension<ClientInfo>>,
     headers: http::HeaderMap,
     JsonBody(patch): JsonBody<Value>,
 ) -> Result<Response, Problem> {
@@ -582,7 +584,9 @@ async fn admin_patch_room(
     let room = state.room(&room)?;
     let before = crate::rooms::admin_view(room);
     let after = crate::rooms::admin_patch(room, state.queue(), &patch).await?;
-    tracing::info!(target: "audit", room = %room.id(), change = %patch, before = %before, after = %after, "room settings changed");
+    // Who (a fingerprint of the token, the client address), what, before, after.
+    let who = crate::dashboard::audit_who(&headers, client.as_ref().map(|c| &c.0));
+    tracing::info!(target: "audit", who = %who, room = %room.id(), change = %patch, before = %before, after = %after, "room settings changed");
     Ok(axum::Json(after).into_response())
 }
 

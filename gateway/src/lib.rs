@@ -56,6 +56,7 @@ pub mod cli;
 pub mod client_ip;
 pub mod config;
 pub mod cookies;
+pub mod dashboard;
 pub mod demo_origin;
 pub mod events;
 pub mod gate;

@@ -62,7 +62,11 @@ const FILES: &[(&str, &str, &str)] = &[
 /// `waiting.{room}.css`, `logo.{room}.svg|png`); anything else (including
 /// traversal attempts) is 404.
 pub async fn static_file(State(state): State<AppState>, Path(file): Path<String>) -> Response {
-    if let Some((_, ctype, body)) = FILES.iter().find(|(name, _, _)| *name == file) {
+    if let Some((_, ctype, body)) = FILES
+        .iter()
+        .chain(crate::dashboard::FILES)
+        .find(|(name, _, _)| *name == file)
+    {
         return asset(ctype, axum::body::Body::from(*body));
     }
     room_file(&state, &file).unwrap_or_else(|| {
