@@ -127,11 +127,27 @@ pub async fn run_reaper(events: Events, inventory: InventoryBackend, configured:
     let mut loaded = false;
     let mut interval = tokio::time::interval(REAP_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 0;
     loop {
         interval.tick().await;
         if !loaded {
             loaded = load_configured(&inventory, &configured).await;
         }
+        // Every 10 s, adopt events another gateway created in the shared
+        // store, so this gateway reaps them too.
+        if ticks % 10 == 0
+            && let Ok(ids) = inventory.events().await
+        {
+            for id in ids {
+                if events.room_of(id.as_str()).is_none()
+                    && let Ok(Some(state)) = inventory.read(&id).await
+                {
+                    let room = state.room.clone();
+                    events.upsert(id.as_str(), &room, Some(state));
+                }
+            }
+        }
+        ticks += 1;
         for id in events.ids() {
             let Some(event) = EventId::parse(&id) else {
                 continue;

@@ -119,7 +119,7 @@ impl Problem {
     pub fn unsupported_media_type() -> Problem {
         Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "malformed_request",
+            "unsupported_media_type",
             "Expected Content-Type: application/json",
         )
     }
