@@ -135,7 +135,7 @@ pub async fn run_reaper(events: Events, inventory: InventoryBackend, configured:
         }
         // Every 10 s, adopt events another gateway created in the shared
         // store, so this gateway reaps them too.
-        if ticks % 10 == 0
+        if ticks.is_multiple_of(10)
             && let Ok(ids) = inventory.events().await
         {
             for id in ids {
