@@ -26,7 +26,12 @@
 //!
 //! A `429` or `503` with `Retry-After` is honoured a few times before the
 //! visitor gives up. Every request first takes a slot from one global pacer
-//! (`--rate`, requests/s), so the whole crowd never exceeds it.
+//! (`--rate`, requests/s), so the whole crowd never exceeds it. With
+//! `--url` given several times (gateways sharing one store), requests go to
+//! them round-robin, so one visitor's challenge, join, polls and holds land
+//! on different gateways, as behind a load balancer. `--arrival-rate`
+//! spaces the visitors' arrivals (open loop) instead of letting each
+//! finished visitor be replaced at once.
 //!
 //! # Bounds
 //!
@@ -101,9 +106,10 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 /// Flags of `sluice swarm`.
 #[derive(Debug, Args)]
 pub struct SwarmArgs {
-    /// The gateway's base URL (http:// only).
+    /// The gateway's base URL (http:// only); repeat for gateways sharing
+    /// one store: requests are spread over them round-robin.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub url: String,
+    pub url: Vec<String>,
     /// The room the visitors queue in.
     #[arg(long, default_value = "default")]
     pub room: String,
@@ -116,14 +122,19 @@ pub struct SwarmArgs {
     /// Visitors at once.
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
+    /// New visitors per second at most (0: as fast as --concurrency lets
+    /// them in).
+    #[arg(long, default_value_t = 0.0)]
+    pub arrival_rate: f64,
     /// Hard stop: in-flight visitors are abandoned after this.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub duration: Duration,
     /// Cap on requests per second of the whole crowd (0: none).
     #[arg(long, default_value_t = 200.0)]
     pub rate: f64,
-    /// Longest sleep between status polls, whatever `poll_after_ms` says.
-    #[arg(long, default_value_t = 5000)]
+    /// Longest sleep between status polls, whatever `poll_after_ms` says
+    /// (the gateway never asks for more than 20 s).
+    #[arg(long, default_value_t = 20_000)]
     pub max_poll_ms: u64,
     /// Most units one visitor asks for [default: the event's cart limit].
     #[arg(long)]
@@ -182,12 +193,21 @@ pub fn run(args: SwarmArgs) -> ExitCode {
 }
 
 fn run_inner(args: SwarmArgs) -> Result<ExitCode, Failure> {
-    let base = check_target(&args.url, args.allow_remote)?;
+    let bases = args
+        .url
+        .iter()
+        .map(|u| check_target(u, args.allow_remote))
+        .collect::<Result<Vec<_>, _>>()?;
     if args.concurrency == 0 {
         return Err(usage("--concurrency must be at least 1"));
     }
     if !(args.rate.is_finite() && args.rate >= 0.0) {
         return Err(usage("--rate must be a number of requests/s (0: no cap)"));
+    }
+    if !(args.arrival_rate.is_finite() && args.arrival_rate >= 0.0) {
+        return Err(usage(
+            "--arrival-rate must be a number of visitors/s (0: no cap)",
+        ));
     }
     if args.max_qty == Some(0) {
         return Err(usage("--max-qty must be at least 1"));
@@ -209,7 +229,7 @@ fn run_inner(args: SwarmArgs) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()
         .map_err(|e| failure(format!("cannot start the runtime: {e}")))?;
-    let report = rt.block_on(swarm(args.clone_settings(base)))?;
+    let report = rt.block_on(swarm(args.clone_settings(bases)))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
         writeln!(out, "{}", report.to_json())
@@ -268,9 +288,10 @@ fn is_loopback_host(host: &str) -> bool {
 }
 
 impl SwarmArgs {
-    fn clone_settings(&self, base: String) -> Settings {
+    fn clone_settings(&self, bases: Vec<String>) -> Settings {
         Settings {
-            base,
+            bases,
+            arrival_rate: self.arrival_rate,
             room: self.room.clone(),
             event: self.event.clone(),
             visitors: self.visitors,
@@ -291,7 +312,8 @@ impl SwarmArgs {
 /// The run's settings, validated.
 #[derive(Clone, Debug)]
 struct Settings {
-    base: String,
+    bases: Vec<String>,
+    arrival_rate: f64,
     room: String,
     event: String,
     visitors: u64,
@@ -411,16 +433,19 @@ struct Stats {
     requests: u64,
 }
 
-/// The pooled client, the pacer and the stats.
+/// The pooled client, the gateways, the pacer and the stats.
 struct Http {
     client: Client<HttpConnector, Full<Bytes>>,
-    base: String,
+    bases: Vec<String>,
+    /// Round-robin over `bases`: one visitor's requests land on different
+    /// gateways, as behind a load balancer.
+    turn: AtomicUsize,
     pacer: Pacer,
     stats: Mutex<Stats>,
 }
 
 impl Http {
-    fn new(base: String, rate: f64, concurrency: usize) -> Self {
+    fn new(bases: Vec<String>, rate: f64, concurrency: usize) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -429,7 +454,8 @@ impl Http {
             .build(connector);
         Self {
             client,
-            base,
+            bases,
+            turn: AtomicUsize::new(0),
             pacer: Pacer::new(rate),
             stats: Mutex::new(Stats::default()),
         }
@@ -450,7 +476,7 @@ impl Http {
         self.pacer.acquire().await;
         let mut req = Request::builder()
             .method(method)
-            .uri(format!("{}{path}", self.base))
+            .uri(format!("{}{path}", self.next_base()))
             .header(header::ACCEPT, "application/json");
         if let Some(t) = bearer {
             req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
@@ -507,6 +533,13 @@ impl Http {
             }
         }
         Ok(answer)
+    }
+
+    fn next_base(&self) -> &str {
+        let n = self.turn.fetch_add(1, Ordering::Relaxed);
+        self.bases
+            .get(n % self.bases.len().max(1))
+            .map_or("", String::as_str)
     }
 
     async fn post_json(
@@ -650,6 +683,8 @@ struct Shared {
     /// only fixes the visitors' choices).
     run_id: u64,
     bar: ProgressBar,
+    /// When the crowd started (arrivals are paced from it).
+    t0: tokio::time::Instant,
 }
 
 /// How a visit ended.
@@ -670,6 +705,11 @@ async fn worker(sh: Arc<Shared>) {
         let i = sh.next_visitor.fetch_add(1, Ordering::Relaxed) as u64;
         if i >= sh.s.visitors {
             return;
+        }
+        if sh.s.arrival_rate > 0.0 {
+            // open-loop arrivals: visitor i comes at i / rate
+            let at = sh.t0 + Duration::from_secs_f64(i as f64 / sh.s.arrival_rate);
+            tokio::time::sleep_until(at).await;
         }
         sh.counters.started.fetch_add(1, Ordering::Relaxed);
         let outcome = match visit(&sh, i).await {
@@ -1089,20 +1129,22 @@ async fn admin_event(http: &Http, s: &Settings) -> Result<Value, String> {
 }
 
 async fn swarm(s: Settings) -> Result<Report, Failure> {
-    let http = Http::new(s.base.clone(), s.rate, s.concurrency);
-    // Fail fast on a wrong address, room or token, before the crowd.
+    let http = Http::new(s.bases.clone(), s.rate, s.concurrency);
+    // Fail fast on a wrong address, room or token, before the crowd: one
+    // probe per gateway (the round-robin starts at the first).
     let room_path = format!("/_sluice/rooms/{}", s.room);
-    match http.get(Endpoint::Status, &room_path, None).await {
-        Ok(a) if a.status == StatusCode::OK => {}
-        Ok(a) => {
-            return Err(failure(format!(
-                "{}{room_path}: HTTP {} {}",
-                s.base,
-                a.status,
-                a.code().unwrap_or("")
-            )));
+    for base in &s.bases {
+        match http.get(Endpoint::Status, &room_path, None).await {
+            Ok(a) if a.status == StatusCode::OK => {}
+            Ok(a) => {
+                return Err(failure(format!(
+                    "{base}{room_path}: HTTP {} {}",
+                    a.status,
+                    a.code().unwrap_or("")
+                )));
+            }
+            Err(e) => return Err(failure(format!("{base}: {e}"))),
         }
-        Err(e) => return Err(failure(format!("{}: {e}", s.base))),
     }
     let stock_before = match &s.admin_token {
         Some(_) => Some(
@@ -1136,6 +1178,7 @@ async fn swarm(s: Settings) -> Result<Report, Failure> {
         event: tokio::sync::OnceCell::new(),
         run_id: rand::random(),
         bar: bar.clone(),
+        t0: tokio::time::Instant::now(),
     });
     let started = Instant::now();
     let mut set = tokio::task::JoinSet::new();
@@ -1316,7 +1359,7 @@ impl Report {
             })
         };
         json!({
-            "url": self.s.base,
+            "urls": self.s.bases,
             "room": self.s.room,
             "event": self.s.event,
             "seed": self.s.seed,
@@ -1362,7 +1405,7 @@ impl Report {
         let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("  {k:<24}{v}\n"));
         s.push_str(&format!(
             "sluice swarm: {} room {} event {} — {} after {:.1}s, {} requests ({}/s)\n",
-            self.s.base,
+            self.s.bases.join(" "),
             self.s.room,
             self.s.event,
             if self.stopped_by == "done" {
