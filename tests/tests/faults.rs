@@ -584,7 +584,7 @@ attack_min_solve = "0s"
     // A sample of 60 places, every fifth seq (a poll costs a signature
     // check in a debug build: the whole line would be slow to sweep).
     let mut order = waiting.clone();
-    order.sort_by(|a, b| b.0.cmp(&a.0));
+    order.sort_by_key(|o| std::cmp::Reverse(o.0));
     let order: Vec<(u64, String)> = order.into_iter().step_by(5).collect();
     let mut admitted: HashSet<u64> = HashSet::new();
     let mut sweeps = 0usize;

@@ -226,7 +226,7 @@ async fn jwt_attacks_on_status_and_gate_are_refused_and_change_nothing() {
         forged.push(("kid path trick", format!("{h}.{real_payload}.{sig}")));
     }
     let mut tampered = real.clone();
-    tampered.insert_str(real.find('.').unwrap() + 1, "e");
+    tampered.insert(real.find('.').unwrap() + 1, 'e');
     forged.push(("payload tampered", tampered));
     forged.push((
         "10 KB token",
@@ -993,7 +993,7 @@ async fn cookies_carry_their_flags_and_secure_only_behind_trusted_tls() {
             let cookies = set_cookies(&res);
             assert!(!cookies.is_empty());
             for c in &cookies {
-                assert!(c.starts_with(&format!("sluice_")), "{c}");
+                assert!(c.starts_with("sluice_"), "{c}");
                 assert_flags(c, secure);
             }
         }
