@@ -229,6 +229,22 @@ impl GatewayProcess {
         format!("http://{}", self.addr)
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// A field of `/proc/PID/status` in bytes (e.g. `VmRSS`, `VmHWM`).
+    pub fn memory(&self, field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status
+            .lines()
+            .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    }
+
     /// Sends a signal (e.g. `TERM`, `KILL`) with `kill(1)`.
     pub fn signal(&self, sig: &str) {
         if let Some(c) = &self.child {
