@@ -210,11 +210,14 @@
         const finite = values.filter((v) => v != null && isFinite(v));
         const max = Math.max(1e-9, ...finite);
         const peak = finite.length ? Math.max(...finite) : null;
-        const off = HISTORY - values.length;
+        // At least 30 s wide, so a young chart is not a sliver at the edge.
+        const span = Math.max(30, values.length);
+        const off = span - values.length;
+        const dx = HISTORY / Math.max(1, span - 1);
         const pts = [];
         values.forEach((v, i) => {
           if (v == null || !isFinite(v)) return;
-          pts.push((off + i).toFixed(1) + "," + (38 - (v / max) * 36).toFixed(2));
+          pts.push(((off + i) * dx).toFixed(1) + "," + (38 - (v / max) * 36).toFixed(2));
         });
         line.setAttribute("points", pts.join(" "));
         if (pts.length) {
@@ -565,35 +568,42 @@
 
   // === events ===
 
+  // Rows are updated in place (not rebuilt) so focus, selection and
+  // assistive technology keep their place between polls.
   function renderEvents(events) {
     $("events").hidden = events.length === 0;
     const body = $("events-body");
-    const rows = events.map((e) => {
-      const tr = document.createElement("tr");
-      tr.id = "ev-" + e.event;
-      const cell = (text, key, cls) => {
-        const td = document.createElement(key === "event" ? "th" : "td");
-        if (key === "event") td.scope = "row";
-        td.textContent = text;
-        td.id = "ev-" + e.event + "-" + key;
-        if (cls) td.className = cls;
-        tr.append(td);
+    const keep = new Set();
+    for (const e of events) {
+      const rowId = "ev-" + e.event;
+      keep.add(rowId);
+      let tr = $(rowId);
+      if (!tr) {
+        tr = document.createElement("tr");
+        tr.id = rowId;
+        for (const key of ["event", "room", "total", "available", "held", "confirmed", "invariant"]) {
+          const td = document.createElement(key === "event" ? "th" : "td");
+          if (key === "event") td.scope = "row";
+          td.id = rowId + "-" + key;
+          tr.append(td);
+        }
+        body.append(tr);
+      }
+      const set = (key, text, cls) => {
+        const td = $(rowId + "-" + key);
+        if (td.textContent !== text) td.textContent = text;
+        td.className = cls || "";
       };
-      cell(e.event, "event");
-      cell(e.room || "", "room");
       const ready = e.ready !== false;
-      cell(ready ? num(e.total) : "—", "total");
-      cell(ready ? num(e.available) : "not loaded", "available", ready ? "" : "bad");
-      cell(ready ? num(e.held) : "—", "held");
-      cell(ready ? num(e.confirmed) : "—", "confirmed");
-      cell(
-        !ready ? "—" : e.invariant_holds ? "holds" : "BROKEN",
-        "invariant",
-        !ready ? "" : e.invariant_holds ? "ok" : "bad"
-      );
-      return tr;
-    });
-    body.replaceChildren(...rows);
+      set("event", e.event);
+      set("room", e.room || "");
+      set("total", ready ? num(e.total) : "—");
+      set("available", ready ? num(e.available) : "not loaded", ready ? "" : "bad");
+      set("held", ready ? num(e.held) : "—");
+      set("confirmed", ready ? num(e.confirmed) : "—");
+      set("invariant", !ready ? "—" : e.invariant_holds ? "holds" : "BROKEN", !ready ? "" : e.invariant_holds ? "ok" : "bad");
+    }
+    for (const tr of [...body.children]) if (!keep.has(tr.id)) tr.remove();
   }
 
   // === start ===

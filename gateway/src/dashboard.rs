@@ -189,4 +189,3 @@ pub fn audit_who(headers: &HeaderMap, client: Option<&ClientInfo>) -> String {
         None => format!("token:{fp} ip:unknown"),
     }
 }
-

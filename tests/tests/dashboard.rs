@@ -1,0 +1,570 @@
+//! The operator's dashboard (`/_sluice/admin/`) in a real headless
+//! Chromium, driven over WebDriver: while JSON visitors join in the
+//! background (and one admitted visitor browses the origin and holds
+//! stock), the operator is refused with a wrong token, logs in, watches the
+//! numbers move, raises the rate through the confirmation (which shows the
+//! simulated drain of the line), and the new rate shows in the admin API
+//! and in how fast the frontier moves. A setting the gateway refuses is
+//! explained in plain words. The 1280×800 screenshot is saved as
+//! `docs/dashboard.png`; every step's screenshot goes to
+//! `target/browser-artifacts/dashboard/`.
+//!
+//! Without chromium or chromedriver the browser test prints a loud SKIPPED
+//! line, except under `CI=true`, where that is a failure (as in
+//! `browser.rs`). The what-if endpoint is tested without a browser.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use http::Method;
+use serde_json::{Value, json};
+use sluice_gateway::config::{EventConfig, RoomConfig};
+use sluice_tests::client::TestClient;
+use sluice_tests::origin::TestOrigin;
+use sluice_tests::redis_server::free_port;
+use sluice_tests::visitor::Visitor;
+use sluice_tests::{ADMIN_TOKEN, TestGateway, admin_room};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The operator's screen.
+const WINDOW: (u32, u32) = (1280, 800);
+/// A phone.
+const NARROW: (u32, u32) = (412, 915);
+
+// === the browser ===
+
+/// A chromedriver child process with one headless Chromium session; both
+/// end when it is dropped.
+struct Browser {
+    client: Option<Client>,
+    driver: Child,
+    profile: PathBuf,
+    artifacts: PathBuf,
+    shots: u32,
+}
+
+async fn browser(test: &str) -> Option<Browser> {
+    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    if !missing.is_empty() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!(
+                "{missing:?} not found: CI=true requires them (apt-get install chromium chromium-driver)"
+            );
+        }
+        eprintln!(
+            "\n*** SKIPPED {test}: {missing:?} not found (apt-get install chromium chromium-driver) ***\n"
+        );
+        return None;
+    }
+    let port = free_port();
+    let driver = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let profile = std::env::temp_dir().join(format!(
+        "sluice-chromium-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let artifacts = target.join("browser-artifacts").join(test);
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let mut b = Browser {
+        client: None,
+        driver,
+        profile,
+        artifacts,
+        shots: 0,
+    };
+    let caps = json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1",
+                format!("--user-data-dir={}", b.profile.display()),
+                format!("--window-size={},{}", WINDOW.0, WINDOW.1),
+            ],
+        },
+    });
+    let Value::Object(caps) = caps else {
+        unreachable!()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(c) => break c,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no WebDriver session from chromedriver within 20 s: {e}"),
+        }
+    };
+    b.client = Some(client);
+    Some(b)
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+impl Browser {
+    fn c(&self) -> &Client {
+        self.client.as_ref().expect("session")
+    }
+
+    async fn shot(&mut self, name: &str) -> Vec<u8> {
+        self.shots += 1;
+        let png = self.c().screenshot().await.expect("screenshot");
+        let path = self.artifacts.join(format!("{:02}-{name}.png", self.shots));
+        std::fs::write(&path, &png).expect("write screenshot");
+        eprintln!("screenshot: {}", path.display());
+        png
+    }
+
+    /// The text of the element matching `css` ("" when there is none),
+    /// read in the page so a re-rendered element is never stale.
+    async fn text(&self, css: &str) -> String {
+        self.c()
+            .execute(
+                "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';",
+                vec![json!(css)],
+            )
+            .await
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    async fn click(&self, css: &str) {
+        self.c()
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Replaces an input's value by typing, as a person would.
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self
+            .c()
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"));
+        e.clear().await.expect("clear");
+        e.send_keys(text).await.expect("type");
+    }
+
+    async fn js(&self, script: &str) -> Value {
+        self.c()
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("script {script}: {e}"))
+    }
+
+    async fn close(mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// "1,234" → 1234.
+fn number(text: &str) -> Option<f64> {
+    text.split_whitespace()
+        .next()?
+        .replace(',', "")
+        .trim_end_matches("/s")
+        .parse()
+        .ok()
+}
+
+// === the sale ===
+
+/// A room at 2 visitors/s with burst 1 and an easy proof of work, and
+/// event `demo` of 100 units.
+async fn gateway(origin: &TestOrigin) -> TestGateway {
+    TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            c.rooms = vec![RoomConfig {
+                rate_per_sec: 2.0,
+                burst: 1.0,
+                puzzles: 2,
+                difficulty_floor_bits: 6,
+                difficulty_ceiling_bits: 8,
+                join_limit_per_prefix_per_min: 0,
+                attack_min_solve: Duration::ZERO,
+                ..RoomConfig::default()
+            }];
+            c.events = vec![EventConfig {
+                total: 100,
+                ..EventConfig::default()
+            }];
+        })
+        .spawn()
+        .await
+}
+
+/// Background traffic until `stop`: one visitor admitted at once (the
+/// bucket's credit) who holds 2 units and then browses the origin every
+/// 100 ms (one request in twenty answered 503), and a new visitor joining every ~40 ms.
+fn traffic(base: String, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<()>> {
+    let browsing = {
+        let (base, stop) = (base.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut v = Visitor::new(&base, "default");
+            let res = v.join("/").await;
+            assert_eq!(res.status, 200, "first visitor admitted: {}", res.text());
+            let res = v
+                .call_admitted(
+                    Method::POST,
+                    "/_sluice/events/demo/holds",
+                    Some(json!({"qty": 2})),
+                    &[],
+                )
+                .await;
+            assert_eq!(res.status, 201, "hold: {}", res.text());
+            // one request in twenty fails at the origin, for the 5xx chart
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let (path, want) = if n % 20 == 0 {
+                    ("/status/503", 503)
+                } else {
+                    ("/echo/browse", 200)
+                };
+                let res = v.get_admitted(path).await;
+                assert_eq!(res.status, want, "origin {path}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let joining = tokio::spawn(async move {
+        // let the first visitor take the credit
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        while !stop.load(Ordering::Relaxed) {
+            let mut v = Visitor::new(&base, "default");
+            let res = v.join("/").await;
+            assert!(res.status.is_success(), "join: {}", res.text());
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    });
+    vec![browsing, joining]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_watches_the_sale_and_raises_the_rate() {
+    let Some(mut b) = browser("dashboard").await else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let gw = gateway(&origin).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = traffic(gw.url(), stop.clone());
+
+    // The page loads without a token and asks for one; a wrong one is
+    // refused in plain words.
+    b.c()
+        .goto(&format!("{}/_sluice/admin/", gw.url()))
+        .await
+        .expect("open the dashboard");
+    wait_for(Duration::from_secs(10), "the token prompt", || async {
+        b.c()
+            .find(Locator::Css("#login-token"))
+            .await
+            .ok()?
+            .is_displayed()
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await;
+    b.type_into("#login-token", "not-the-admin-token-000").await;
+    b.click("#login-form button[type=submit]").await;
+    wait_for(Duration::from_secs(10), "the refusal", || async {
+        b.text("#login-error")
+            .await
+            .contains("refused")
+            .then_some(())
+    })
+    .await;
+    b.shot("refused").await;
+
+    // The right token, submitted from the keyboard.
+    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
+        .await;
+    let first = wait_for(Duration::from_secs(10), "live numbers", || async {
+        number(&b.text("#default-queue_length").await)
+    })
+    .await;
+    let stored = b
+        .js("return sessionStorage.getItem('sluice_admin_token')")
+        .await;
+    assert_eq!(stored, json!(ADMIN_TOKEN), "the token is kept for the tab");
+
+    // The numbers move (the line grows: ~20 joins/s against 2 admitted/s).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let second = number(&b.text("#default-queue_length").await).unwrap();
+    assert!(
+        second > first,
+        "queue length did not move: {first} then {second}"
+    );
+    let joins = number(&b.text("#default-joins_per_sec").await).unwrap();
+    assert!(joins > 1.0, "joins/s shown: {joins}");
+    let fresh = b.text("#freshness").await;
+    let age: f64 = fresh
+        .trim_start_matches("Last updated ")
+        .trim_end_matches(" s ago")
+        .parse()
+        .unwrap_or_else(|_| panic!("freshness: {fresh:?}"));
+    assert!(age <= 1.5, "the figures are {age} s old");
+
+    // The stock of the event, live.
+    wait_for(Duration::from_secs(5), "the stock", || async {
+        (b.text("#ev-demo-held").await == "2").then_some(())
+    })
+    .await;
+    assert_eq!(b.text("#ev-demo-available").await, "98");
+    assert_eq!(b.text("#ev-demo-invariant").await, "holds");
+
+    // The origin's figures come from /metrics.
+    wait_for(Duration::from_secs(10), "origin requests/s", || async {
+        let t = b.text("#origin-charts figure b").await;
+        number(&t).filter(|x| *x > 0.0)
+    })
+    .await;
+
+    // A long enough line for the rate measurement, then the screen.
+    wait_for(Duration::from_secs(30), "a line of 100", || async {
+        number(&b.text("#default-queue_length").await).filter(|q| *q >= 100.0)
+    })
+    .await;
+    b.shot("live").await;
+
+    // Raise the rate to 10/s: type it, press Enter, read the confirmation.
+    b.type_into("#default-input-rate_per_sec", "10\u{e007}")
+        .await;
+    let effect = wait_for(Duration::from_secs(10), "the simulated effect", || async {
+        let t = b.text("#confirm-effect").await;
+        t.starts_with("Simulated:").then_some(t)
+    })
+    .await;
+    assert!(
+        effect.contains("drains in") && effect.contains("at 10 visitors/s"),
+        "{effect}"
+    );
+    assert!(b.text("#confirm-body").await.contains("Rate: 2 → 10"));
+    b.shot("confirm").await;
+    assert_eq!(
+        admin_room(&gw.url(), "default").await["rate_per_sec"],
+        2.0,
+        "nothing applied before the confirmation"
+    );
+    b.click("#confirm-apply").await;
+    wait_for(Duration::from_secs(5), "the applied note", || async {
+        b.text("#controls-default .note")
+            .await
+            .starts_with("Applied")
+            .then_some(())
+    })
+    .await;
+
+    // The admin API shows it …
+    let room = admin_room(&gw.url(), "default").await;
+    assert_eq!(room["rate_per_sec"], 10.0);
+    // … and so does the frontier: ~10 admissions/s.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let f0 = admin_room(&gw.url(), "default").await["frontier"]
+        .as_u64()
+        .unwrap();
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = admin_room(&gw.url(), "default").await;
+    let f1 = after["frontier"].as_u64().unwrap();
+    let rate = (f1 - f0) as f64 / t0.elapsed().as_secs_f64();
+    assert!(
+        after["queue_length"].as_u64().unwrap() > 0,
+        "the line ran dry: the measurement means nothing"
+    );
+    assert!(
+        (7.0..=13.0).contains(&rate),
+        "frontier advanced at {rate:.1}/s after setting 10/s"
+    );
+    let png = b.shot("applied").await;
+    std::fs::write(repo_root().join("docs/dashboard.png"), png).expect("docs/dashboard.png");
+
+    // A setting the gateway refuses, said in plain words; nothing changes.
+    b.type_into("#default-input-difficulty_floor_bits", "12")
+        .await;
+    b.click("#controls-default .apply").await;
+    wait_for(Duration::from_secs(5), "the confirmation", || async {
+        b.text("#confirm-effect")
+            .await
+            .contains("bits")
+            .then_some(())
+    })
+    .await;
+    b.click("#confirm-apply").await;
+    let error = wait_for(Duration::from_secs(5), "the refusal", || async {
+        let t = b.text("#controls-default .error").await;
+        (!t.is_empty()).then_some(t)
+    })
+    .await;
+    assert!(
+        error.starts_with("PoW floor:") && error.ends_with("Nothing was changed."),
+        "{error}"
+    );
+    assert_eq!(
+        admin_room(&gw.url(), "default").await["difficulty_floor_bits"],
+        6
+    );
+    b.shot("refused-setting").await;
+
+    // A phone: nothing wider than the screen.
+    b.c()
+        .set_window_size(NARROW.0, NARROW.1)
+        .await
+        .expect("resize");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let overflow = b
+        .js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        .await;
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "horizontal overflow on a phone: {overflow}"
+    );
+    b.shot("narrow").await;
+
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("traffic task");
+    }
+    b.close().await;
+    gw.shutdown().await;
+}
+
+// === without a browser ===
+
+#[tokio::test]
+async fn the_page_and_the_what_if() {
+    let origin = TestOrigin::start().await;
+    let gw = gateway(&origin).await;
+    let client = TestClient::new();
+
+    let res = client
+        .get(&format!("{}/_sluice/admin/", gw.url()), &[])
+        .await;
+    assert_eq!(res.status, 200);
+    let csp = res.header("content-security-policy").unwrap();
+    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"));
+    assert!(res.text().contains("/_sluice/static/admin.js"));
+    for file in ["admin.js", "admin.css"] {
+        let res = client
+            .get(&format!("{}/_sluice/static/{file}", gw.url()), &[])
+            .await;
+        assert_eq!(res.status, 200, "{file}");
+    }
+
+    // A line of 20 (the first visitor takes the credit).
+    let mut v = Visitor::new(&gw.url(), "default");
+    assert_eq!(v.join("/").await.status, 200);
+    for _ in 0..20 {
+        let mut v = Visitor::new(&gw.url(), "default");
+        assert!(v.join("/").await.status.is_success());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let whatif = |q: &'static str| {
+        let url = format!("{}/_sluice/admin/rooms/default/whatif?{q}", gw.url());
+        let bearer = bearer.clone();
+        async move {
+            TestClient::new()
+                .get(&url, &[("authorization", &bearer)])
+                .await
+        }
+    };
+    let res = whatif("rate_per_sec=0.5").await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let w = res.json();
+    let line = w["queue_length"].as_f64().unwrap();
+    assert!(line >= 15.0, "{w}");
+    let drain = w["drain_seconds"].as_f64().unwrap();
+    // The simulator's answer is the line over the rate, give or take a
+    // tick and the line moving while we asked.
+    assert!(
+        (drain - line / 0.5).abs() <= 6.0,
+        "drain {drain} s for a line of {line} at 0.5/s"
+    );
+    assert_eq!(w["rate_per_sec"], 0.5);
+    // nothing changed
+    assert_eq!(admin_room(&gw.url(), "default").await["rate_per_sec"], 2.0);
+
+    let res = whatif("rate_per_sec=-1").await;
+    assert_eq!(res.status, 422);
+    assert_eq!(res.json()["field"], "rate_per_sec");
+    let res = whatif("paused=true").await;
+    assert_eq!(res.status, 422);
+    let res = client
+        .get(
+            &format!(
+                "{}/_sluice/admin/rooms/default/whatif?rate_per_sec=1",
+                gw.url()
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(res.status, 401);
+    gw.shutdown().await;
+}
