@@ -265,8 +265,10 @@ async fn redis_restarted_empty_reissues_no_seq_and_admitted_visitors_pass() {
     let new_seq = loop {
         let mut v = Visitor::new(&urls[1], "default");
         let res = v.join("/").await;
-        if res.status.is_success() && v.seq.is_some() {
-            break v.seq.unwrap();
+        if res.status.is_success()
+            && let Some(seq) = v.seq
+        {
+            break seq;
         }
         assert!(
             Instant::now() < deadline,

@@ -280,7 +280,7 @@ fn traffic(base: String, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<(
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
-                let (path, want) = if n % 20 == 0 {
+                let (path, want) = if n.is_multiple_of(20) {
                     ("/status/503", 503)
                 } else {
                     ("/echo/browse", 200)
