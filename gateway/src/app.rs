@@ -429,8 +429,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text, behind the admin token (API.md lists
-/// it among the admin endpoints; `metrics_listen` serves it without auth
-/// on a separate, private listener).
+/// it among the admin endpoints).
 async fn metrics(
     State(state): State<AppState>,
     headers: http::HeaderMap,
