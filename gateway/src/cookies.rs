@@ -4,6 +4,9 @@
 
 use http::{HeaderMap, HeaderValue, header};
 
+use crate::client_ip::ClientInfo;
+use crate::rooms::Room;
+
 /// The queue-token cookie of a room.
 pub fn queue_name(room: &str) -> String {
     format!("sluice_q_{room}")
@@ -48,6 +51,28 @@ pub fn set(headers: &mut HeaderMap, name: &str, value: &str, max_age_s: u64, sec
     if let Ok(v) = HeaderValue::from_str(&c) {
         headers.append(header::SET_COOKIE, v);
     }
+}
+
+/// Sets a room's admission cookie, living as long as its sessions.
+pub fn set_admission(headers: &mut HeaderMap, room: &Room, token: &str, client: &ClientInfo) {
+    set(
+        headers,
+        &admit_name(room.id()),
+        token,
+        room.settings().session_ttl.as_secs(),
+        client.proto == "https",
+    );
+}
+
+/// Sets a room's queue cookie, living as long as a place in line.
+pub fn set_queue(headers: &mut HeaderMap, room: &Room, token: &str, client: &ClientInfo) {
+    set(
+        headers,
+        &queue_name(room.id()),
+        token,
+        room.config.queue_token_ttl.as_secs(),
+        client.proto == "https",
+    );
 }
 
 /// Adds a `Set-Cookie` that deletes `name`.

@@ -212,18 +212,7 @@ async fn static_file(Path(file): Path<String>) -> Response {
         "shop.css" => ("text/css; charset=utf-8", SHOP_CSS),
         _ => return (StatusCode::NOT_FOUND, "no such file").into_response(),
     };
-    let mut res = body.into_response();
-    let h = res.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=300"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    res
+    crate::page::asset(ctype, Body::from(body))
 }
 
 // === the demo payment provider ===

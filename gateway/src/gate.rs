@@ -78,11 +78,10 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             });
         }
         let forwarded = renewed.as_ref().map(|(t, _)| t.as_str()).unwrap_or(&token);
-        let mut extra = HeaderMap::new();
-        if let Ok(v) = HeaderValue::from_str(forwarded) {
-            extra.insert("sluice-admission", v);
-        }
-        let mut res = state.proxy().forward(req, &client, extra).await;
+        let mut res = state
+            .proxy()
+            .forward(req, &client, admission_header(forwarded))
+            .await;
         let revoke = res
             .extensions()
             .get::<OriginCommand>()
@@ -95,13 +94,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             }
             cookies::clear(res.headers_mut(), &cookies::admit_name(room.id()));
         } else if let Some((t, _)) = renewed {
-            cookies::set(
-                res.headers_mut(),
-                &cookies::admit_name(room.id()),
-                &t,
-                ttl.as_secs(),
-                client.proto == "https",
-            );
+            cookies::set_admission(res.headers_mut(), &room, &t, &client);
         }
         return res;
     }
@@ -133,18 +126,11 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
                     .await
                 {
                     Ok((token, _)) => {
-                        let mut extra = HeaderMap::new();
-                        if let Ok(v) = HeaderValue::from_str(&token) {
-                            extra.insert("sluice-admission", v);
-                        }
-                        let mut res = state.proxy().forward(req, &client, extra).await;
-                        cookies::set(
-                            res.headers_mut(),
-                            &cookies::admit_name(room.id()),
-                            &token,
-                            room.settings().session_ttl.as_secs(),
-                            client.proto == "https",
-                        );
+                        let mut res = state
+                            .proxy()
+                            .forward(req, &client, admission_header(&token))
+                            .await;
+                        cookies::set_admission(res.headers_mut(), &room, &token, &client);
                         return res;
                     }
                     Err(p) => return p.into_response(),
@@ -220,13 +206,16 @@ fn waiting(
     res.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if let Some(t) = queue_token {
-        cookies::set(
-            res.headers_mut(),
-            &cookies::queue_name(room.id()),
-            t,
-            room.config.queue_token_ttl.as_secs(),
-            client.proto == "https",
-        );
+        cookies::set_queue(res.headers_mut(), room, t, client);
     }
     res
+}
+
+/// The gateway's own header to the origin: the visitor's admission token.
+fn admission_header(token: &str) -> HeaderMap {
+    let mut extra = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(token) {
+        extra.insert("sluice-admission", v);
+    }
+    extra
 }

@@ -191,13 +191,7 @@ pub async fn join(
         })),
     )
         .into_response();
-    cookies::set(
-        res.headers_mut(),
-        &cookies::queue_name(room.id()),
-        &token,
-        room.config.queue_token_ttl.as_secs(),
-        client.proto == "https",
-    );
+    cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
 }
 
@@ -326,13 +320,7 @@ async fn admit(
         })),
     )
         .into_response();
-    cookies::set(
-        res.headers_mut(),
-        &cookies::admit_name(room.id()),
-        &token,
-        room.settings().session_ttl.as_secs(),
-        client.proto == "https",
-    );
+    cookies::set_admission(res.headers_mut(), room, &token, client);
     Ok(res)
 }
 

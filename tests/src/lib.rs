@@ -333,3 +333,26 @@ pub async fn admin_patch(base: &str, room: &str, patch: serde_json::Value) -> cl
         )
         .await
 }
+
+/// A room for tests: an easy proof of work (k = 1, b = 2..6), no
+/// per-network limit and no minimum solve time (every test client is
+/// 127.0.0.1), guarding `paths`, at `rate`/s with `burst`.
+pub fn easy_room(
+    id: &str,
+    rate: f64,
+    burst: f64,
+    paths: &[&str],
+) -> sluice_gateway::config::RoomConfig {
+    sluice_gateway::config::RoomConfig {
+        id: id.into(),
+        paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        rate_per_sec: rate,
+        burst,
+        puzzles: 1,
+        difficulty_floor_bits: 2,
+        difficulty_ceiling_bits: 6,
+        join_limit_per_prefix_per_min: 0,
+        attack_min_solve: Duration::ZERO,
+        ..Default::default()
+    }
+}

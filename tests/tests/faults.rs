@@ -35,18 +35,8 @@ use sluice_tests::{
 };
 
 fn room(id: &str, rate: f64, paths: &[&str]) -> RoomConfig {
-    RoomConfig {
-        id: id.into(),
-        paths: paths.iter().map(|p| (*p).to_owned()).collect(),
-        rate_per_sec: rate,
-        burst: if rate > 0.0 { 1000.0 } else { 1.0 },
-        puzzles: 1,
-        difficulty_floor_bits: 2,
-        difficulty_ceiling_bits: 6,
-        join_limit_per_prefix_per_min: 0,
-        attack_min_solve: Duration::ZERO,
-        ..RoomConfig::default()
-    }
+    let burst = if rate > 0.0 { 1000.0 } else { 1.0 };
+    sluice_tests::easy_room(id, rate, burst, paths)
 }
 
 fn admin() -> String {

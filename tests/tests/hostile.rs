@@ -33,18 +33,8 @@ const POW_SECRET: &str = "hostile-pow-secret-0123456789";
 /// A room with an easy proof of work and no per-network limit (every test
 /// client is 127.0.0.1).
 fn room(id: &str, rate: f64, paths: &[&str]) -> RoomConfig {
-    RoomConfig {
-        id: id.into(),
-        paths: paths.iter().map(|p| (*p).to_owned()).collect(),
-        rate_per_sec: rate,
-        burst: if rate > 0.0 { 100.0 } else { 1.0 },
-        puzzles: 1,
-        difficulty_floor_bits: 2,
-        difficulty_ceiling_bits: 6,
-        join_limit_per_prefix_per_min: 0,
-        attack_min_solve: Duration::ZERO,
-        ..RoomConfig::default()
-    }
+    let burst = if rate > 0.0 { 100.0 } else { 1.0 };
+    sluice_tests::easy_room(id, rate, burst, paths)
 }
 
 /// `default` (rate 0: everybody but the first visitor waits; that first
