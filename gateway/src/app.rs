@@ -569,7 +569,7 @@ async fn admin_get_room(
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
     let room = state.room(&room)?;
-    Ok(axum::Json(crate::rooms::admin_view(room)).into_response())
+    Ok(axum::Json(crate::rooms::admin_view_fresh(room, state.queue()).await).into_response())
 }
 
 async fn admin_patch_room(

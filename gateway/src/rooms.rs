@@ -432,9 +432,23 @@ async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
 
 // === admin ===
 
-/// The admin view of a room (API.md `GET /_sluice/admin/rooms/{room}`).
+/// The admin view of a room (API.md `GET /_sluice/admin/rooms/{room}`),
+/// from this gateway's last snapshot (at most one tick old).
 pub fn admin_view(room: &Room) -> Value {
-    let snap = room.snapshot();
+    admin_view_of(room, &room.snapshot())
+}
+
+/// The admin view of a room read fresh from the store, so that an operator
+/// (or a script) sees every join acknowledged before the request; the last
+/// snapshot when the store does not answer (`store_ok` then says so).
+pub async fn admin_view_fresh(room: &Room, store: &QueueBackend) -> Value {
+    match store.snapshot(room.id()).await {
+        Ok(snap) => admin_view_of(room, &snap),
+        Err(_) => admin_view(room),
+    }
+}
+
+fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
     let settings = room.settings();
     let diff = room.difficulty.snapshot();
     json!({
