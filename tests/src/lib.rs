@@ -4,9 +4,12 @@
 //! ([`origin::TestOrigin`]), a `redis-server` of the test's own
 //! ([`redis_server::RedisServer`]), gateways in-process
 //! ([`TestGateway::builder`]) or as child processes of the real `sluice`
-//! binary ([`GatewayProcess`]), and a small HTTP client ([`client`]).
+//! binary ([`GatewayProcess`]), a small HTTP client ([`client`]), and a real
+//! browser: headless Chromium over WebDriver ([`chromium`]).
 //! The end-to-end tests live in `tests/tests/`.
 
+pub mod browser;
+pub mod chromium;
 pub mod client;
 pub mod cluster;
 pub mod origin;

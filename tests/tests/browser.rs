@@ -13,205 +13,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use serde_json::{Value, json};
 use sluice_gateway::config::{EventConfig, RoomConfig};
 use sluice_gateway::demo_origin::{self, DemoOptions};
+use sluice_tests::browser::wait_for;
+use sluice_tests::chromium::Browser;
 use sluice_tests::client::TestClient;
-use sluice_tests::redis_server::{RedisServer, free_port};
+use sluice_tests::redis_server::RedisServer;
 use sluice_tests::visitor::Visitor;
 use sluice_tests::{ADMIN_TOKEN, TestGateway};
 
 const WEBHOOK_SECRET: &str = "whsec-browser-0123456789";
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-/// One browser at a time: the machine has few cores, and the speed
-/// measurement must not share them with another test's browser.
-static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// A phone-sized window (CSS pixels).
 const WINDOW: (u32, u32) = (412, 915);
-
-// === the browser ===
-
-/// A chromedriver child process with one headless Chromium session; both
-/// end when it is dropped.
-struct Browser {
-    client: Option<Client>,
-    _turn: tokio::sync::MutexGuard<'static, ()>,
-    driver: Child,
-    profile: PathBuf,
-    artifacts: PathBuf,
-    shots: u32,
-}
-
-/// Starts chromedriver and a session, or `None` (after the loud SKIPPED
-/// line) when the machine has no Chromium; under `CI=true` a missing
-/// browser fails the test.
-async fn browser(test: &str) -> Option<Browser> {
-    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
-        .into_iter()
-        .filter(|p| !Path::new(p).exists())
-        .collect();
-    if !missing.is_empty() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!(
-                "{missing:?} not found: CI=true requires them (apt-get install chromium chromium-driver)"
-            );
-        }
-        eprintln!(
-            "\n*** SKIPPED {test}: {missing:?} not found (apt-get install chromium chromium-driver) ***\n"
-        );
-        return None;
-    }
-    let turn = ONE_BROWSER.lock().await;
-    let port = free_port();
-    let driver = Command::new(CHROMEDRIVER)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let profile = std::env::temp_dir().join(format!(
-        "sluice-chromium-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let artifacts = artifacts_dir().join(test);
-    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-    let mut b = Browser {
-        client: None,
-        _turn: turn,
-        driver,
-        profile,
-        artifacts,
-        shots: 0,
-    };
-    let caps = json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": CHROMIUM,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--hide-scrollbars",
-                format!("--user-data-dir={}", b.profile.display()),
-                format!("--window-size={},{}", WINDOW.0, WINDOW.1),
-            ],
-        },
-    });
-    let caps = match caps {
-        Value::Object(m) => m,
-        _ => unreachable!(),
-    };
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector)
-            .capabilities(caps.clone())
-            .connect(&url)
-            .await
-        {
-            Ok(c) => break c,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("no WebDriver session from chromedriver within 20 s: {e}"),
-        }
-    };
-    b.client = Some(client);
-    Some(b)
-}
-
-/// `target/browser-artifacts/`.
-fn artifacts_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("browser-artifacts")
-}
-
-impl Browser {
-    fn c(&self) -> &Client {
-        self.client.as_ref().expect("session")
-    }
-
-    /// Saves a screenshot named `NN-name.png`; returns its path.
-    async fn shot(&mut self, name: &str) -> PathBuf {
-        self.shots += 1;
-        let png = self.c().screenshot().await.expect("screenshot");
-        let path = self.artifacts.join(format!("{:02}-{name}.png", self.shots));
-        std::fs::write(&path, png).expect("write screenshot");
-        eprintln!("screenshot: {}", path.display());
-        path
-    }
-
-    /// The text of the element matching `css`, or "" when there is none.
-    async fn text(&self, css: &str) -> String {
-        match self.c().find(Locator::Css(css)).await {
-            Ok(e) => e.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
-    }
-
-    async fn url(&self) -> String {
-        self.c()
-            .current_url()
-            .await
-            .map(|u| u.to_string())
-            .unwrap_or_default()
-    }
-
-    async fn click(&self, css: &str) {
-        self.c()
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
-    }
-
-    async fn close(mut self) {
-        if let Some(c) = self.client.take() {
-            let _ = c.close().await;
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
-
-/// Polls `check` every 100 ms until it answers `Some`, or fails with
-/// `what` after `limit`.
-async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 // === the whole path ===
 
@@ -261,7 +79,7 @@ async fn admin_get(base: &str, path: &str) -> Value {
 }
 
 async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathBuf>> {
-    let mut b = browser(test).await?;
+    let mut b = Browser::start(test, WINDOW).await?;
     let started = Instant::now();
     let (gw, _shop) = shop_behind_gateway(redis).await;
     let base = gw.url();
@@ -426,7 +244,7 @@ async fn the_same_in_a_browser_on_redis_with_the_event_stream() {
 /// `target/browser-artifacts/pow-speed.json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proof_of_work_speed_in_chromium_at_the_default_difficulty() {
-    let Some(b) = browser("pow-speed").await else {
+    let Some(b) = Browser::start("pow-speed", WINDOW).await else {
         return;
     };
     let shop = demo_origin::spawn(DemoOptions::default())
@@ -524,7 +342,7 @@ async fn proof_of_work_speed_in_chromium_at_the_default_difficulty() {
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     });
     eprintln!("\nproof of work in headless Chromium: {report}\n");
-    std::fs::write(b.artifacts.join("pow-speed.json"), report.to_string()).expect("write");
+    std::fs::write(b.artifacts().join("pow-speed.json"), report.to_string()).expect("write");
     assert!(hps > 100_000.0, "{report}");
     b.close().await;
     gw.shutdown().await;
