@@ -1,5 +1,5 @@
-//! What the real-browser helpers share ([`crate::chromium`] over
-//! WebDriver): the rule for a missing browser,
+//! What the real-browser helpers share ([`crate::chromium`] over WebDriver,
+//! [`crate::firefox`] over WebDriver BiDi): the rule for a missing browser,
 //! one browser at a time, where screenshots go, and polling the page.
 //!
 //! A browser that is not installed is a loud `SKIPPED` line and a test that

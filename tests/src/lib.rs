@@ -4,14 +4,16 @@
 //! ([`origin::TestOrigin`]), a `redis-server` of the test's own
 //! ([`redis_server::RedisServer`]), gateways in-process
 //! ([`TestGateway::builder`]) or as child processes of the real `sluice`
-//! binary ([`GatewayProcess`]), a small HTTP client ([`client`]), and a real
-//! browser: headless Chromium over WebDriver ([`chromium`]).
+//! binary ([`GatewayProcess`]), a small HTTP client ([`client`]), and real
+//! browsers: headless Chromium over WebDriver ([`chromium`]) and headless
+//! Firefox over WebDriver BiDi ([`firefox`]).
 //! The end-to-end tests live in `tests/tests/`.
 
 pub mod browser;
 pub mod chromium;
 pub mod client;
 pub mod cluster;
+pub mod firefox;
 pub mod origin;
 #[path = "redis_server.rs"]
 pub mod redis_server;
