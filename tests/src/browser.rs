@@ -19,6 +19,11 @@ pub static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new((
 /// panics under `CI=true`, or prints the loud `SKIPPED` line for `test` and
 /// answers `false`; `install` is the hint (`apt-get install …`).
 pub fn installed(test: &str, needed: &[&str], install: &str) -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    installed_in(ci, test, needed, install)
+}
+
+fn installed_in(ci: bool, test: &str, needed: &[&str], install: &str) -> bool {
     let missing: Vec<&str> = needed
         .iter()
         .copied()
@@ -27,7 +32,7 @@ pub fn installed(test: &str, needed: &[&str], install: &str) -> bool {
     if missing.is_empty() {
         return true;
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
+    if ci {
         panic!("{missing:?} not found: CI=true requires them ({install})");
     }
     eprintln!("\n*** SKIPPED {test}: {missing:?} not found ({install}) ***\n");
@@ -61,5 +66,24 @@ where
             "timed out after {limit:?}: {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::installed_in;
+
+    const NOWHERE: &str = "/nonexistent/sluice-test-browser";
+
+    #[test]
+    fn a_missing_browser_is_skipped_outside_ci() {
+        assert!(!installed_in(false, "t", &[NOWHERE], "apt-get install x"));
+        assert!(installed_in(false, "t", &["/"], "apt-get install x"));
+    }
+
+    #[test]
+    #[should_panic(expected = "CI=true requires them (apt-get install x)")]
+    fn a_missing_browser_fails_in_ci() {
+        installed_in(true, "t", &["/", NOWHERE], "apt-get install x");
     }
 }

@@ -197,3 +197,42 @@ impl Drop for Browser {
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
+
+impl crate::shop_path::Page for Browser {
+    async fn text(&self, css: &str) -> String {
+        Browser::text(self, css).await
+    }
+
+    async fn exists(&self, css: &str) -> bool {
+        self.c().find(Locator::Css(css)).await.is_ok()
+    }
+
+    async fn visible(&self, css: &str) -> bool {
+        match self.c().find(Locator::Css(css)).await {
+            Ok(e) => e.is_displayed().await.unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    async fn click(&self, css: &str) {
+        Browser::click(self, css).await;
+    }
+
+    async fn select(&self, css: &str, value: &str) {
+        self.c()
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"))
+            .select_by_value(value)
+            .await
+            .unwrap_or_else(|e| panic!("choose {value} in {css}: {e}"));
+    }
+
+    async fn url(&self) -> String {
+        Browser::url(self).await
+    }
+
+    async fn shot(&mut self, name: &str) -> PathBuf {
+        Browser::shot(self, name).await
+    }
+}

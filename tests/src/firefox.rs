@@ -533,3 +533,50 @@ async fn connection<S>(
         }
     }
 }
+
+impl crate::shop_path::Page for Firefox {
+    async fn text(&self, css: &str) -> String {
+        Firefox::text(self, css).await
+    }
+
+    async fn exists(&self, css: &str) -> bool {
+        let css = Value::from(css);
+        self.try_js(&format!("return document.querySelector({css}) !== null;"))
+            .await
+            .is_ok_and(|v| v == true)
+    }
+
+    async fn visible(&self, css: &str) -> bool {
+        let css = Value::from(css);
+        self.try_js(&format!(
+            "const e = document.querySelector({css}); return e !== null && e.checkVisibility();"
+        ))
+        .await
+        .is_ok_and(|v| v == true)
+    }
+
+    async fn click(&self, css: &str) {
+        Firefox::click(self, css).await;
+    }
+
+    async fn select(&self, css: &str, value: &str) {
+        let (css, value) = (Value::from(css), Value::from(value));
+        let chosen = self
+            .js(&format!(
+                "const s = document.querySelector({css}); s.value = {value};\n\
+                 s.dispatchEvent(new Event('input', {{bubbles: true}}));\n\
+                 s.dispatchEvent(new Event('change', {{bubbles: true}}));\n\
+                 return s.value;"
+            ))
+            .await;
+        assert_eq!(chosen, value, "choose {value} in {css}");
+    }
+
+    async fn url(&self) -> String {
+        Firefox::url(self).await
+    }
+
+    async fn shot(&mut self, name: &str) -> PathBuf {
+        Firefox::shot(self, name).await
+    }
+}

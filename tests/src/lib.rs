@@ -17,6 +17,7 @@ pub mod firefox;
 pub mod origin;
 #[path = "redis_server.rs"]
 pub mod redis_server;
+pub mod shop_path;
 pub mod visitor;
 
 use std::io::{BufRead, BufReader};
@@ -310,17 +311,20 @@ pub fn temp_keys() -> PathBuf {
     dir
 }
 
-/// Admin GET of a room's state.
-pub async fn admin_room(base: &str, room: &str) -> serde_json::Value {
+/// Admin GET of `path` (e.g. `/_sluice/admin/events/demo`), which must
+/// answer 200.
+pub async fn admin_get(base: &str, path: &str) -> serde_json::Value {
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let res = client::TestClient::new()
-        .get(
-            &format!("{base}/_sluice/admin/rooms/{room}"),
-            &[("authorization", &bearer)],
-        )
+        .get(&format!("{base}{path}"), &[("authorization", &bearer)])
         .await;
-    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.status, 200, "{path}: {}", res.text());
     res.json()
+}
+
+/// Admin GET of a room's state.
+pub async fn admin_room(base: &str, room: &str) -> serde_json::Value {
+    admin_get(base, &format!("/_sluice/admin/rooms/{room}")).await
 }
 
 /// Admin PATCH of a room.

@@ -1,7 +1,7 @@
 //! The waiting-room page and the demo shop in a real headless Firefox
 //! (Debian's `firefox-esr`), driven over WebDriver BiDi by the harness's
-//! own client ([`sluice_tests::firefox`]): what `browser.rs` checks in
-//! Chromium, in the other engine.
+//! own client ([`sluice_tests::firefox`]): the path `browser.rs` walks in
+//! Chromium ([`sluice_tests::shop_path`]), in the other engine, and more.
 //!
 //! A line stands in front (the room's one credit is spent and its rate is
 //! 0 until the test raises it), the browser opens a guarded deep URL with a
@@ -24,15 +24,13 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_gateway::config::{EventConfig, RoomConfig};
-use sluice_gateway::demo_origin::{self, DemoOptions};
+use sluice_tests::admin_patch;
 use sluice_tests::browser::wait_for;
-use sluice_tests::client::TestClient;
 use sluice_tests::firefox::Firefox;
-use sluice_tests::visitor::Visitor;
-use sluice_tests::{ADMIN_TOKEN, TestGateway, admin_patch};
+use sluice_tests::shop_path::{
+    hold_pay_confirm, line_in_front, shop_behind_gateway, until_admitted,
+};
 
-const WEBHOOK_SECRET: &str = "whsec-firefox-0123456789";
 /// A small phone (CSS pixels).
 const PHONE: (u32, u32) = (375, 667);
 /// The preload probe's channel.
@@ -79,52 +77,6 @@ fn csp_logged(ff: &Firefox) -> usize {
         .count()
 }
 
-/// The demo shop behind a gateway whose room has one credit and a rate of
-/// 0 (the line stands still until the test raises it), with an easy proof
-/// of work (k = 4, b = 8).
-async fn shop_behind_gateway() -> (TestGateway, demo_origin::DemoShop) {
-    let shop = demo_origin::spawn(DemoOptions {
-        webhook_secret: Some(WEBHOOK_SECRET.into()),
-        gateway: None,
-    })
-    .await
-    .expect("demo shop");
-    let gw = TestGateway::builder()
-        .origin(shop.url())
-        .config(|c| {
-            c.webhook_secret = Some(WEBHOOK_SECRET.into());
-            c.rooms = vec![RoomConfig {
-                rate_per_sec: 0.0,
-                burst: 1.0,
-                puzzles: 4,
-                difficulty_floor_bits: 8,
-                difficulty_ceiling_bits: 8,
-                join_limit_per_prefix_per_min: 0,
-                attack_min_solve: Duration::ZERO,
-                ..RoomConfig::default()
-            }];
-            c.events = vec![EventConfig {
-                total: 100,
-                cart_limit: 4,
-                hold_ttl: Duration::from_secs(300),
-                ..EventConfig::default()
-            }];
-        })
-        .spawn()
-        .await;
-    shop.set_gateway(gw.url());
-    (gw, shop)
-}
-
-async fn admin_get(base: &str, path: &str) -> Value {
-    let bearer = format!("Bearer {ADMIN_TOKEN}");
-    let res = TestClient::new()
-        .get(&format!("{base}{path}"), &[("authorization", &bearer)])
-        .await;
-    assert_eq!(res.status, 200, "{path}: {}", res.text());
-    res.json()
-}
-
 /// The visitor's place as the gateway sees it, asked from the page (its
 /// HttpOnly queue cookie goes along by itself).
 async fn status(ff: &Firefox) -> Value {
@@ -151,15 +103,12 @@ async fn firefox_waits_keeps_its_place_fits_a_phone_and_is_admitted() {
         return;
     };
     let started = Instant::now();
-    let (gw, _shop) = shop_behind_gateway().await;
+    // The line stands still (rate 0) until the test raises the rate.
+    let (gw, _shop) = shop_behind_gateway(0.0, None).await;
     let base = gw.url();
 
     // A line in front: the room's one credit is spent, three visitors wait.
-    for _ in 0..4 {
-        let mut v = Visitor::new(&base, "default");
-        let res = v.join("/").await;
-        assert!(res.status.is_success(), "{}", res.text());
-    }
+    line_in_front(&base, 4).await;
 
     ff.preload(PROBE_JS, PROBE).await;
     let deep = format!("{base}/shop/demo?ref=firefox&step=1");
@@ -290,77 +239,17 @@ async fn firefox_waits_keeps_its_place_fits_a_phone_and_is_admitted() {
     // URL asked for.
     let res = admin_patch(&base, "default", json!({"rate_per_sec": 1.0})).await;
     assert_eq!(res.status, 200, "{}", res.text());
-    let mut seen = vec![first];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let admitted = loop {
-        // The waiting page is served at the deep URL itself: admitted is
-        // when the shop's page replaced it.
-        let shop = ff
-            .try_js("return document.getElementById('shop') !== null;")
-            .await;
-        if shop.is_ok_and(|v| v == true) {
-            break ff.url().await;
-        }
-        if let Ok(p) = ff.text("#position").await.trim().parse::<u64>()
-            && seen.last() != Some(&p)
-        {
-            seen.push(p);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not admitted within 30 s: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (admitted, seen) = until_admitted(&ff, first, Duration::from_secs(30)).await;
     eprintln!(
         "positions seen: {seen:?}, admitted after {:?}",
         started.elapsed()
     );
     assert_eq!(admitted, deep, "lands on exactly the URL it asked for");
-    assert!(
-        seen.windows(2).all(|w| w[1] <= w[0]) && seen.len() >= 2,
-        "the position fell: {seen:?}"
-    );
     ff.shot("admitted").await;
 
-    // The shop, with real clicks: hold 2, see the countdown, pay, confirm.
-    wait_for(Duration::from_secs(10), "availability", || async {
-        (ff.text("#available").await == "100").then_some(())
-    })
-    .await;
-    ff.js("const q = document.getElementById('qty'); q.value = '2';\n\
-         q.dispatchEvent(new Event('change', {bubbles: true})); return q.value;")
-        .await;
-    ff.click("#hold-btn").await;
-    wait_for(
-        Duration::from_secs(10),
-        "the hold and its countdown",
-        || async {
-            let cd = ff.text("#countdown").await;
-            (ff.text("#hold-qty").await == "2"
-                && ff.text("#available").await == "98"
-                && (cd.starts_with('4') || cd.starts_with('5')))
-            .then_some(())
-        },
-    )
-    .await;
-    ff.shot("shop-held").await;
-    let held = admin_get(&base, "/_sluice/admin/events/demo").await;
-    assert_eq!(held["held"], 2, "{held}");
-
-    ff.click("#pay").await;
-    wait_for(Duration::from_secs(10), "the payment page", || async {
-        ff.url().await.contains("/demo-pay/").then_some(())
-    })
-    .await;
-    ff.shot("payment").await;
-    ff.click("#pay-confirm").await;
-    wait_for(Duration::from_secs(10), "the confirmation", || async {
-        (ff.text("#order-status").await == "confirmed").then_some(())
-    })
-    .await;
-    assert_eq!(ff.text("#confirmed-qty").await, "2");
-    ff.shot("confirmation").await;
+    // The shop, with real clicks: hold 2, pay, the confirmation; the
+    // stock agrees.
+    hold_pay_confirm(&mut ff, &base).await;
 
     // No violation anywhere but the control, on any page of the path.
     let csp = probed(&ff, "csp");
@@ -376,11 +265,6 @@ async fn firefox_waits_keeps_its_place_fits_a_phone_and_is_admitted() {
         ff.log_entries()
     );
 
-    let e = admin_get(&base, "/_sluice/admin/events/demo").await;
-    let n = |k: &str| e[k].as_u64().unwrap();
-    assert_eq!(n("confirmed"), 2, "{e}");
-    assert_eq!(n("held"), 0, "{e}");
-    assert_eq!(e["invariant_holds"], true, "{e}");
     eprintln!("firefox path done in {:?}", started.elapsed());
     ff.close().await;
     gw.shutdown().await;
