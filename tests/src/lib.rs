@@ -4,14 +4,20 @@
 //! ([`origin::TestOrigin`]), a `redis-server` of the test's own
 //! ([`redis_server::RedisServer`]), gateways in-process
 //! ([`TestGateway::builder`]) or as child processes of the real `sluice`
-//! binary ([`GatewayProcess`]), and a small HTTP client ([`client`]).
+//! binary ([`GatewayProcess`]), a small HTTP client ([`client`]), and real
+//! browsers: headless Chromium over WebDriver ([`chromium`]) and headless
+//! Firefox over WebDriver BiDi ([`firefox`]).
 //! The end-to-end tests live in `tests/tests/`.
 
+pub mod browser;
+pub mod chromium;
 pub mod client;
 pub mod cluster;
+pub mod firefox;
 pub mod origin;
 #[path = "redis_server.rs"]
 pub mod redis_server;
+pub mod shop_path;
 pub mod visitor;
 
 use std::io::{BufRead, BufReader};
@@ -305,17 +311,20 @@ pub fn temp_keys() -> PathBuf {
     dir
 }
 
-/// Admin GET of a room's state.
-pub async fn admin_room(base: &str, room: &str) -> serde_json::Value {
+/// Admin GET of `path` (e.g. `/_sluice/admin/events/demo`), which must
+/// answer 200.
+pub async fn admin_get(base: &str, path: &str) -> serde_json::Value {
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     let res = client::TestClient::new()
-        .get(
-            &format!("{base}/_sluice/admin/rooms/{room}"),
-            &[("authorization", &bearer)],
-        )
+        .get(&format!("{base}{path}"), &[("authorization", &bearer)])
         .await;
-    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.status, 200, "{path}: {}", res.text());
     res.json()
+}
+
+/// Admin GET of a room's state.
+pub async fn admin_room(base: &str, room: &str) -> serde_json::Value {
+    admin_get(base, &format!("/_sluice/admin/rooms/{room}")).await
 }
 
 /// Admin PATCH of a room.

@@ -13,265 +13,37 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{Value, json};
-use sluice_gateway::config::{EventConfig, RoomConfig};
+use serde_json::json;
+use sluice_gateway::config::RoomConfig;
 use sluice_gateway::demo_origin::{self, DemoOptions};
+use sluice_tests::TestGateway;
+use sluice_tests::browser::wait_for;
+use sluice_tests::chromium::Browser;
 use sluice_tests::client::TestClient;
-use sluice_tests::redis_server::{RedisServer, free_port};
+use sluice_tests::redis_server::RedisServer;
+use sluice_tests::shop_path::{
+    hold_pay_confirm, line_in_front, shop_behind_gateway, until_admitted,
+};
 use sluice_tests::visitor::Visitor;
-use sluice_tests::{ADMIN_TOKEN, TestGateway};
 
-const WEBHOOK_SECRET: &str = "whsec-browser-0123456789";
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-/// One browser at a time: the machine has few cores, and the speed
-/// measurement must not share them with another test's browser.
-static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// A phone-sized window (CSS pixels).
 const WINDOW: (u32, u32) = (412, 915);
 
-// === the browser ===
-
-/// A chromedriver child process with one headless Chromium session; both
-/// end when it is dropped.
-struct Browser {
-    client: Option<Client>,
-    _turn: tokio::sync::MutexGuard<'static, ()>,
-    driver: Child,
-    profile: PathBuf,
-    artifacts: PathBuf,
-    shots: u32,
-}
-
-/// Starts chromedriver and a session, or `None` (after the loud SKIPPED
-/// line) when the machine has no Chromium; under `CI=true` a missing
-/// browser fails the test.
-async fn browser(test: &str) -> Option<Browser> {
-    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
-        .into_iter()
-        .filter(|p| !Path::new(p).exists())
-        .collect();
-    if !missing.is_empty() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!(
-                "{missing:?} not found: CI=true requires them (apt-get install chromium chromium-driver)"
-            );
-        }
-        eprintln!(
-            "\n*** SKIPPED {test}: {missing:?} not found (apt-get install chromium chromium-driver) ***\n"
-        );
-        return None;
-    }
-    let turn = ONE_BROWSER.lock().await;
-    let port = free_port();
-    let driver = Command::new(CHROMEDRIVER)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let profile = std::env::temp_dir().join(format!(
-        "sluice-chromium-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let artifacts = artifacts_dir().join(test);
-    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-    let mut b = Browser {
-        client: None,
-        _turn: turn,
-        driver,
-        profile,
-        artifacts,
-        shots: 0,
-    };
-    let caps = json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": CHROMIUM,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--hide-scrollbars",
-                format!("--user-data-dir={}", b.profile.display()),
-                format!("--window-size={},{}", WINDOW.0, WINDOW.1),
-            ],
-        },
-    });
-    let caps = match caps {
-        Value::Object(m) => m,
-        _ => unreachable!(),
-    };
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector)
-            .capabilities(caps.clone())
-            .connect(&url)
-            .await
-        {
-            Ok(c) => break c,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("no WebDriver session from chromedriver within 20 s: {e}"),
-        }
-    };
-    b.client = Some(client);
-    Some(b)
-}
-
-/// `target/browser-artifacts/`.
-fn artifacts_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("browser-artifacts")
-}
-
-impl Browser {
-    fn c(&self) -> &Client {
-        self.client.as_ref().expect("session")
-    }
-
-    /// Saves a screenshot named `NN-name.png`; returns its path.
-    async fn shot(&mut self, name: &str) -> PathBuf {
-        self.shots += 1;
-        let png = self.c().screenshot().await.expect("screenshot");
-        let path = self.artifacts.join(format!("{:02}-{name}.png", self.shots));
-        std::fs::write(&path, png).expect("write screenshot");
-        eprintln!("screenshot: {}", path.display());
-        path
-    }
-
-    /// The text of the element matching `css`, or "" when there is none.
-    async fn text(&self, css: &str) -> String {
-        match self.c().find(Locator::Css(css)).await {
-            Ok(e) => e.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
-        }
-    }
-
-    async fn url(&self) -> String {
-        self.c()
-            .current_url()
-            .await
-            .map(|u| u.to_string())
-            .unwrap_or_default()
-    }
-
-    async fn click(&self, css: &str) {
-        self.c()
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
-    }
-
-    async fn close(mut self) {
-        if let Some(c) = self.client.take() {
-            let _ = c.close().await;
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
-
-/// Polls `check` every 100 ms until it answers `Some`, or fails with
-/// `what` after `limit`.
-async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 // === the whole path ===
 
-/// The demo shop behind a gateway whose room admits 1 visitor/s with an
-/// easy proof of work (k = 4, b = 8).
-async fn shop_behind_gateway(redis: Option<&RedisServer>) -> (TestGateway, demo_origin::DemoShop) {
-    let shop = demo_origin::spawn(DemoOptions {
-        webhook_secret: Some(WEBHOOK_SECRET.into()),
-        gateway: None,
-    })
-    .await
-    .expect("demo shop");
-    let mut b = TestGateway::builder().origin(shop.url()).config(|c| {
-        c.webhook_secret = Some(WEBHOOK_SECRET.into());
-        c.rooms = vec![RoomConfig {
-            rate_per_sec: 1.0,
-            burst: 1.0,
-            puzzles: 4,
-            difficulty_floor_bits: 8,
-            difficulty_ceiling_bits: 8,
-            join_limit_per_prefix_per_min: 0,
-            attack_min_solve: Duration::ZERO,
-            ..RoomConfig::default()
-        }];
-        c.events = vec![EventConfig {
-            total: 100,
-            cart_limit: 4,
-            hold_ttl: Duration::from_secs(300),
-            ..EventConfig::default()
-        }];
-    });
-    if let Some(r) = redis {
-        b = b.redis(r.url());
-    }
-    let gw = b.spawn().await;
-    shop.set_gateway(gw.url());
-    (gw, shop)
-}
-
-async fn admin_get(base: &str, path: &str) -> Value {
-    let bearer = format!("Bearer {ADMIN_TOKEN}");
-    let res = TestClient::new()
-        .get(&format!("{base}{path}"), &[("authorization", &bearer)])
-        .await;
-    assert_eq!(res.status, 200, "{path}: {}", res.text());
-    res.json()
-}
-
+/// The path of `sluice_tests::shop_path` in Chromium, the room admitting
+/// 1 visitor/s.
 async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathBuf>> {
-    let mut b = browser(test).await?;
+    let mut b = Browser::start(test, WINDOW).await?;
     let started = Instant::now();
-    let (gw, _shop) = shop_behind_gateway(redis).await;
+    let (gw, _shop) = shop_behind_gateway(1.0, redis.map(|r| r.url())).await;
     let base = gw.url();
 
     // A line in front: the room's one credit is spent, three visitors wait.
-    for _ in 0..4 {
-        let mut v = Visitor::new(&base, "default");
-        let res = v.join("/").await;
-        assert!(res.status.is_success(), "{}", res.text());
-    }
+    line_in_front(&base, 4).await;
 
     let deep = format!("{base}/shop/demo?ref=test");
     b.c().goto(&deep).await.expect("open the deep URL");
@@ -290,99 +62,16 @@ async fn whole_path(test: &str, redis: Option<&RedisServer>) -> Option<Vec<PathB
     .await;
     assert!(first >= 2, "the line stands in front: position {first}");
     let mut shots = vec![b.shot("waiting").await];
-    let mut seen = vec![first];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let admitted = loop {
-        // The waiting page is served at the deep URL itself: admitted is
-        // when the shop's page replaced it.
-        if b.c().find(Locator::Css("#shop")).await.is_ok() {
-            break b.url().await;
-        }
-        if let Ok(p) = b.text("#position").await.trim().parse::<u64>()
-            && seen.last() != Some(&p)
-        {
-            seen.push(p);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not admitted within 30 s: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (admitted, seen) = until_admitted(&b, first, Duration::from_secs(30)).await;
     eprintln!(
         "positions seen: {seen:?}, admitted after {:?}",
         started.elapsed()
     );
     assert_eq!(admitted, deep, "lands on exactly the URL it asked for");
-    assert!(
-        seen.windows(2).all(|w| w[1] <= w[0]) && seen.len() >= 2,
-        "the position fell: {seen:?}"
-    );
 
-    // The shop: live availability, hold 2, a countdown.
-    wait_for(Duration::from_secs(10), "availability", || async {
-        (b.text("#available").await == "100").then_some(())
-    })
-    .await;
-    let qty = b.c().find(Locator::Css("#qty")).await.expect("qty");
-    qty.select_by_value("2").await.expect("choose 2");
-    b.click("#hold-btn").await;
-    wait_for(
-        Duration::from_secs(10),
-        "the hold and its countdown",
-        || async {
-            let shown = b
-                .c()
-                .find(Locator::Css("#hold"))
-                .await
-                .ok()?
-                .is_displayed()
-                .await
-                .ok()?;
-            let cd = b.text("#countdown").await;
-            (shown && b.text("#hold-qty").await == "2" && cd.starts_with('4')
-                || cd.starts_with('5'))
-            .then_some(())
-        },
-    )
-    .await;
-    wait_for(
-        Duration::from_secs(10),
-        "availability after the hold",
-        || async { (b.text("#available").await == "98").then_some(()) },
-    )
-    .await;
-    shots.push(b.shot("shop-held").await);
-    let held = admin_get(&base, "/_sluice/admin/events/demo").await;
-    assert_eq!(held["held"], 2, "{held}");
-
-    // Pay through the demo provider: the signed webhook confirms.
-    b.click("#pay").await;
-    wait_for(Duration::from_secs(10), "the payment page", || async {
-        b.url().await.contains("/demo-pay/").then_some(())
-    })
-    .await;
-    shots.push(b.shot("payment").await);
-    b.click("#pay-confirm").await;
-    wait_for(Duration::from_secs(10), "the confirmation", || async {
-        (b.text("#order-status").await == "confirmed").then_some(())
-    })
-    .await;
-    assert_eq!(b.text("#confirmed-qty").await, "2");
-    shots.push(b.shot("confirmation").await);
+    // The shop: hold 2, pay, the confirmation; the stock agrees.
+    shots.extend(hold_pay_confirm(&mut b, &base).await);
     b.close().await;
-
-    // Stock agrees: 2 confirmed, nothing held, nothing lost.
-    let e = admin_get(&base, "/_sluice/admin/events/demo").await;
-    let n = |k: &str| e[k].as_u64().unwrap();
-    assert_eq!(n("confirmed"), 2, "{e}");
-    assert_eq!(n("held"), 0, "{e}");
-    assert_eq!(
-        n("available") + n("held") + n("confirmed"),
-        n("total"),
-        "{e}"
-    );
-    assert_eq!(e["invariant_holds"], true);
 
     if let Some(r) = redis {
         // The event stream the origin's database would consume says the
@@ -426,7 +115,7 @@ async fn the_same_in_a_browser_on_redis_with_the_event_stream() {
 /// `target/browser-artifacts/pow-speed.json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proof_of_work_speed_in_chromium_at_the_default_difficulty() {
-    let Some(b) = browser("pow-speed").await else {
+    let Some(b) = Browser::start("pow-speed", WINDOW).await else {
         return;
     };
     let shop = demo_origin::spawn(DemoOptions::default())
@@ -524,7 +213,7 @@ async fn proof_of_work_speed_in_chromium_at_the_default_difficulty() {
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
     });
     eprintln!("\nproof of work in headless Chromium: {report}\n");
-    std::fs::write(b.artifacts.join("pow-speed.json"), report.to_string()).expect("write");
+    std::fs::write(b.artifacts().join("pow-speed.json"), report.to_string()).expect("write");
     assert!(hps > 100_000.0, "{report}");
     b.close().await;
     gw.shutdown().await;

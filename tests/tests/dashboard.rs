@@ -15,210 +15,26 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use http::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 use sluice_gateway::config::{EventConfig, RoomConfig};
+use sluice_tests::browser::wait_for;
+use sluice_tests::chromium::Browser;
 use sluice_tests::client::TestClient;
 use sluice_tests::origin::TestOrigin;
-use sluice_tests::redis_server::free_port;
 use sluice_tests::visitor::Visitor;
 use sluice_tests::{ADMIN_TOKEN, TestGateway, admin_room};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The operator's screen.
 const WINDOW: (u32, u32) = (1280, 800);
 /// A phone.
 const NARROW: (u32, u32) = (412, 915);
-
-// === the browser ===
-
-/// A chromedriver child process with one headless Chromium session; both
-/// end when it is dropped.
-struct Browser {
-    client: Option<Client>,
-    driver: Child,
-    profile: PathBuf,
-    artifacts: PathBuf,
-    shots: u32,
-}
-
-async fn browser(test: &str) -> Option<Browser> {
-    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
-        .into_iter()
-        .filter(|p| !Path::new(p).exists())
-        .collect();
-    if !missing.is_empty() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!(
-                "{missing:?} not found: CI=true requires them (apt-get install chromium chromium-driver)"
-            );
-        }
-        eprintln!(
-            "\n*** SKIPPED {test}: {missing:?} not found (apt-get install chromium chromium-driver) ***\n"
-        );
-        return None;
-    }
-    let port = free_port();
-    let driver = Command::new(CHROMEDRIVER)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let profile = std::env::temp_dir().join(format!(
-        "sluice-chromium-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let artifacts = target.join("browser-artifacts").join(test);
-    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-    let mut b = Browser {
-        client: None,
-        driver,
-        profile,
-        artifacts,
-        shots: 0,
-    };
-    let caps = json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": CHROMIUM,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1",
-                format!("--user-data-dir={}", b.profile.display()),
-                format!("--window-size={},{}", WINDOW.0, WINDOW.1),
-            ],
-        },
-    });
-    let Value::Object(caps) = caps else {
-        unreachable!()
-    };
-    let url = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector)
-            .capabilities(caps.clone())
-            .connect(&url)
-            .await
-        {
-            Ok(c) => break c,
-            Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("no WebDriver session from chromedriver within 20 s: {e}"),
-        }
-    };
-    b.client = Some(client);
-    Some(b)
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-impl Browser {
-    fn c(&self) -> &Client {
-        self.client.as_ref().expect("session")
-    }
-
-    async fn shot(&mut self, name: &str) -> Vec<u8> {
-        self.shots += 1;
-        let png = self.c().screenshot().await.expect("screenshot");
-        let path = self.artifacts.join(format!("{:02}-{name}.png", self.shots));
-        std::fs::write(&path, &png).expect("write screenshot");
-        eprintln!("screenshot: {}", path.display());
-        png
-    }
-
-    /// The text of the element matching `css` ("" when there is none),
-    /// read in the page so a re-rendered element is never stale.
-    async fn text(&self, css: &str) -> String {
-        self.c()
-            .execute(
-                "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';",
-                vec![json!(css)],
-            )
-            .await
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default()
-    }
-
-    async fn click(&self, css: &str) {
-        self.c()
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .click()
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
-    }
-
-    /// Replaces an input's value by typing, as a person would.
-    async fn type_into(&self, css: &str, text: &str) {
-        let e = self
-            .c()
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"));
-        e.clear().await.expect("clear");
-        e.send_keys(text).await.expect("type");
-    }
-
-    async fn js(&self, script: &str) -> Value {
-        self.c()
-            .execute(script, vec![])
-            .await
-            .unwrap_or_else(|e| panic!("script {script}: {e}"))
-    }
-
-    async fn close(mut self) {
-        if let Some(c) = self.client.take() {
-            let _ = c.close().await;
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
-
-async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// "1,234" → 1234.
 fn number(text: &str) -> Option<f64> {
@@ -306,7 +122,7 @@ fn traffic(base: String, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_operator_watches_the_sale_and_raises_the_rate() {
-    let Some(mut b) = browser("dashboard").await else {
+    let Some(mut b) = Browser::start("dashboard", WINDOW).await else {
         return;
     };
     let origin = TestOrigin::start().await;
@@ -334,7 +150,7 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
     b.type_into("#login-token", "not-the-admin-token-000").await;
     b.click("#login-form button[type=submit]").await;
     wait_for(Duration::from_secs(10), "the refusal", || async {
-        b.text("#login-error")
+        b.text_content("#login-error")
             .await
             .contains("refused")
             .then_some(())
@@ -346,7 +162,7 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
     b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
         .await;
     let first = wait_for(Duration::from_secs(10), "live numbers", || async {
-        number(&b.text("#default-queue_length").await)
+        number(&b.text_content("#default-queue_length").await)
     })
     .await;
     let stored = b
@@ -356,14 +172,14 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
 
     // The numbers move (the line grows: ~20 joins/s against 2 admitted/s).
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let second = number(&b.text("#default-queue_length").await).unwrap();
+    let second = number(&b.text_content("#default-queue_length").await).unwrap();
     assert!(
         second > first,
         "queue length did not move: {first} then {second}"
     );
-    let joins = number(&b.text("#default-joins_per_sec").await).unwrap();
+    let joins = number(&b.text_content("#default-joins_per_sec").await).unwrap();
     assert!(joins > 1.0, "joins/s shown: {joins}");
-    let fresh = b.text("#freshness").await;
+    let fresh = b.text_content("#freshness").await;
     let age: f64 = fresh
         .trim_start_matches("Last updated ")
         .trim_end_matches(" s ago")
@@ -373,22 +189,22 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
 
     // The stock of the event, live.
     wait_for(Duration::from_secs(5), "the stock", || async {
-        (b.text("#ev-demo-held").await == "2").then_some(())
+        (b.text_content("#ev-demo-held").await == "2").then_some(())
     })
     .await;
-    assert_eq!(b.text("#ev-demo-available").await, "98");
-    assert_eq!(b.text("#ev-demo-invariant").await, "holds");
+    assert_eq!(b.text_content("#ev-demo-available").await, "98");
+    assert_eq!(b.text_content("#ev-demo-invariant").await, "holds");
 
     // The origin's figures come from /metrics.
     wait_for(Duration::from_secs(10), "origin requests/s", || async {
-        let t = b.text("#origin-charts figure b").await;
+        let t = b.text_content("#origin-charts figure b").await;
         number(&t).filter(|x| *x > 0.0)
     })
     .await;
 
     // A long enough line for the rate measurement, then the screen.
     wait_for(Duration::from_secs(30), "a line of 100", || async {
-        number(&b.text("#default-queue_length").await).filter(|q| *q >= 100.0)
+        number(&b.text_content("#default-queue_length").await).filter(|q| *q >= 100.0)
     })
     .await;
     b.shot("live").await;
@@ -397,7 +213,7 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
     b.type_into("#default-input-rate_per_sec", "10\u{e007}")
         .await;
     let effect = wait_for(Duration::from_secs(10), "the simulated effect", || async {
-        let t = b.text("#confirm-effect").await;
+        let t = b.text_content("#confirm-effect").await;
         t.starts_with("Simulated:").then_some(t)
     })
     .await;
@@ -405,7 +221,11 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
         effect.contains("drains in") && effect.contains("at 10 visitors/s"),
         "{effect}"
     );
-    assert!(b.text("#confirm-body").await.contains("Rate: 2 → 10"));
+    assert!(
+        b.text_content("#confirm-body")
+            .await
+            .contains("Rate: 2 → 10")
+    );
     b.shot("confirm").await;
     assert_eq!(
         admin_room(&gw.url(), "default").await["rate_per_sec"],
@@ -414,7 +234,7 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
     );
     b.click("#confirm-apply").await;
     wait_for(Duration::from_secs(5), "the applied note", || async {
-        b.text("#controls-default .note")
+        b.text_content("#controls-default .note")
             .await
             .starts_with("Applied")
             .then_some(())
@@ -442,11 +262,12 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
         (7.0..=13.0).contains(&rate),
         "frontier advanced at {rate:.1}/s after setting 10/s"
     );
-    let png = b.shot("applied").await;
+    let png = std::fs::read(b.shot("applied").await).expect("the screenshot");
     // The README's picture is refreshed only on request: a test run leaves
     // the source tree as it found it.
     if std::env::var_os("SLUICE_UPDATE_DOCS").is_some() {
-        std::fs::write(repo_root().join("docs/dashboard.png"), png).expect("docs/dashboard.png");
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/dashboard.png");
+        std::fs::write(docs, png).expect("docs/dashboard.png");
     }
 
     // A setting the gateway refuses, said in plain words; nothing changes.
@@ -454,7 +275,7 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
         .await;
     b.click("#controls-default .apply").await;
     wait_for(Duration::from_secs(5), "the confirmation", || async {
-        b.text("#confirm-effect")
+        b.text_content("#confirm-effect")
             .await
             .contains("bits")
             .then_some(())
@@ -462,7 +283,7 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
     .await;
     b.click("#confirm-apply").await;
     let error = wait_for(Duration::from_secs(5), "the refusal", || async {
-        let t = b.text("#controls-default .error").await;
+        let t = b.text_content("#controls-default .error").await;
         (!t.is_empty()).then_some(t)
     })
     .await;

@@ -1,0 +1,238 @@
+//! Headless Chromium over WebDriver: Debian's `chromium` and
+//! `chromedriver`, driven with fantoccini. One [`Browser`] is a
+//! chromedriver child process with one session; both end when it is
+//! dropped, and its temporary profile is removed.
+//!
+//! Without chromium or chromedriver, [`Browser::start`] prints a loud
+//! `SKIPPED` line and answers `None`, except under `CI=true`, where that is
+//! a failure ([`crate::browser::installed`]).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+use crate::browser::{ONE_BROWSER, artifacts_dir, installed};
+use crate::redis_server::free_port;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A chromedriver child process with one headless Chromium session.
+pub struct Browser {
+    client: Option<Client>,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+    driver: Child,
+    profile: PathBuf,
+    artifacts: PathBuf,
+    shots: u32,
+}
+
+impl Browser {
+    /// Starts chromedriver and a session whose window is `window` CSS
+    /// pixels, waiting for the test binary's other browser to finish
+    /// first; `None` (after the loud SKIPPED line) when the machine has no
+    /// Chromium. Screenshots go to `target/browser-artifacts/<test>/`.
+    pub async fn start(test: &str, window: (u32, u32)) -> Option<Browser> {
+        if !installed(
+            test,
+            &[CHROMIUM, CHROMEDRIVER],
+            "apt-get install chromium chromium-driver",
+        ) {
+            return None;
+        }
+        let turn = ONE_BROWSER.lock().await;
+        let port = free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let profile = std::env::temp_dir().join(format!(
+            "sluice-chromium-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let mut b = Browser {
+            client: None,
+            _turn: turn,
+            driver,
+            profile,
+            artifacts: artifacts_dir(test),
+            shots: 0,
+        };
+        let caps = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1",
+                    format!("--user-data-dir={}", b.profile.display()),
+                    format!("--window-size={},{}", window.0, window.1),
+                ],
+            },
+        });
+        let Value::Object(caps) = caps else {
+            unreachable!()
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let client = loop {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(caps.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(c) => break c,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("no WebDriver session from chromedriver within 20 s: {e}"),
+            }
+        };
+        b.client = Some(client);
+        Some(b)
+    }
+
+    /// The WebDriver session.
+    pub fn c(&self) -> &Client {
+        self.client.as_ref().expect("session")
+    }
+
+    /// Where this test's screenshots and other artifacts go.
+    pub fn artifacts(&self) -> &Path {
+        &self.artifacts
+    }
+
+    /// Saves a screenshot named `NN-name.png`; returns its path.
+    pub async fn shot(&mut self, name: &str) -> PathBuf {
+        self.shots += 1;
+        let png = self.c().screenshot().await.expect("screenshot");
+        let path = self.artifacts.join(format!("{:02}-{name}.png", self.shots));
+        std::fs::write(&path, png).expect("write screenshot");
+        eprintln!("screenshot: {}", path.display());
+        path
+    }
+
+    /// The rendered text of the element matching `css` (WebDriver's
+    /// element text: "" for a hidden one), or "" when there is none.
+    pub async fn text(&self, css: &str) -> String {
+        match self.c().find(Locator::Css(css)).await {
+            Ok(e) => e.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// The `textContent` of the element matching `css` ("" when there is
+    /// none), read in the page so a re-rendered element is never stale.
+    pub async fn text_content(&self, css: &str) -> String {
+        self.c()
+            .execute(
+                "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';",
+                vec![json!(css)],
+            )
+            .await
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// The current URL, or "" when the browser cannot say.
+    pub async fn url(&self) -> String {
+        self.c()
+            .current_url()
+            .await
+            .map(|u| u.to_string())
+            .unwrap_or_default()
+    }
+
+    /// Clicks the element matching `css`.
+    pub async fn click(&self, css: &str) {
+        self.c()
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Replaces an input's value by typing, as a person would.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let e = self
+            .c()
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"));
+        e.clear().await.expect("clear");
+        e.send_keys(text).await.expect("type");
+    }
+
+    /// Runs `script` (a function body: `return …`) in the page.
+    pub async fn js(&self, script: &str) -> Value {
+        self.c()
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("script {script}: {e}"))
+    }
+
+    /// Ends the session politely (dropping kills chromedriver anyway).
+    pub async fn close(mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+impl crate::shop_path::Page for Browser {
+    async fn text(&self, css: &str) -> String {
+        Browser::text(self, css).await
+    }
+
+    async fn exists(&self, css: &str) -> bool {
+        self.c().find(Locator::Css(css)).await.is_ok()
+    }
+
+    async fn visible(&self, css: &str) -> bool {
+        match self.c().find(Locator::Css(css)).await {
+            Ok(e) => e.is_displayed().await.unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    async fn click(&self, css: &str) {
+        Browser::click(self, css).await;
+    }
+
+    async fn select(&self, css: &str, value: &str) {
+        self.c()
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"))
+            .select_by_value(value)
+            .await
+            .unwrap_or_else(|e| panic!("choose {value} in {css}: {e}"));
+    }
+
+    async fn url(&self) -> String {
+        Browser::url(self).await
+    }
+
+    async fn shot(&mut self, name: &str) -> PathBuf {
+        Browser::shot(self, name).await
+    }
+}
