@@ -66,6 +66,8 @@ pub struct Config {
     pub origin: Option<String>,
     /// Redis URL (`--redis`, `SLUICE_REDIS_URL`). None: in-memory stores.
     pub redis: Option<String>,
+    /// How holds and confirmations wait for Redis replicas (`[replication]`).
+    pub replication: Replication,
     /// Bearer token of the admin API (`--admin-token`). None: every admin
     /// call answers 401.
     pub admin_token: Option<String>,
@@ -103,6 +105,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             origin: None,
             redis: None,
+            replication: Replication::default(),
             admin_token: None,
             pow_secret: None,
             webhook_secret: None,
@@ -114,6 +117,38 @@ impl Default for Config {
             proxy: ProxyConfig::default(),
             rooms: Vec::new(),
             events: Vec::new(),
+        }
+    }
+}
+
+/// Replica acknowledgement of reservation writes (README, "Failover").
+///
+/// Redis replicates asynchronously: without waiting, a hold or a payment
+/// confirmation the primary answered can be missing from the replica
+/// promoted when the primary dies. With `wait_replicas = n`, every hold and
+/// confirmation is followed by `WAIT n wait_timeout` on the same connection;
+/// when fewer replicas acknowledge, a fresh hold is released again and
+/// answered 503 `store_unavailable`, a confirmation stays applied and is
+/// answered 503 so the payment provider retries the webhook. No effect with
+/// the in-memory stores.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Replication {
+    /// Replicas that must acknowledge a hold or confirmation before it is
+    /// answered (`--redis-wait-replicas`, `SLUICE_REDIS_WAIT_REPLICAS`).
+    /// 0 (default): answer at once (asynchronous replication).
+    pub wait_replicas: u32,
+    /// How long to wait for them (`--redis-wait-timeout`,
+    /// `SLUICE_REDIS_WAIT_TIMEOUT`). Default `"100ms"`; at most `"1s"`.
+    #[serde(with = "humantime_serde")]
+    pub wait_timeout: Duration,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
         }
     }
 }
@@ -436,6 +471,20 @@ impl Config {
             return Err(ConfigError::invalid(
                 "redis",
                 "must start with redis:// or redis+cluster://",
+            ));
+        }
+        if self.replication.wait_replicas > 16 {
+            return Err(ConfigError::invalid(
+                "replication.wait_replicas",
+                "must be 16 or fewer",
+            ));
+        }
+        if self.replication.wait_timeout.is_zero()
+            || self.replication.wait_timeout > Duration::from_secs(1)
+        {
+            return Err(ConfigError::invalid(
+                "replication.wait_timeout",
+                "must be above zero and at most 1s",
             ));
         }
         if let Some(t) = &self.admin_token

@@ -43,7 +43,10 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     )
     .await
     .map_err(|e| anyhow::anyhow!("admission store at {url}: {e}"))?;
-    let inventory = RedisInventory::connect(&sluice_reservation::RedisConfig::new(url.clone()))
+    let mut inventory_config = sluice_reservation::RedisConfig::new(url.clone());
+    inventory_config.wait_replicas = config.replication.wait_replicas;
+    inventory_config.wait_timeout = config.replication.wait_timeout;
+    let inventory = RedisInventory::connect(&inventory_config)
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
     let replay_guard = if let Some(rest) = url.strip_prefix("redis+cluster://") {
