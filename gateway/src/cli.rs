@@ -59,7 +59,7 @@ pub struct ServeArgs {
     /// Origin base URL [default: the built-in demo shop].
     #[arg(long, env = "SLUICE_ORIGIN")]
     pub origin: Option<String>,
-    /// Redis URL: redis:// or redis+cluster:// [default: in-memory stores].
+    /// Redis URL: redis://, redis+cluster:// or redis+sentinel://host:port,…/service [default: in-memory stores].
     #[arg(long, env = "SLUICE_REDIS_URL")]
     pub redis: Option<String>,
     /// Redis replicas that must acknowledge each hold and payment

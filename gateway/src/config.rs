@@ -64,7 +64,10 @@ pub struct Config {
     /// The origin's base URL (`--origin`, `SLUICE_ORIGIN`). None: the
     /// built-in demo shop on a free loopback port.
     pub origin: Option<String>,
-    /// Redis URL (`--redis`, `SLUICE_REDIS_URL`). None: in-memory stores.
+    /// Redis URL (`--redis`, `SLUICE_REDIS_URL`): `redis://host:port`,
+    /// `redis+cluster://host:port[,host:port…]` or
+    /// `redis+sentinel://host:port[,host:port…]/service`. None: in-memory
+    /// stores.
     pub redis: Option<String>,
     /// How holds and confirmations wait for Redis replicas (`[replication]`).
     pub replication: Replication,
@@ -466,12 +469,19 @@ impl Config {
         if let Some(redis) = &self.redis
             && !(redis.starts_with("redis://")
                 || redis.starts_with("rediss://")
-                || redis.starts_with("redis+cluster://"))
+                || redis.starts_with("redis+cluster://")
+                || redis.starts_with(sluice_sentinel::SCHEME))
         {
             return Err(ConfigError::invalid(
                 "redis",
-                "must start with redis:// or redis+cluster://",
+                "must start with redis://, redis+cluster:// or redis+sentinel://",
             ));
+        }
+        if let Some(redis) = &self.redis
+            && redis.starts_with(sluice_sentinel::SCHEME)
+        {
+            sluice_sentinel::SentinelUrl::parse(redis)
+                .map_err(|e| ConfigError::invalid("redis", e))?;
         }
         if self.replication.wait_replicas > 16 {
             return Err(ConfigError::invalid(

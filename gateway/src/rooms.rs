@@ -23,7 +23,8 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sluice_admission::{
-    AdmissionError, QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings, Snapshot,
+    AdmissionError, JoinOutcome, QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings,
+    Snapshot,
 };
 use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
 
@@ -368,6 +369,37 @@ async fn init_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
         }
     }
     Ok(())
+}
+
+/// Joins `room`'s queue, never handing out a seq twice.
+///
+/// Every seq this gateway has seen (its own joins, the store's tails) lies
+/// below any seq the store can hand out next — unless the store went back
+/// in time: a replica promoted before it had the last joins (replication is
+/// asynchronous), or a restart from an older file. A join answering at or
+/// below what was seen is exactly that: the room is recovered above
+/// everything seen (as the ticker does when it notices) and the visitor
+/// joins again. The floor is read *before* the join is sent, so a
+/// concurrent join's seq cannot be mistaken for a reissued one.
+pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, AdmissionError> {
+    let seen = room.max_tail.load(Ordering::Relaxed);
+    let mut outcome = store.join(room.id()).await?;
+    if outcome.seq <= seen {
+        let max_frontier = room.max_frontier.load(Ordering::Relaxed);
+        tracing::warn!(
+            room = room.id(),
+            store_seq = outcome.seq,
+            seen_tail = seen,
+            "store handed out a seq already seen: recovering from the highest values seen"
+        );
+        let snap = store
+            .recover(room.id(), &room.settings(), seen, max_frontier)
+            .await?;
+        room.record(snap);
+        outcome = store.join(room.id()).await?;
+    }
+    room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
+    Ok(outcome)
 }
 
 async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionError> {

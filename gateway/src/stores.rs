@@ -1,6 +1,6 @@
 //! The concrete stores, picked once at start-up: in memory (one gateway,
-//! the embedded default) or Redis (`redis://` or `redis+cluster://`,
-//! shared by every gateway). Generics stop here: the rest of the gateway
+//! the embedded default) or Redis (`redis://`, `redis+cluster://` or
+//! `redis+sentinel://`, shared by every gateway). Generics stop here: the rest of the gateway
 //! holds the backend enums of the domain crates.
 
 use std::time::Duration;
@@ -49,7 +49,10 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     let inventory = RedisInventory::connect(&inventory_config)
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
-    let replay_guard = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+    let replay_guard = if url.starts_with(sluice_sentinel::SCHEME) {
+        let conn = sluice_sentinel::SentinelConnection::connect(url, STORE_TIMEOUT).await?;
+        ReplayGuard::Redis(RedisReplayGuard::sentinel(conn))
+    } else if let Some(rest) = url.strip_prefix("redis+cluster://") {
         let nodes: Vec<String> = rest
             .trim_end_matches('/')
             .split(',')

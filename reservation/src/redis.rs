@@ -67,6 +67,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use sluice_sentinel::SentinelConnection;
 
 use crate::error::{ReservationError, Result};
 use crate::types::{
@@ -117,9 +118,9 @@ pub mod source {
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
-    /// `redis://…` for one server, `redis+cluster://…` (comma-separated
-    /// seed nodes after the scheme are not supported: give one seed) for
-    /// Redis Cluster.
+    /// `redis://…` for one server, `redis+cluster://host:port[,host:port…]`
+    /// for Redis Cluster, `redis+sentinel://host:port[,host:port…]/service`
+    /// for the primary Redis Sentinel names (followed across failovers).
     pub url: String,
     /// Bound on every call (connect included): a slow Redis becomes
     /// [`ReservationError::Timeout`], never a hang. Default 2 s.
@@ -154,6 +155,8 @@ impl RedisConfig {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The primary Redis Sentinel names, followed across failovers.
+    Sentinel(SentinelConnection),
 }
 
 impl ConnectionLike for Conn {
@@ -161,6 +164,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -173,6 +177,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -180,6 +185,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -330,7 +336,14 @@ impl RedisInventory {
     /// One connection as `config.url` says.
     async fn open(config: &RedisConfig) -> Result<Conn> {
         let timeout = config.timeout;
-        let conn = if let Some(rest) = config.url.strip_prefix("redis+cluster://") {
+        let conn = if config.url.starts_with(sluice_sentinel::SCHEME) {
+            let conn =
+                tokio::time::timeout(timeout, SentinelConnection::connect(&config.url, timeout))
+                    .await
+                    .map_err(|_| ReservationError::Timeout(timeout))?
+                    .map_err(ReservationError::from_redis)?;
+            Conn::Sentinel(conn)
+        } else if let Some(rest) = config.url.strip_prefix("redis+cluster://") {
             // `redis+cluster://host:port[,host:port…]`: every listed node is
             // a seed (any one answering is enough to learn the topology).
             let nodes: Vec<String> = rest
