@@ -147,6 +147,9 @@ impl SentinelConnection {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(t))
             .set_response_timeout(Some(t));
+        // Whatever stops the lookup — no sentinel answers, none names a
+        // primary (mid-failover they name none), the named node refuses —
+        // is the store being unreachable for now, as callers classify it.
         let conn = tokio::time::timeout(t, client.get_async_connection_with_config(&config))
             .await
             .map_err(|_| {
@@ -155,7 +158,14 @@ impl SentinelConnection {
                     "no primary from the sentinels in time",
                     format!("{t:?}"),
                 ))
-            })??;
+            })?
+            .map_err(|e| {
+                RedisError::from((
+                    ErrorKind::Io,
+                    "no primary from the sentinels",
+                    e.to_string(),
+                ))
+            })?;
         let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
         *self.inner.current.lock() = Some((generation, conn.clone()));
         Ok((generation, conn))

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod origin;
 #[path = "redis_server.rs"]
 pub mod redis_server;
+pub mod sentinel;
 pub mod visitor;
 
 use std::io::{BufRead, BufReader};
