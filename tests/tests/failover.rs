@@ -359,7 +359,6 @@ async fn sentinel_failover_under_write_load_loses_no_acknowledged_hold() {
     assert!(confirmed <= TOTAL, "{e}");
 
     // Every acknowledged hold is still there, as last acknowledged.
-    let c = TestClient::new();
     let mut confirmed_acked = 0u64;
     for (id, a) in &ledger.holds {
         let v = &visitors[a.visitor];
@@ -392,11 +391,75 @@ async fn sentinel_failover_under_write_load_loses_no_acknowledged_hold() {
         confirmed >= confirmed_acked,
         "{confirmed} < {confirmed_acked}"
     );
-    drop(c);
 
     // Joins after the failover: no seq handed out twice.
     let later = join_many(&base, 6).await;
     seqs.extend(later.iter().map(seq_of));
     let distinct: HashSet<u64> = seqs.iter().copied().collect();
     assert_eq!(distinct.len(), seqs.len(), "a seq was reissued: {seqs:?}");
+}
+
+/// `--redis-wait-replicas 1` with no replica at all: every hold is refused
+/// with 503 `store_unavailable` (and `Retry-After`), its stock given back,
+/// and counted in `sluice_hold_replication_lagged_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_no_replica_acknowledged_are_refused_and_given_back() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let cfg = temp_file(
+        "lonely.toml",
+        "[[rooms]]\nid = \"hall\"\npaths = [\"/\"]\nrate_per_sec = 500\nburst = 500\npuzzles = 1\n\
+         difficulty_floor_bits = 1\ndifficulty_ceiling_bits = 2\njoin_limit_per_prefix_per_min = 0\n\
+         attack_min_solve = \"0s\"\n\n\
+         [[events]]\nid = \"gig\"\nroom = \"hall\"\ntotal = 10\ncart_limit = 4\nhold_ttl = \"60s\"\n",
+    );
+    let origin = TestOrigin::start().await;
+    let gw = GatewayProcess::start(&[
+        "--redis",
+        &redis.url(),
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-timeout",
+        "50ms",
+        "--origin",
+        &origin.url(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--admin-token",
+        ADMIN_TOKEN,
+    ]);
+    let base = gw.url();
+    let v = join_many(&base, 1).await.pop().unwrap();
+    for key in ["a", "a", "b"] {
+        let res = v
+            .call_admitted(
+                Method::POST,
+                "/_sluice/events/gig/holds",
+                Some(json!({"qty": 2})),
+                &[("idempotency-key", key)],
+            )
+            .await;
+        assert_eq!(res.status, 503, "{}", res.text());
+        assert_eq!(res.json()["code"], "store_unavailable");
+        assert!(res.header("retry-after").is_some());
+    }
+    let e = admin_event(&base).await;
+    assert_eq!(
+        (&e["available"], &e["held"], &e["confirmed"]),
+        (&json!(10), &json!(0), &json!(0)),
+        "{e}"
+    );
+    assert_eq!(e["invariant_holds"], true);
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let metrics = TestClient::new()
+        .get(&format!("{base}/metrics"), &[("authorization", &bearer)])
+        .await;
+    assert!(
+        metrics
+            .text()
+            .contains("sluice_hold_replication_lagged_total{op=\"hold\"} 3"),
+        "{}",
+        metrics.text()
+    );
 }
