@@ -697,6 +697,38 @@ mod tests {
     }
 
     #[test]
+    fn replication_and_sentinel_urls_are_checked() {
+        let c = Config::from_toml(
+            "redis = \"redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/shop\"\n\
+             [replication]\nwait_replicas = 1\nwait_timeout = \"50ms\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.replication.wait_replicas, 1);
+        assert_eq!(c.replication.wait_timeout, Duration::from_millis(50));
+        for (toml, field) in [
+            ("redis = \"redis+sentinel://h:1\"\n", "redis"),
+            ("redis = \"redis+sentinel://h/shop\"\n", "redis"),
+            ("redis = \"sentinel://h:1/shop\"\n", "redis"),
+            (
+                "[replication]\nwait_timeout = \"0s\"\n",
+                "replication.wait_timeout",
+            ),
+            (
+                "[replication]\nwait_timeout = \"2s\"\n",
+                "replication.wait_timeout",
+            ),
+            (
+                "[replication]\nwait_replicas = 17\n",
+                "replication.wait_replicas",
+            ),
+        ] {
+            let err = Config::from_toml(toml).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains(field), "{toml}: {err}");
+        }
+    }
+
+    #[test]
     fn validation_names_the_setting() {
         let mut c = Config {
             origin: Some("ftp://x".into()),

@@ -463,3 +463,65 @@ async fn holds_no_replica_acknowledged_are_refused_and_given_back() {
         metrics.text()
     );
 }
+
+/// On Redis Cluster the script and its `WAIT` go to the node that owns the
+/// event's slot, so the count is that node's replicas: with one replica per
+/// primary, `wait_replicas = 1` holds on events of every shard, and `2`
+/// (more than any shard has) is refused and given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_holds_wait_for_the_replica_of_their_own_shard() {
+    use sluice_reservation::{
+        EventId, HoldOutcome, Inventory, RedisConfig, RedisInventory, ReservationError, StockSpec,
+    };
+    let Some(cluster) = sluice_tests::cluster::RedisCluster::start(3, 1) else {
+        return;
+    };
+    let connect = |n: u32| {
+        let mut c = RedisConfig::new(cluster.url());
+        c.wait_replicas = n;
+        c.wait_timeout = Duration::from_millis(100);
+        async move { RedisInventory::connect(&c).await.unwrap() }
+    };
+    let one = connect(1).await;
+    let two = connect(2).await;
+    // Events on all three shards.
+    let mut shards = HashSet::new();
+    let mut events = Vec::new();
+    for i in 0..200 {
+        let name = format!("ev{i}");
+        if shards.insert(cluster.primary_for(&format!("sluice:{{{name}}}:stock"))) {
+            events.push(EventId::parse(&name).unwrap());
+        }
+        if events.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(events.len(), 3);
+    for ev in &events {
+        let spec = StockSpec {
+            total: 10,
+            cart_limit: 4,
+            hold_ttl: Duration::from_secs(60),
+            version: 1,
+            room: "default".into(),
+        };
+        one.set_stock(ev, &spec).await.unwrap();
+        assert!(matches!(
+            one.hold(ev, "alice", 2, None).await.unwrap(),
+            HoldOutcome::Held(_)
+        ));
+        let err = two.hold(ev, "bob", 2, Some("k")).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReservationError::NotReplicated {
+                    wanted: 2,
+                    acked: 1
+                }
+            ),
+            "{ev}: {err:?}"
+        );
+        let s = one.read(ev).await.unwrap().unwrap();
+        assert_eq!((s.available, s.held), (Some(8), 2), "{ev}");
+    }
+}
