@@ -485,7 +485,7 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
     let diff = room.difficulty.snapshot();
     json!({
         "room": room.id(),
-        "state": room.public_state(&snap),
+        "state": room.public_state(snap),
         "rate_per_sec": snap.rate_per_sec,
         "burst": snap.burst,
         "paused": snap.paused,
