@@ -612,6 +612,41 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, failure_persistence: None, ..Default::default() })]
+
+        /// A failover to a replica that missed the last `lag` joins never
+        /// makes [`join`] hand out a seq twice, however few joins follow.
+        #[test]
+        fn joins_never_reissue_a_seq_after_the_store_goes_back(
+            n in 0usize..40,
+            lag in 0usize..40,
+            after in 1usize..10,
+        ) {
+            let m = n.saturating_sub(lag);
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }).unwrap();
+                let clock = Arc::new(sluice_admission::SystemClock);
+                let primary = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock.clone()));
+                let replica = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock));
+                primary.configure("r", &room.settings()).await.unwrap();
+                replica.configure("r", &room.settings()).await.unwrap();
+                let mut seqs = Vec::new();
+                for i in 0..n {
+                    seqs.push(join(&room, &primary).await.unwrap().seq);
+                    if i < m {
+                        replica.join("r").await.unwrap();
+                    }
+                }
+                for _ in 0..after {
+                    seqs.push(join(&room, &replica).await.unwrap().seq);
+                }
+                assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seqs must strictly increase: {seqs:?}");
+            });
+        }
+    }
+
     #[test]
     fn prefixes_respect_segments() {
         assert!(path_has_prefix("/tickets", "/tickets"));
