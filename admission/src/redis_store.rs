@@ -28,6 +28,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use sluice_sentinel::SentinelConnection;
 
 use crate::bucket::{BucketParams, MICRO};
 use crate::error::{AdmissionError, validate_room_id};
@@ -67,6 +68,8 @@ impl Default for RedisConfig {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The primary Redis Sentinel names, followed across failovers.
+    Sentinel(SentinelConnection),
 }
 
 impl ConnectionLike for Conn {
@@ -74,6 +77,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -86,6 +90,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -93,6 +98,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -138,9 +144,24 @@ impl std::fmt::Debug for RedisQueueStore {
 
 impl RedisQueueStore {
     /// Connects to `url`: `redis://…` (standalone, over a
-    /// `ConnectionManager`) or `redis+cluster://host:port[,host:port…]`
-    /// (Redis Cluster; each node as `redis://host:port`).
+    /// `ConnectionManager`), `redis+cluster://host:port[,host:port…]`
+    /// (Redis Cluster; each node as `redis://host:port`) or
+    /// `redis+sentinel://host:port[,host:port…]/service` (the primary Redis
+    /// Sentinel names, followed across failovers).
     pub async fn connect(url: &str, cfg: RedisConfig) -> Result<Self> {
+        if url.starts_with(sluice_sentinel::SCHEME) {
+            let conn = tokio::time::timeout(
+                cfg.timeout * 2,
+                SentinelConnection::connect(url, cfg.timeout),
+            )
+            .await
+            .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
+            return Ok(Self {
+                conn: Conn::Sentinel(conn),
+                scripts: Arc::new(Scripts::new()),
+                cfg,
+            });
+        }
         if let Some(rest) = url.strip_prefix("redis+cluster://") {
             let nodes: Vec<String> = rest
                 .trim_end_matches('/')

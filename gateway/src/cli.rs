@@ -59,9 +59,16 @@ pub struct ServeArgs {
     /// Origin base URL [default: the built-in demo shop].
     #[arg(long, env = "SLUICE_ORIGIN")]
     pub origin: Option<String>,
-    /// Redis URL: redis:// or redis+cluster:// [default: in-memory stores].
+    /// Redis URL: redis://, redis+cluster:// or redis+sentinel://host:port,…/service [default: in-memory stores].
     #[arg(long, env = "SLUICE_REDIS_URL")]
     pub redis: Option<String>,
+    /// Redis replicas that must acknowledge each hold and payment
+    /// confirmation (`WAIT`) [default: 0, asynchronous].
+    #[arg(long, env = "SLUICE_REDIS_WAIT_REPLICAS")]
+    pub redis_wait_replicas: Option<u32>,
+    /// How long holds wait for those replicas, e.g. `100ms` [default: 100ms].
+    #[arg(long, env = "SLUICE_REDIS_WAIT_TIMEOUT", value_parser = humantime_serde::re::humantime::parse_duration)]
+    pub redis_wait_timeout: Option<std::time::Duration>,
     /// Bearer token of the admin API [default: admin API closed].
     #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -98,6 +105,12 @@ impl ServeArgs {
         }
         if let Some(v) = &self.redis {
             c.redis = Some(v.clone());
+        }
+        if let Some(v) = self.redis_wait_replicas {
+            c.replication.wait_replicas = v;
+        }
+        if let Some(v) = self.redis_wait_timeout {
+            c.replication.wait_timeout = v;
         }
         if let Some(v) = &self.admin_token {
             c.admin_token = Some(v.clone());

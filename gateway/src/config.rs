@@ -64,8 +64,13 @@ pub struct Config {
     /// The origin's base URL (`--origin`, `SLUICE_ORIGIN`). None: the
     /// built-in demo shop on a free loopback port.
     pub origin: Option<String>,
-    /// Redis URL (`--redis`, `SLUICE_REDIS_URL`). None: in-memory stores.
+    /// Redis URL (`--redis`, `SLUICE_REDIS_URL`): `redis://host:port`,
+    /// `redis+cluster://host:port[,host:port…]` or
+    /// `redis+sentinel://host:port[,host:port…]/service`. None: in-memory
+    /// stores.
     pub redis: Option<String>,
+    /// How holds and confirmations wait for Redis replicas (`[replication]`).
+    pub replication: Replication,
     /// Bearer token of the admin API (`--admin-token`). None: every admin
     /// call answers 401.
     pub admin_token: Option<String>,
@@ -103,6 +108,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             origin: None,
             redis: None,
+            replication: Replication::default(),
             admin_token: None,
             pow_secret: None,
             webhook_secret: None,
@@ -114,6 +120,38 @@ impl Default for Config {
             proxy: ProxyConfig::default(),
             rooms: Vec::new(),
             events: Vec::new(),
+        }
+    }
+}
+
+/// Replica acknowledgement of reservation writes (README, "Failover").
+///
+/// Redis replicates asynchronously: without waiting, a hold or a payment
+/// confirmation the primary answered can be missing from the replica
+/// promoted when the primary dies. With `wait_replicas = n`, every hold and
+/// confirmation is followed by `WAIT n wait_timeout` on the same connection;
+/// when fewer replicas acknowledge, a fresh hold is released again and
+/// answered 503 `store_unavailable`, a confirmation stays applied and is
+/// answered 503 so the payment provider retries the webhook. No effect with
+/// the in-memory stores.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Replication {
+    /// Replicas that must acknowledge a hold or confirmation before it is
+    /// answered (`--redis-wait-replicas`, `SLUICE_REDIS_WAIT_REPLICAS`).
+    /// 0 (default): answer at once (asynchronous replication).
+    pub wait_replicas: u32,
+    /// How long to wait for them (`--redis-wait-timeout`,
+    /// `SLUICE_REDIS_WAIT_TIMEOUT`). Default `"100ms"`; at most `"1s"`.
+    #[serde(with = "humantime_serde")]
+    pub wait_timeout: Duration,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
         }
     }
 }
@@ -431,11 +469,32 @@ impl Config {
         if let Some(redis) = &self.redis
             && !(redis.starts_with("redis://")
                 || redis.starts_with("rediss://")
-                || redis.starts_with("redis+cluster://"))
+                || redis.starts_with("redis+cluster://")
+                || redis.starts_with(sluice_sentinel::SCHEME))
         {
             return Err(ConfigError::invalid(
                 "redis",
-                "must start with redis:// or redis+cluster://",
+                "must start with redis://, redis+cluster:// or redis+sentinel://",
+            ));
+        }
+        if let Some(redis) = &self.redis
+            && redis.starts_with(sluice_sentinel::SCHEME)
+        {
+            sluice_sentinel::SentinelUrl::parse(redis)
+                .map_err(|e| ConfigError::invalid("redis", e))?;
+        }
+        if self.replication.wait_replicas > 16 {
+            return Err(ConfigError::invalid(
+                "replication.wait_replicas",
+                "must be 16 or fewer",
+            ));
+        }
+        if self.replication.wait_timeout.is_zero()
+            || self.replication.wait_timeout > Duration::from_secs(1)
+        {
+            return Err(ConfigError::invalid(
+                "replication.wait_timeout",
+                "must be above zero and at most 1s",
             ));
         }
         if let Some(t) = &self.admin_token
@@ -635,6 +694,38 @@ mod tests {
         assert_eq!(c.timeouts.upstream_response, Duration::from_secs(90));
         assert_eq!(c.events[0].hold_ttl, Duration::from_secs(300));
         assert!(Config::from_toml("[timeouts]\nheader_read = \"soon\"\n").is_err());
+    }
+
+    #[test]
+    fn replication_and_sentinel_urls_are_checked() {
+        let c = Config::from_toml(
+            "redis = \"redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/shop\"\n\
+             [replication]\nwait_replicas = 1\nwait_timeout = \"50ms\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.replication.wait_replicas, 1);
+        assert_eq!(c.replication.wait_timeout, Duration::from_millis(50));
+        for (toml, field) in [
+            ("redis = \"redis+sentinel://h:1\"\n", "redis"),
+            ("redis = \"redis+sentinel://h/shop\"\n", "redis"),
+            ("redis = \"sentinel://h:1/shop\"\n", "redis"),
+            (
+                "[replication]\nwait_timeout = \"0s\"\n",
+                "replication.wait_timeout",
+            ),
+            (
+                "[replication]\nwait_timeout = \"2s\"\n",
+                "replication.wait_timeout",
+            ),
+            (
+                "[replication]\nwait_replicas = 17\n",
+                "replication.wait_replicas",
+            ),
+        ] {
+            let err = Config::from_toml(toml).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains(field), "{toml}: {err}");
+        }
     }
 
     #[test]

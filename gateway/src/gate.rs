@@ -117,7 +117,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
         && !snap.closed
         && cap_free
     {
-        match state.queue().join(room.id()).await {
+        match rooms::join(&room, state.queue()).await {
             Ok(o) if o.admitted => {
                 let _ = state.queue().claim(room.id(), o.seq).await;
                 let sub = new_visitor_id();

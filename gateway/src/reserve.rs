@@ -84,6 +84,15 @@ fn not_ready() -> Problem {
 
 /// 503 `store_unavailable` for a store that is down, slow or restarting
 /// (retry helps); 500 `internal_error` for a fault retrying cannot cure.
+/// Counts a write too few replicas acknowledged (`replication` config),
+/// then hands the error on to [`store_err`].
+fn lag_counted(state: &AppState, op: &'static str, e: ReservationError) -> ReservationError {
+    if matches!(e, ReservationError::NotReplicated { .. }) {
+        state.telemetry().replication_lagged(op);
+    }
+    e
+}
+
 fn store_err(e: ReservationError) -> Problem {
     if e.is_unavailable() {
         Problem::store_unavailable().log_cause(&e)
@@ -213,6 +222,7 @@ async fn create_hold(
         .inventory()
         .hold(&event, &visitor.sub, qty, idem.as_deref())
         .await
+        .map_err(|e| lag_counted(&state, "hold", e))
         .map_err(store_err)?;
     metrics_outcome(&outcome);
     match outcome {
@@ -433,6 +443,7 @@ async fn payment_webhook(
         .inventory()
         .confirm(&hold, payment_event_id, succeeded)
         .await
+        .map_err(|e| lag_counted(&state, "confirm", e))
         .map_err(store_err)?;
     match outcome {
         // A succeeded payment for a hold given back earlier: nothing was

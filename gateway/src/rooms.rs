@@ -23,7 +23,8 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sluice_admission::{
-    AdmissionError, QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings, Snapshot,
+    AdmissionError, JoinOutcome, QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings,
+    Snapshot,
 };
 use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
 
@@ -370,6 +371,37 @@ async fn init_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
     Ok(())
 }
 
+/// Joins `room`'s queue, never handing out a seq twice.
+///
+/// Every seq this gateway has seen (its own joins, the store's tails) lies
+/// below any seq the store can hand out next — unless the store went back
+/// in time: a replica promoted before it had the last joins (replication is
+/// asynchronous), or a restart from an older file. A join answering at or
+/// below what was seen is exactly that: the room is recovered above
+/// everything seen (as the ticker does when it notices) and the visitor
+/// joins again. The floor is read *before* the join is sent, so a
+/// concurrent join's seq cannot be mistaken for a reissued one.
+pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, AdmissionError> {
+    let seen = room.max_tail.load(Ordering::Relaxed);
+    let mut outcome = store.join(room.id()).await?;
+    if outcome.seq <= seen {
+        let max_frontier = room.max_frontier.load(Ordering::Relaxed);
+        tracing::warn!(
+            room = room.id(),
+            store_seq = outcome.seq,
+            seen_tail = seen,
+            "store handed out a seq already seen: recovering from the highest values seen"
+        );
+        let snap = store
+            .recover(room.id(), &room.settings(), seen, max_frontier)
+            .await?;
+        room.record(snap);
+        outcome = store.join(room.id()).await?;
+    }
+    room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
+    Ok(outcome)
+}
+
 async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionError> {
     let snap = match store.advance(room.id()).await {
         Ok(s) => s,
@@ -579,6 +611,41 @@ pub fn fail_open(room: &Room) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, failure_persistence: None, ..Default::default() })]
+
+        /// A failover to a replica that missed the last `lag` joins never
+        /// makes [`join`] hand out a seq twice, however few joins follow.
+        #[test]
+        fn joins_never_reissue_a_seq_after_the_store_goes_back(
+            n in 0usize..40,
+            lag in 0usize..40,
+            after in 1usize..10,
+        ) {
+            let m = n.saturating_sub(lag);
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }).unwrap();
+                let clock = Arc::new(sluice_admission::SystemClock);
+                let primary = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock.clone()));
+                let replica = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock));
+                primary.configure("r", &room.settings()).await.unwrap();
+                replica.configure("r", &room.settings()).await.unwrap();
+                let mut seqs = Vec::new();
+                for i in 0..n {
+                    seqs.push(join(&room, &primary).await.unwrap().seq);
+                    if i < m {
+                        replica.join("r").await.unwrap();
+                    }
+                }
+                for _ in 0..after {
+                    seqs.push(join(&room, &replica).await.unwrap().seq);
+                }
+                assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seqs must strictly increase: {seqs:?}");
+            });
+        }
+    }
 
     #[test]
     fn prefixes_respect_segments() {

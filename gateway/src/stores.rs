@@ -1,6 +1,6 @@
 //! The concrete stores, picked once at start-up: in memory (one gateway,
-//! the embedded default) or Redis (`redis://` or `redis+cluster://`,
-//! shared by every gateway). Generics stop here: the rest of the gateway
+//! the embedded default) or Redis (`redis://`, `redis+cluster://` or
+//! `redis+sentinel://`, shared by every gateway). Generics stop here: the rest of the gateway
 //! holds the backend enums of the domain crates.
 
 use std::time::Duration;
@@ -43,10 +43,16 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     )
     .await
     .map_err(|e| anyhow::anyhow!("admission store at {url}: {e}"))?;
-    let inventory = RedisInventory::connect(&sluice_reservation::RedisConfig::new(url.clone()))
+    let mut inventory_config = sluice_reservation::RedisConfig::new(url.clone());
+    inventory_config.wait_replicas = config.replication.wait_replicas;
+    inventory_config.wait_timeout = config.replication.wait_timeout;
+    let inventory = RedisInventory::connect(&inventory_config)
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
-    let replay_guard = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+    let replay_guard = if url.starts_with(sluice_sentinel::SCHEME) {
+        let conn = sluice_sentinel::SentinelConnection::connect(url, STORE_TIMEOUT).await?;
+        ReplayGuard::Redis(RedisReplayGuard::sentinel(conn))
+    } else if let Some(rest) = url.strip_prefix("redis+cluster://") {
         let nodes: Vec<String> = rest
             .trim_end_matches('/')
             .split(',')

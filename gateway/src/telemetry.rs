@@ -27,6 +27,7 @@
 //! | `sluice_upstream_request_duration_seconds` | histogram | status_class | time to the origin's response headers |
 //! | `sluice_upstream_errors_total` | counter | kind | `unreachable` or `timeout` |
 //! | `sluice_holds_total` | counter | outcome | hold attempts by outcome |
+//! | `sluice_hold_replication_lagged_total` | counter | op | holds (`hold`) and payment confirmations (`confirm`) fewer Redis replicas acknowledged than `replication.wait_replicas` asks (answered 503; the hold released again) |
 
 use std::sync::Arc;
 
@@ -179,6 +180,16 @@ impl Telemetry {
     pub fn hold(&self, outcome: &'static str) {
         self.counter("sluice_holds_total", &[("outcome", outcome.to_owned())])
             .increment(1);
+    }
+
+    /// Fewer Redis replicas than configured acknowledged a `hold` or a
+    /// `confirm` (it was answered 503).
+    pub fn replication_lagged(&self, op: &'static str) {
+        self.counter(
+            "sluice_hold_replication_lagged_total",
+            &[("op", op.to_owned())],
+        )
+        .increment(1);
     }
 
     /// The Prometheus text exposition.

@@ -116,7 +116,7 @@ pub async fn join(
         pow_problem(e)
     })?;
 
-    let outcome = match state.queue().join(room.id()).await {
+    let outcome = match rooms::join(room, state.queue()).await {
         Ok(o) => o,
         Err(sluice_admission::AdmissionError::Closed(_)) => {
             return Err(Problem::new(

@@ -31,6 +31,21 @@ pub enum ReservationError {
     #[error("reservation store rejected a command: {0}")]
     Script(#[source] redis::RedisError),
 
+    /// The write was applied on the primary but fewer replicas than
+    /// [`crate::RedisConfig::wait_replicas`] acknowledged it within
+    /// [`crate::RedisConfig::wait_timeout`]: a failover now could lose it.
+    /// A fresh hold has been released again before this is returned (see
+    /// the Redis store's "Durability" docs); a confirmation stays applied
+    /// and is safe to repeat with the same `payment_event_id`. The gateway
+    /// answers 503 `store_unavailable`.
+    #[error("only {acked} of {wanted} replicas acknowledged the write in time")]
+    NotReplicated {
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that acknowledged.
+        acked: u32,
+    },
+
     /// A script answered with a shape this crate does not understand (a
     /// script from another version of sluice, or a corrupted key).
     #[error("reservation store answered unexpectedly: {0}")]
@@ -46,7 +61,10 @@ impl ReservationError {
     /// Whether the gateway should answer 503 `store_unavailable` (the
     /// store is down, slow or restarting) rather than 500.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Unavailable(_) | Self::Timeout(_))
+        matches!(
+            self,
+            Self::Unavailable(_) | Self::Timeout(_) | Self::NotReplicated { .. }
+        )
     }
 
     /// Classifies an error from the Redis client.

@@ -32,12 +32,42 @@
 //! `get_hold.lua` stands alone. Each file's header documents its KEYS, ARGV
 //! and return values. They run through [`redis::Script`] (EVALSHA, loaded
 //! again on `NOSCRIPT`), each call bounded by [`RedisConfig::timeout`].
+//!
+//! # Durability
+//!
+//! Redis replicates asynchronously: a write the primary answered may be
+//! missing from the replica promoted after the primary dies. Every script
+//! replicates as one unit, so a promoted replica always holds a consistent
+//! prefix of the history and `available + held + confirmed = total` still
+//! holds there; what can be lost is the tail: holds (a visitor told "held"
+//! whose units went back to the stock) and confirmations (a paid hold that
+//! would expire and be sold again — the one way a failover could oversell).
+//!
+//! With [`RedisConfig::wait_replicas`] = n > 0, `hold` and `confirm` send
+//! their script and `WAIT n timeout` as one pipeline on one connection (on a
+//! cluster, the connection to the node owning the event's slot), so `WAIT`
+//! counts the replicas that have this very write. When fewer acknowledge:
+//!
+//! - a fresh hold is released again (and its idempotency key dropped, so a
+//!   retry takes a new hold) and the call fails with
+//!   [`ReservationError::NotReplicated`]: no hold is ever acknowledged that a
+//!   failover could lose. A replayed hold just fails (it was acknowledged
+//!   before, or is being retried);
+//! - a confirmation stays applied (the payment happened) and the call fails
+//!   with the same error, so the payment provider retries the webhook; the
+//!   retry (same `payment_event_id`) changes nothing and waits again.
+//!
+//! `WAIT` blocks the connection it runs on, so while a replica lags every
+//! command behind it on that connection waits up to
+//! [`RedisConfig::wait_timeout`]; these writes therefore use a connection of
+//! their own, apart from reads, releases and the reaper.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use sluice_sentinel::SentinelConnection;
 
 use crate::error::{ReservationError, Result};
 use crate::types::{
@@ -88,9 +118,9 @@ pub mod source {
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
-    /// `redis://…` for one server, `redis+cluster://…` (comma-separated
-    /// seed nodes after the scheme are not supported: give one seed) for
-    /// Redis Cluster.
+    /// `redis://…` for one server, `redis+cluster://host:port[,host:port…]`
+    /// for Redis Cluster, `redis+sentinel://host:port[,host:port…]/service`
+    /// for the primary Redis Sentinel names (followed across failovers).
     pub url: String,
     /// Bound on every call (connect included): a slow Redis becomes
     /// [`ReservationError::Timeout`], never a hang. Default 2 s.
@@ -98,6 +128,12 @@ pub struct RedisConfig {
     /// Approximate cap of each event's stream (`XADD MAXLEN ~`). Default
     /// 100,000 entries.
     pub stream_maxlen: u64,
+    /// Replicas that must acknowledge a hold or a confirmation before it is
+    /// answered (`WAIT`, see [`Durability`]). Default 0: answer as soon as
+    /// the primary applied it (asynchronous replication).
+    pub wait_replicas: u32,
+    /// How long `WAIT` may block. Default 100 ms.
+    pub wait_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -107,6 +143,8 @@ impl RedisConfig {
             url: url.into(),
             timeout: Duration::from_secs(2),
             stream_maxlen: 100_000,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
         }
     }
 }
@@ -117,6 +155,8 @@ impl RedisConfig {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The primary Redis Sentinel names, followed across failovers.
+    Sentinel(SentinelConnection),
 }
 
 impl ConnectionLike for Conn {
@@ -124,6 +164,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -136,6 +177,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -143,6 +185,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -162,6 +205,12 @@ struct Scripts {
 #[derive(Clone)]
 pub struct RedisInventory {
     conn: Conn,
+    /// The connection of holds and confirmations followed by `WAIT` (its own,
+    /// so a lagging replica does not stall reads); `None` when
+    /// [`RedisConfig::wait_replicas`] is 0.
+    durable: Option<Conn>,
+    wait_replicas: u32,
+    wait_timeout: Duration,
     timeout: Duration,
     maxlen: String,
     scripts: std::sync::Arc<Scripts>,
@@ -259,8 +308,42 @@ fn status(v: Option<&Value>) -> Result<HoldStatus> {
 impl RedisInventory {
     /// Connects (within `config.timeout`) and prepares the scripts.
     pub async fn connect(config: &RedisConfig) -> Result<Self> {
+        let conn = Self::open(config).await?;
+        let durable = if config.wait_replicas > 0 {
+            Some(Self::open(config).await?)
+        } else {
+            None
+        };
+        Ok(Self {
+            conn,
+            durable,
+            wait_replicas: config.wait_replicas,
+            wait_timeout: config.wait_timeout,
+            timeout: config.timeout,
+            maxlen: config.stream_maxlen.max(1).to_string(),
+            scripts: std::sync::Arc::new(Scripts {
+                hold: Script::new(source::HOLD),
+                release: Script::new(source::RELEASE),
+                confirm: Script::new(source::CONFIRM),
+                reap: Script::new(source::REAP),
+                set_stock: Script::new(source::SET_STOCK),
+                read: Script::new(source::READ),
+                get_hold: Script::new(source::GET_HOLD),
+            }),
+        })
+    }
+
+    /// One connection as `config.url` says.
+    async fn open(config: &RedisConfig) -> Result<Conn> {
         let timeout = config.timeout;
-        let conn = if let Some(rest) = config.url.strip_prefix("redis+cluster://") {
+        let conn = if config.url.starts_with(sluice_sentinel::SCHEME) {
+            let conn =
+                tokio::time::timeout(timeout, SentinelConnection::connect(&config.url, timeout))
+                    .await
+                    .map_err(|_| ReservationError::Timeout(timeout))?
+                    .map_err(ReservationError::from_redis)?;
+            Conn::Sentinel(conn)
+        } else if let Some(rest) = config.url.strip_prefix("redis+cluster://") {
             // `redis+cluster://host:port[,host:port…]`: every listed node is
             // a seed (any one answering is enough to learn the topology).
             let nodes: Vec<String> = rest
@@ -295,20 +378,7 @@ impl RedisInventory {
             .map_err(ReservationError::from_redis)?;
             Conn::Single(conn)
         };
-        Ok(Self {
-            conn,
-            timeout,
-            maxlen: config.stream_maxlen.max(1).to_string(),
-            scripts: std::sync::Arc::new(Scripts {
-                hold: Script::new(source::HOLD),
-                release: Script::new(source::RELEASE),
-                confirm: Script::new(source::CONFIRM),
-                reap: Script::new(source::REAP),
-                set_stock: Script::new(source::SET_STOCK),
-                read: Script::new(source::READ),
-                get_hold: Script::new(source::GET_HOLD),
-            }),
-        })
+        Ok(conn)
     }
 
     /// Loads every script now (optional: `EVALSHA` falls back on its own).
@@ -373,6 +443,86 @@ impl RedisInventory {
         self.bounded(inv.invoke_async::<Value>(&mut conn)).await
     }
 
+    /// Like [`Self::run_common`], then `WAIT` for the configured replicas on
+    /// the same connection, in one pipeline (module docs, "Durability").
+    /// Returns the script's reply and how many replicas acknowledged it;
+    /// without `wait_replicas` it is `run_common` and claims them all.
+    async fn run_durable(
+        &self,
+        script: &Script,
+        event: &EventId,
+        keys: &Keys,
+        extra_keys: &[String],
+        extra_args: &[String],
+    ) -> Result<(Value, u32)> {
+        let Some(durable) = &self.durable else {
+            let v = self
+                .run_common(script, event, keys, extra_keys, extra_args)
+                .await?;
+            return Ok((v, self.wait_replicas));
+        };
+        let all_keys: Vec<String> = keys
+            .common()
+            .into_iter()
+            .chain(extra_keys.iter().cloned())
+            .collect();
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(all_keys.len())
+            .arg(&all_keys)
+            .arg(&self.maxlen)
+            .arg(event.as_str())
+            .arg(extra_args);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .add_command(evalsha)
+            .cmd("WAIT")
+            .arg(self.wait_replicas)
+            .arg(ms(self.wait_timeout));
+        // A NOSCRIPT (a fresh or just-promoted server) ran nothing: load the
+        // script on this connection and send the pipeline once more.
+        for attempt in 0..2 {
+            let mut conn = durable.clone();
+            let mut replies: Vec<redis::RedisResult<Value>> =
+                self.bounded(pipe.query_async(&mut conn)).await?;
+            let waited = replies.pop();
+            let reply = replies.pop();
+            match reply {
+                Some(Err(e))
+                    if attempt == 0
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    let mut conn = durable.clone();
+                    self.bounded(script.prepare_invoke().load_async(&mut conn))
+                        .await?;
+                }
+                Some(Err(e)) => return Err(ReservationError::from_redis(e)),
+                Some(Ok(v)) => {
+                    let acked = match waited {
+                        Some(Ok(w)) => u32::try_from(int(Some(&w))?.max(0)).unwrap_or(u32::MAX),
+                        Some(Err(e)) => return Err(ReservationError::from_redis(e)),
+                        None => return Err(ReservationError::Protocol("WAIT: no reply".into())),
+                    };
+                    return Ok((v, acked));
+                }
+                None => break,
+            }
+        }
+        Err(ReservationError::Protocol(
+            "script and WAIT: no reply".into(),
+        ))
+    }
+
+    /// The error of a write `acked` replicas acknowledged, if too few did.
+    fn lagged(&self, acked: u32) -> Option<ReservationError> {
+        (acked < self.wait_replicas).then_some(ReservationError::NotReplicated {
+            wanted: self.wait_replicas,
+            acked,
+        })
+    }
+
     async fn hold_once(
         &self,
         event: &EventId,
@@ -381,7 +531,7 @@ impl RedisInventory {
         qty: u32,
         idempotency_key: Option<&str>,
         suffix: &str,
-    ) -> Result<Vec<Value>> {
+    ) -> Result<(Vec<Value>, u32)> {
         let mut extra = vec![keys.hold(suffix)];
         if let Some(k) = idempotency_key {
             extra.push(keys.idem(visitor, k));
@@ -394,10 +544,40 @@ impl RedisInventory {
             ms(IDEMPOTENCY_TTL).to_string(),
             ms(HOLD_RETENTION).to_string(),
         ];
-        items(
-            self.run_common(&self.scripts.hold, event, keys, &extra, &args)
-                .await?,
+        let (v, acked) = self
+            .run_durable(&self.scripts.hold, event, keys, &extra, &args)
+            .await?;
+        Ok((items(v)?, acked))
+    }
+
+    /// Takes back a hold `WAIT` could not vouch for, and its idempotency key
+    /// (a retry then takes a new hold instead of replaying this one).
+    async fn unwind_hold(
+        &self,
+        event: &EventId,
+        keys: &Keys,
+        visitor: &str,
+        idempotency_key: Option<&str>,
+        suffix: &str,
+    ) -> Result<()> {
+        self.run_common(
+            &self.scripts.release,
+            event,
+            keys,
+            &[keys.hold(suffix)],
+            &[visitor.to_owned(), ms(HOLD_RETENTION).to_string()],
         )
+        .await?;
+        if let Some(k) = idempotency_key {
+            let mut conn = self.conn.clone();
+            self.bounded(
+                redis::cmd("DEL")
+                    .arg(keys.idem(visitor, k))
+                    .query_async::<i64>(&mut conn),
+            )
+            .await?;
+        }
+        Ok(())
     }
 }
 
@@ -463,8 +643,9 @@ impl Inventory for RedisInventory {
         // can only repeat if the key is rewritten in between (it expired and
         // another request took it), so a few rounds are plenty.
         let mut r = Vec::new();
+        let mut acked = 0;
         for _ in 0..4 {
-            r = self
+            (r, acked) = self
                 .hold_once(event, &keys, visitor, qty, idempotency_key, &suffix)
                 .await?;
             if text(r.first())? == "REDIRECT" {
@@ -486,7 +667,20 @@ impl Inventory for RedisInventory {
                 visitor: visitor.to_owned(),
             })
         };
-        Ok(match text(r.first())?.as_str() {
+        let answer = text(r.first())?;
+        if let Some(lag) = self.lagged(acked) {
+            match answer.as_str() {
+                "HELD" => {
+                    self.unwind_hold(event, &keys, visitor, idempotency_key, &suffix)
+                        .await?;
+                    return Err(lag);
+                }
+                "REPLAYED" => return Err(lag),
+                // Nothing was written: the answer stands.
+                _ => {}
+            }
+        }
+        Ok(match answer.as_str() {
             "HELD" => HoldOutcome::Held(view(&r, &suffix)?),
             "REPLAYED" => HoldOutcome::Replayed(view(&r, &suffix)?),
             "NOT_READY" => HoldOutcome::NotReady,
@@ -562,8 +756,8 @@ impl Inventory for RedisInventory {
         let event = hold_id.event();
         let keys = Keys::new(&event);
         let suffix = hold_id.suffix();
-        let r = items(
-            self.run_common(
+        let (v, acked) = self
+            .run_durable(
                 &self.scripts.confirm,
                 &event,
                 &keys,
@@ -575,11 +769,19 @@ impl Inventory for RedisInventory {
                     ms(PAYMENT_TTL).to_string(),
                 ],
             )
-            .await?,
-        )?;
+            .await?;
+        let r = items(v)?;
         let answer = text(r.first())?;
-        ConfirmOutcome::parse(&answer)
-            .ok_or_else(|| ReservationError::Protocol(format!("confirm: {answer}")))
+        let outcome = ConfirmOutcome::parse(&answer)
+            .ok_or_else(|| ReservationError::Protocol(format!("confirm: {answer}")))?;
+        // Only a confirmation is worth waiting for: losing any other answer
+        // cannot sell a unit twice (module docs, "Durability").
+        if outcome == ConfirmOutcome::Confirmed
+            && let Some(lag) = self.lagged(acked)
+        {
+            return Err(lag);
+        }
+        Ok(outcome)
     }
 
     async fn reap(&self, event: &EventId, max: usize) -> Result<usize> {

@@ -362,3 +362,94 @@ async fn stream_is_consumable_with_a_group() {
         assert!(reply.contains(needle), "{needle} missing in {reply}");
     }
 }
+
+/// `wait_replicas`: a hold or a confirmation is answered only once enough
+/// replicas have it; a fresh hold too few acknowledged is given back (and
+/// its idempotency key dropped), a confirmation stays applied and can be
+/// repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_wait_for_replicas() {
+    let Some(primary) = RedisServer::start() else {
+        return;
+    };
+    let Some(replica) = RedisServer::start_with(RedisOptions {
+        extra_args: vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port().to_string(),
+        ],
+        ..RedisOptions::default()
+    }) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !replica
+        .command("INFO replication")
+        .contains("master_link_status:up")
+    {
+        assert!(std::time::Instant::now() < deadline, "replica never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let with_wait = |n: u32| {
+        let mut c = RedisConfig::new(primary.url());
+        c.wait_replicas = n;
+        c.wait_timeout = Duration::from_millis(100);
+        c
+    };
+    let one = RedisInventory::connect(&with_wait(1)).await.unwrap();
+    let two = RedisInventory::connect(&with_wait(2)).await.unwrap();
+    let ev = sluice_reservation::EventId::parse("waited").unwrap();
+    one.set_stock(&ev, &spec(10, 4, Duration::from_secs(60), 1))
+        .await
+        .unwrap();
+
+    // One replica is there: the hold is answered, and the replica has it.
+    let HoldOutcome::Held(h) = one.hold(&ev, "alice", 2, Some("k1")).await.unwrap() else {
+        panic!("not held");
+    };
+    assert!(replica.command("GET sluice:{waited}:stock").contains('8'));
+
+    // Two asked for, one there: refused, and given back.
+    for _ in 0..2 {
+        let err = two.hold(&ev, "bob", 3, Some("k2")).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReservationError::NotReplicated {
+                    wanted: 2,
+                    acked: 1
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.is_unavailable());
+    }
+    let s = one.read(&ev).await.unwrap().unwrap();
+    assert_eq!((s.available, s.held, s.confirmed), (Some(8), 2, 0));
+    assert!(s.invariant_holds);
+    // The dropped idempotency key: with enough replicas, a new hold.
+    assert!(matches!(
+        one.hold(&ev, "bob", 3, Some("k2")).await.unwrap(),
+        HoldOutcome::Held(_)
+    ));
+
+    // A confirmation too few acknowledged stays applied; repeating it with
+    // the same payment event answers confirmed once replicas have it.
+    let err = two.confirm(&h.hold_id, "pay-1", true).await.unwrap_err();
+    assert!(
+        matches!(err, ReservationError::NotReplicated { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        one.confirm(&h.hold_id, "pay-1", true).await.unwrap(),
+        sluice_reservation::ConfirmOutcome::Confirmed
+    );
+    let s = one.read(&ev).await.unwrap().unwrap();
+    assert_eq!((s.available, s.held, s.confirmed), (Some(5), 3, 2));
+
+    // Answers that wrote nothing are not held back.
+    assert!(matches!(
+        two.hold(&ev, "carol", 9, None).await.unwrap(),
+        HoldOutcome::InvalidQuantity { .. }
+    ));
+}

@@ -17,6 +17,7 @@ pub mod firefox;
 pub mod origin;
 #[path = "redis_server.rs"]
 pub mod redis_server;
+pub mod sentinel;
 pub mod shop_path;
 pub mod visitor;
 

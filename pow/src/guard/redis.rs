@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
+use sluice_sentinel::SentinelConnection;
 
 use super::{ReplayStore, hex};
 use crate::error::GuardError;
@@ -24,12 +25,14 @@ use crate::error::GuardError;
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "sluice:pow:";
 
-/// A standalone connection (reconnecting) or a Redis Cluster connection
-/// (following `MOVED`/`ASK`); the guard's one command works on both.
+/// A standalone connection (reconnecting), a Redis Cluster connection
+/// (following `MOVED`/`ASK`) or the primary Sentinel names (following
+/// failovers); the guard's one command works on each.
 #[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConnection),
 }
 
 /// Challenge ids held in Redis until they expire.
@@ -70,6 +73,14 @@ impl RedisReplayGuard {
         }
     }
 
+    /// A guard over the primary Redis Sentinel names.
+    pub fn sentinel(conn: SentinelConnection) -> Self {
+        RedisReplayGuard {
+            conn: Conn::Sentinel(conn),
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+
     /// The key that records `id`.
     pub fn key(&self, id: &[u8; 16]) -> String {
         format!("{}{{{}}}:{}", self.prefix, hex(&id[..2]), hex(id))
@@ -84,6 +95,7 @@ impl ReplayStore for RedisReplayGuard {
         let reply: Option<String> = match &self.conn {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
             Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
         };
         Ok(reply.is_some())
     }

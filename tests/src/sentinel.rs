@@ -1,0 +1,135 @@
+//! A Redis Sentinel of the test's own: one `redis-server --sentinel`
+//! process on a free loopback port, watching one primary under one service
+//! name with quorum 1, quick to declare it down. Killed when dropped.
+//! `None` (with a loud SKIPPED line) when `redis-server` or `redis-cli` is
+//! missing outside CI; a failure under `CI=true`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::redis_server::free_port;
+
+/// A running sentinel.
+pub struct Sentinel {
+    /// Its port.
+    pub port: u16,
+    /// The service name it monitors.
+    pub service: String,
+    child: Option<Child>,
+    dir: std::path::PathBuf,
+}
+
+fn tool_available(name: &str) -> bool {
+    Command::new(name)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+impl Sentinel {
+    /// Starts a sentinel monitoring `127.0.0.1:primary_port` as `service`.
+    /// It declares the primary down after 400 ms without an answer and
+    /// promotes a replica on its own (quorum 1).
+    pub fn start(service: &str, primary_port: u16) -> Option<Sentinel> {
+        if !tool_available("redis-server") || !tool_available("redis-cli") {
+            let msg = "redis-server or redis-cli not found on PATH";
+            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+                panic!("{msg}: CI=true requires them (apt-get install redis-server redis-tools)");
+            }
+            eprintln!("\n*** SKIPPED: {msg}; this sentinel test did not run ***\n");
+            return None;
+        }
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("sluice-sentinel-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("sentinel dir");
+        // Sentinel rewrites its config file as it learns the topology, so it
+        // must be a file of its own.
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+                 sentinel monitor {service} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {service} 400\n\
+                 sentinel failover-timeout {service} 4000\n\
+                 sentinel parallel-syncs {service} 1\n",
+                dir.display()
+            ),
+        )
+        .expect("sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server --sentinel");
+        let s = Sentinel {
+            port,
+            service: service.to_owned(),
+            child: Some(child),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !s.cli(&["PING"]).contains("PONG") {
+            assert!(Instant::now() < deadline, "sentinel never answered");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(s)
+    }
+
+    /// `redis+sentinel://127.0.0.1:PORT/SERVICE`.
+    pub fn url(&self) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/{}", self.port, self.service)
+    }
+
+    /// Runs `redis-cli -p PORT args…` against the sentinel; stdout.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The port of the primary the sentinel names now.
+    pub fn primary_port(&self) -> Option<u16> {
+        let out = self.cli(&["SENTINEL", "get-master-addr-by-name", &self.service]);
+        out.lines().nth(1)?.trim().parse().ok()
+    }
+
+    /// Waits until the sentinel knows `n` replicas of the primary (it learns
+    /// them from the primary's `INFO`; a replica it has not seen cannot be
+    /// promoted).
+    pub fn wait_replicas(&self, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let out = self.cli(&["SENTINEL", "replicas", &self.service]);
+            let known = out.lines().filter(|l| l.trim() == "flags").count();
+            let down = out.contains("s_down") || out.contains("disconnected");
+            if known >= n && !down {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sentinel knows {known} replicas: {out}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
