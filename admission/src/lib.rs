@@ -84,7 +84,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AdmissionError, validate_room_id};
 pub use memory::MemoryQueueStore;
 pub use poll::{RateMeter, eta_seconds, poll_after_ms, poll_after_ms_eta};
-pub use prequeue::{commitment, shuffle_order};
+pub use prequeue::{PlaceMap, PrequeueDraw, commitment, shuffle_order};
 pub use redis_store::{RedisConfig, RedisQueueStore};
 pub use settings::{InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active};
 pub use store::{ClaimOutcome, JoinOutcome, QueueBackend, QueueStore, Snapshot};
