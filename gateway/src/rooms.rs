@@ -582,7 +582,7 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
     let mut view = json!({
         "opens_at": snap.opens_at_ms.map(crate::schedule::format_rfc3339),
         "room": room.id(),
-        "state": room.public_state(&snap),
+        "state": room.public_state(snap),
         "rate_per_sec": snap.rate_per_sec,
         "burst": snap.burst,
         "paused": snap.paused,
