@@ -38,21 +38,21 @@ async fn public_room(base: &str, room: &str) -> Value {
     res.json()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_early_visitors_on_two_gateways_are_admitted_in_the_published_draw_order() {
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    let origin = TestOrigin::start().await;
-    let opens_ms = (unix_ms() / 1000 + 9) * 1000;
-    let opens_at = format_rfc3339(opens_ms);
+/// Two gateway processes on `redis` with one room at `rate`/s (burst 1)
+/// opening at `opens_at`.
+fn gateways(
+    redis: &RedisServer,
+    origin: &TestOrigin,
+    rate: f64,
+    opens_at: &str,
+) -> Vec<GatewayProcess> {
     let cfg = temp_file(
         "sluice.toml",
         &format!(
             r#"
 [[rooms]]
 id = "default"
-rate_per_sec = 20
+rate_per_sec = {rate}
 burst = 1
 puzzles = 1
 difficulty_floor_bits = 2
@@ -64,7 +64,7 @@ opens_at = "{opens_at}"
         ),
     );
     let keys = temp_keys();
-    let gws: Vec<GatewayProcess> = (0..2)
+    (0..2)
         .map(|_| {
             GatewayProcess::start(&[
                 "--redis",
@@ -81,7 +81,104 @@ opens_at = "{opens_at}"
                 ADMIN_TOKEN,
             ])
         })
-        .collect();
+        .collect()
+}
+
+/// Polls every visitor through one gateway, one request at a time (its
+/// snapshot's frontier only moves forward), until all are admitted; then
+/// checks that for every pair with place(i) < place(j), j was never
+/// admitted before a poll that still found i waiting. Returns the poll
+/// that admitted each seq.
+async fn admit_all_in_place_order(
+    visitors: &mut [Visitor],
+    url: &str,
+    place: &HashMap<u64, u64>,
+    limit: Duration,
+) -> HashMap<u64, u64> {
+    let mut last_waiting: HashMap<u64, u64> = HashMap::new();
+    let mut admitted_at: HashMap<u64, u64> = HashMap::new();
+    let mut tick = 0u64;
+    let deadline = Instant::now() + limit;
+    for v in visitors.iter_mut() {
+        v.base = url.to_owned();
+    }
+    while admitted_at.len() < visitors.len() {
+        assert!(Instant::now() < deadline, "{} admitted", admitted_at.len());
+        for v in visitors.iter_mut() {
+            let seq = v.seq.unwrap();
+            if admitted_at.contains_key(&seq) {
+                continue;
+            }
+            tick += 1;
+            let s = v.status().await;
+            if s.status != 200 {
+                // a store restarting: try again on the next round
+                continue;
+            }
+            let s = s.json();
+            match s["state"].as_str() {
+                Some("admitted") => {
+                    admitted_at.insert(seq, tick);
+                }
+                Some("waiting") => {
+                    assert!(s.get("prequeue").is_none(), "after the opening: {s}");
+                    last_waiting.insert(seq, tick);
+                }
+                other => panic!("unexpected state {other:?}: {s}"),
+            }
+        }
+    }
+    let mut seqs: Vec<u64> = place.keys().copied().collect();
+    seqs.sort_by_key(|s| place[s]);
+    for (a, i) in seqs.iter().enumerate() {
+        for j in &seqs[a + 1..] {
+            if let Some(w) = last_waiting.get(i) {
+                assert!(
+                    admitted_at[j] > *w,
+                    "seq {j} (place {}) admitted at poll {} before seq {i} (place {}) \
+                     was (still waiting at poll {w})",
+                    place[j],
+                    admitted_at[j],
+                    place[i]
+                );
+            }
+        }
+    }
+    admitted_at
+}
+
+/// seq → place for a draw of `n` tickets from seq 1.
+fn places(seed: &[u8], n: u32) -> HashMap<u64, u64> {
+    let order = sluice_admission::shuffle_order(seed, n);
+    order
+        .iter()
+        .enumerate()
+        .map(|(k, ticket)| (u64::from(*ticket) + 1, k as u64 + 1))
+        .collect()
+}
+
+/// Waits for the public state to reveal the seed.
+async fn revealed(url: &str, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let p = public_room(url, "default").await;
+        if p.get("prequeue_seed").is_some() {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "no seed: {p}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_early_visitors_on_two_gateways_are_admitted_in_the_published_draw_order() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let opens_ms = (unix_ms() / 1000 + 9) * 1000;
+    let opens_at = format_rfc3339(opens_ms);
+    let gws = gateways(&redis, &origin, 20.0, &opens_at);
     let urls: Vec<String> = gws.iter().map(|g| g.url()).collect();
 
     // Before the opening: both gateways publish the same commitment, no seed.
@@ -140,15 +237,11 @@ opens_at = "{opens_at}"
     assert_eq!(a["prequeue_tickets"], 50);
 
     // The opening: the seed is revealed and matches the commitment.
-    let deadline = Instant::now() + Duration::from_millis(opens_ms - unix_ms() + 5_000);
-    let revealed = loop {
-        let p = public_room(&urls[0], "default").await;
-        if p.get("prequeue_seed").is_some() {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "no seed after the opening: {p}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let revealed = revealed(
+        &urls[0],
+        Duration::from_millis(opens_ms - unix_ms() + 5_000),
+    )
+    .await;
     assert!(unix_ms() >= opens_ms, "seed revealed before the opening");
     let seed_hex = revealed["prequeue_seed"].as_str().unwrap().to_owned();
     let seed = sluice_admission::prequeue::from_hex(&seed_hex).unwrap();
@@ -166,64 +259,12 @@ opens_at = "{opens_at}"
     visitors.push(late);
 
     // The predicted places: place k (1-based) is ticket order[k-1].
-    let order = sluice_admission::shuffle_order(&seed, 50);
-    let mut place: HashMap<u64, u64> = HashMap::new();
-    for (k, ticket) in order.iter().enumerate() {
-        place.insert(u64::from(*ticket) + 1, k as u64 + 1);
-    }
+    let mut place = places(&seed, 50);
     place.insert(51, 51);
 
-    // Poll everyone through one gateway, one request at a time (its
-    // snapshot's frontier only moves forward), recording for each visitor
-    // the last poll that found it waiting and the poll that admitted it.
-    let mut last_waiting: HashMap<u64, u64> = HashMap::new();
-    let mut admitted_at: HashMap<u64, u64> = HashMap::new();
-    let mut tick = 0u64;
-    let deadline = Instant::now() + Duration::from_secs(25);
-    for v in visitors.iter_mut() {
-        v.base = urls[0].clone();
-    }
-    while admitted_at.len() < visitors.len() {
-        assert!(Instant::now() < deadline, "{} admitted", admitted_at.len());
-        for v in visitors.iter_mut() {
-            let seq = v.seq.unwrap();
-            if admitted_at.contains_key(&seq) {
-                continue;
-            }
-            tick += 1;
-            let s = v.status().await;
-            assert_eq!(s.status, 200, "{}", s.text());
-            let s = s.json();
-            match s["state"].as_str() {
-                Some("admitted") => {
-                    admitted_at.insert(seq, tick);
-                }
-                Some("waiting") => {
-                    assert!(s.get("prequeue").is_none(), "after the opening: {s}");
-                    last_waiting.insert(seq, tick);
-                }
-                other => panic!("unexpected state {other:?}: {s}"),
-            }
-        }
-    }
-    // For every pair with place(i) < place(j): j was never admitted before
-    // a poll that still found i waiting.
-    let mut seqs: Vec<u64> = place.keys().copied().collect();
-    seqs.sort_by_key(|s| place[s]);
-    for (a, i) in seqs.iter().enumerate() {
-        for j in &seqs[a + 1..] {
-            if let Some(w) = last_waiting.get(i) {
-                assert!(
-                    admitted_at[j] > *w,
-                    "seq {j} (place {}) admitted at poll {} before seq {i} (place {}) \
-                     was (still waiting at poll {w})",
-                    place[j],
-                    admitted_at[j],
-                    place[i]
-                );
-            }
-        }
-    }
+    // Everyone is admitted in the order of the places.
+    let admitted_at =
+        admit_all_in_place_order(&mut visitors, &urls[0], &place, Duration::from_secs(25)).await;
     // the late joiner came last
     let last = admitted_at.values().max().unwrap();
     assert_eq!(admitted_at[&51], *last);
@@ -236,7 +277,7 @@ opens_at = "{opens_at}"
     );
 
     // Anyone can check the draw with the CLI.
-    let probe = seqs[0];
+    let probe = *place.iter().find(|(_, p)| **p == 1).unwrap().0;
     let out = std::process::Command::new(sluice_bin())
         .args([
             "prequeue-verify",
@@ -255,6 +296,100 @@ opens_at = "{opens_at}"
     assert!(out.status.success(), "{text}");
     assert!(text.contains("commitment matches"), "{text}");
     assert!(text.contains(&format!("seq {probe}: place 1 ")), "{text}");
+}
+
+/// Redis restarted empty before the opening keeps the pre-queue (the same
+/// commitment, no seq reissued); restarted empty after it keeps the draw
+/// (the gateways write back the seed and N they saw), and the order holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pre_queue_and_the_draw_survive_redis_restarting_empty() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let opens_ms = (unix_ms() / 1000 + 8) * 1000;
+    let gws = gateways(&redis, &origin, 4.0, &format_rfc3339(opens_ms));
+    let urls: Vec<String> = gws.iter().map(|g| g.url()).collect();
+    let commitment = public_room(&urls[0], "default").await["prequeue_commitment"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut visitors = Vec::new();
+    for i in 0..10usize {
+        let mut v = Visitor::new(&urls[i % 2], "default");
+        assert_eq!(v.join("/").await.status, 201);
+        visitors.push(v);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.restart_empty();
+    // the gateways recreate the room above the tail they saw, pre-queue open
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let p = public_room(&urls[1], "default").await;
+        let a = admin_room(&urls[1], "default").await;
+        if a["store_ok"] == true && a["tail"].as_u64() >= Some(10) {
+            assert_eq!(p["prequeue_commitment"], commitment.as_str(), "{p}");
+            assert_eq!(p["state"], "paused", "{p}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not recovered: {a}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for i in 0..4usize {
+        let mut v = Visitor::new(&urls[i % 2], "default");
+        // a connection of the gateway may still be reconnecting: retry 503s
+        let mut res = v.join("/").await;
+        for _ in 0..20 {
+            if res.status != 503 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            res = v.join("/").await;
+        }
+        assert_eq!(res.status, 201, "{}", res.text());
+        assert_eq!(res.json()["prequeue"], true);
+        assert!(v.seq.unwrap() > 10, "seq {:?} reissued", v.seq);
+        visitors.push(v);
+    }
+    assert!(
+        unix_ms() + 300 < opens_ms,
+        "too slow for the test's schedule"
+    );
+    let n = visitors.iter().map(|v| v.seq.unwrap()).max().unwrap();
+
+    let p = revealed(
+        &urls[0],
+        Duration::from_millis(opens_ms - unix_ms() + 5_000),
+    )
+    .await;
+    let seed_hex = p["prequeue_seed"].as_str().unwrap().to_owned();
+    let seed = sluice_admission::prequeue::from_hex(&seed_hex).unwrap();
+    assert_eq!(sluice_admission::commitment(&seed), commitment);
+    assert_eq!(p["prequeue_tickets"].as_u64(), Some(n));
+
+    // lost again after the opening: the same draw comes back
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let epoch = admin_room(&urls[1], "default").await["epoch"].clone();
+    redis.restart_empty();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let a = admin_room(&urls[1], "default").await;
+        if a["store_ok"] == true && a["epoch"] != epoch {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not recovered: {a}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let p = revealed(&urls[1], Duration::from_secs(5)).await;
+    assert_eq!(p["prequeue_seed"], seed_hex.as_str());
+    assert_eq!(p["prequeue_tickets"].as_u64(), Some(n));
+    assert_eq!(p["prequeue_first_seq"], 1);
+    let place = places(&seed, n as u32);
+    let place: HashMap<u64, u64> = visitors
+        .iter()
+        .map(|v| (v.seq.unwrap(), place[&v.seq.unwrap()]))
+        .collect();
+    admit_all_in_place_order(&mut visitors, &urls[0], &place, Duration::from_secs(20)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
