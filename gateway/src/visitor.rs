@@ -400,7 +400,7 @@ fn prequeue_body(room: &Room, snap: &Snapshot, seq: u64) -> Value {
         "seq": seq,
         "position": tickets.max(1),
         "eta_seconds": remaining.div_ceil(1000),
-        "poll_after_ms": prequeue_poll_ms(remaining, &mut rand::rng()),
+        "poll_after_ms": prequeue_poll_ms(remaining, opening_spread_ms(room, snap), &mut rand::rng()),
         "rate_per_sec": snap.rate_per_sec,
         "prequeue": true,
     });
@@ -411,15 +411,32 @@ fn prequeue_body(room: &Room, snap: &Snapshot, seq: u64) -> Value {
     body
 }
 
+/// How widely the pre-queue's first polls after the opening are spread:
+/// the time the draw takes to admit everyone (N / rate), at most 30 s and
+/// half the claim window (an early place waits for its poll at most that
+/// long, well inside its claim window), at least 1 s. A pre-queue of
+/// millions must not poll in the same second.
+fn opening_spread_ms(room: &Room, snap: &Snapshot) -> u64 {
+    let rate = snap.rate_per_sec.max(1.0);
+    let drain_ms = (snap.queue_length() as f64 / rate * 1000.0) as u64;
+    let half_window = room.settings().claim_window.as_millis() as u64 / 2;
+    drain_ms.min(30_000).min(half_window).max(1_000)
+}
+
 /// The poll interval of a pre-queue ticket, `remaining_ms` before the
 /// opening: nothing changes for a ticket until then, so a quarter of the
 /// time left, between 5 and 20 s; close to the opening, just after it,
-/// spread over a second so the whole pre-queue does not poll at once.
-pub fn prequeue_poll_ms<R: rand::Rng + ?Sized>(remaining_ms: u64, rng: &mut R) -> u64 {
+/// spread uniformly over `spread_ms` so the whole pre-queue does not poll
+/// at once.
+pub fn prequeue_poll_ms<R: rand::Rng + ?Sized>(
+    remaining_ms: u64,
+    spread_ms: u64,
+    rng: &mut R,
+) -> u64 {
     use rand::RngExt as _;
     let far = (remaining_ms / 4).clamp(5_000, 20_000);
     if remaining_ms < far {
-        remaining_ms + 200 + rng.random_range(0..1_000)
+        remaining_ms + 200 + rng.random_range(0..spread_ms.max(1))
     } else {
         far
     }
@@ -524,12 +541,14 @@ mod tests {
     #[test]
     fn prequeue_polls_rarely_then_just_after_the_opening() {
         let mut rng = rand::rng();
-        assert_eq!(prequeue_poll_ms(3_600_000, &mut rng), 20_000);
-        assert_eq!(prequeue_poll_ms(40_000, &mut rng), 10_000);
-        assert_eq!(prequeue_poll_ms(6_000, &mut rng), 5_000);
+        assert_eq!(prequeue_poll_ms(3_600_000, 1_000, &mut rng), 20_000);
+        assert_eq!(prequeue_poll_ms(40_000, 1_000, &mut rng), 10_000);
+        assert_eq!(prequeue_poll_ms(6_000, 1_000, &mut rng), 5_000);
         for remaining in [0, 1_000, 4_999] {
-            let p = prequeue_poll_ms(remaining, &mut rng);
+            let p = prequeue_poll_ms(remaining, 1_000, &mut rng);
             assert!((remaining + 200..remaining + 1_200).contains(&p), "{p}");
+            let p = prequeue_poll_ms(remaining, 30_000, &mut rng);
+            assert!((remaining + 200..remaining + 30_200).contains(&p), "{p}");
         }
     }
 
