@@ -22,8 +22,8 @@
 --
 -- The schedule (room.rs RoomCore::new and configure): a new state opens
 -- its pre-queue when scheduled (pq_n = -1). A changed opening in the future
--- opens a new pre-queue; one in the past, or none, lets the next operation
--- draw.
+-- opens a new pre-queue, unless tickets of the last draw still wait; one in
+-- the past, or none, lets the next operation draw.
 
 local now = now_ms()
 local mode = ARGV[1]
@@ -50,7 +50,7 @@ else
     advance(st, now)
     local opens = tonumber(ARGV[11])
     if opens ~= st.opens_ms then
-      if opens > now then
+      if opens > now and (st.pq_n < 0 or st.frontier >= st.pq_from + st.pq_n) then
         st.pq_n = -1
       end
       st.opens_ms = opens

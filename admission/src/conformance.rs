@@ -555,10 +555,17 @@ pub async fn prequeue<H: Harness>(h: &mut H) {
     );
     let late = store.join(room).await.unwrap();
     assert_eq!((late.seq, late.prequeue, late.admitted), (31, false, false));
-    // the draw is set once: settings changes and joins leave it alone
+    // the draw is set once: settings changes and joins leave it alone, and
+    // a new opening does not replace it while its tickets wait
     let again = store.configure(room, &s).await.unwrap();
     assert_eq!(again.prequeue_draw, Some(draw));
     assert_eq!(again.opens_at_ms, Some(opens));
+    let mut moved = s.clone();
+    moved.opens_at_ms = Some(again.store_now_ms + 60_000);
+    let again = store.configure(room, &moved).await.unwrap();
+    assert_eq!(again.prequeue_draw, Some(draw));
+    assert!(!again.prequeue_open);
+    store.configure(room, &s).await.unwrap();
     // places are admitted in order; claims count places
     h.elapse(Duration::from_millis(400)).await;
     let snap = store.advance(room).await.unwrap();

@@ -179,10 +179,14 @@ impl RoomCore {
         self.advance(now_ms);
         let opens = settings.opens_at_ms.unwrap_or(0);
         if opens != self.opens_ms {
-            // a new opening in the future starts a new pre-queue; one in
-            // the past (or none) before the draw opens the room at the next
-            // operation
-            if opens > now_ms {
+            // a new opening in the future starts a new pre-queue, unless
+            // tickets of the last draw still wait (their places come from
+            // it); one in the past (or none) before the draw opens the room
+            // at the next operation
+            let drained = self
+                .draw
+                .is_none_or(|d| self.bucket.frontier >= d.from + d.n);
+            if opens > now_ms && drained {
                 self.draw = None;
             }
             self.opens_ms = opens;
