@@ -59,7 +59,7 @@ pub struct Room {
     place_map: ArcSwap<Option<Arc<PlaceMap>>>,
     building_map: AtomicBool,
     /// The last draw seen from the store, written back if the store loses it.
-    seen_draw: Mutex<Option<PrequeueDraw>>,
+    seen_draw: ArcSwap<Option<PrequeueDraw>>,
 }
 
 impl Room {
@@ -86,7 +86,7 @@ impl Room {
             initial: settings.clone(),
             place_map: ArcSwap::from_pointee(None),
             building_map: AtomicBool::new(false),
-            seen_draw: Mutex::new(None),
+            seen_draw: ArcSwap::from_pointee(None),
             settings: ArcSwap::from_pointee(settings),
             store_ok: AtomicBool::new(false),
             max_tail: AtomicU64::new(0),
@@ -153,7 +153,8 @@ impl Room {
         if snap.prequeue_open && seq > snap.frontier {
             return None;
         }
-        let draw = snap.prequeue_draw.or(*self.seen_draw.lock());
+        // read on every status poll: a lock-free load
+        let draw = snap.prequeue_draw.or(**self.seen_draw.load());
         match draw {
             Some(d) if d.contains(seq) => match self.place_map.load().as_ref() {
                 Some(m) if m.draw() == d => Some(m.place(seq)),
@@ -202,7 +203,7 @@ impl Room {
     fn settings_for_store(&self) -> RoomSettings {
         let mut s = (*self.settings()).clone();
         if s.prequeue_seed.is_some() && s.prequeue_draw.is_none() {
-            s.prequeue_draw = *self.seen_draw.lock();
+            s.prequeue_draw = **self.seen_draw.load();
         }
         s
     }
@@ -248,8 +249,10 @@ impl Room {
 
     /// Records a snapshot fresh from the store.
     pub fn record(&self, snap: Snapshot) {
-        if let Some(d) = snap.prequeue_draw {
-            *self.seen_draw.lock() = Some(d);
+        if let Some(d) = snap.prequeue_draw
+            && **self.seen_draw.load() != Some(d)
+        {
+            self.seen_draw.store(Arc::new(Some(d)));
         }
         self.max_tail.fetch_max(snap.tail, Ordering::Relaxed);
         self.max_frontier
