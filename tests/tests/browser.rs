@@ -644,7 +644,7 @@ async fn before_a_scheduled_opening_the_page_counts_down_then_admits() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
-    let opens_ms = (now_ms / 1000 + 10) * 1000;
+    let opens_ms = (now_ms / 1000 + 12) * 1000;
     let gw = TestGateway::builder()
         .origin(shop.url())
         .config(move |c| {
