@@ -249,10 +249,16 @@ impl Room {
 
     /// Records a snapshot fresh from the store.
     pub fn record(&self, snap: Snapshot) {
-        if let Some(d) = snap.prequeue_draw
-            && **self.seen_draw.load() != Some(d)
-        {
-            self.seen_draw.store(Arc::new(Some(d)));
+        // A new pre-queue forgets the last draw (all its tickets were
+        // admitted: a new opening is refused before), so a store lost now
+        // is not handed that draw back as this one's.
+        let seen = if snap.prequeue_open {
+            None
+        } else {
+            snap.prequeue_draw.or(**self.seen_draw.load())
+        };
+        if **self.seen_draw.load() != seen {
+            self.seen_draw.store(Arc::new(seen));
         }
         self.max_tail.fetch_max(snap.tail, Ordering::Relaxed);
         self.max_frontier
