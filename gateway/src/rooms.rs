@@ -742,7 +742,7 @@ fn schedule(room: &Room, settings: &mut RoomSettings, opens: Option<u64>) -> Res
         return Ok(());
     };
     if let Some(d) = snap.prequeue_draw
-        && snap.frontier < d.from + d.n
+        && snap.frontier < d.from.saturating_add(d.n)
     {
         return Err(Problem::invalid_setting(
             "opens_at",

@@ -96,7 +96,10 @@ pub fn run_verify(a: VerifyArgs) -> ExitCode {
         eprintln!("--seed must be hex");
         return ExitCode::from(64);
     };
-    if a.tickets > sluice_admission::prequeue::MAX_TICKETS || a.first_seq == 0 {
+    if a.tickets > sluice_admission::prequeue::MAX_TICKETS
+        || a.first_seq == 0
+        || a.first_seq.checked_add(a.tickets).is_none()
+    {
         eprintln!(
             "--tickets must be at most {} and --first-seq at least 1",
             u32::MAX

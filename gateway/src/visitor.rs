@@ -178,7 +178,9 @@ pub async fn join(
         let mut b = prequeue_body(room, &snap, outcome.seq);
         b["queue_token"] = json!(token);
         // this join is a ticket even if the snapshot is a tick behind
-        let tickets = snap.queue_length().max(outcome.seq - outcome.frontier);
+        let tickets = snap
+            .queue_length()
+            .max(outcome.seq.saturating_sub(outcome.frontier));
         b["position"] = json!(tickets.max(1));
         b["prequeue_tickets"] = json!(tickets);
         b
