@@ -101,7 +101,7 @@ pub fn run_verify(a: VerifyArgs) -> ExitCode {
         || a.first_seq.checked_add(a.tickets).is_none()
     {
         eprintln!(
-            "--tickets must be at most {} and --first-seq at least 1",
+            "--tickets must be at most {}, --first-seq at least 1, and their sum fit in 64 bits",
             u32::MAX
         );
         return ExitCode::from(64);
