@@ -321,6 +321,20 @@
     set("rate_per_sec", num(s.rate_per_sec) + "/s");
     set("difficulty", s.difficulty_bits + " bits × " + s.puzzles + (s.under_attack ? " (attack)" : ""));
     set("drain", s.paused ? "paused" : s.queue_length === 0 ? "—" : duration(s.queue_length / s.rate_per_sec));
+    // A scheduled room: its opening, and the pre-queue draw.
+    const sched = r.el.querySelector(".schedule");
+    if (sched) {
+      sched.hidden = !s.opens_at && !s.prequeue_seed;
+      const when = s.opens_at ? new Date(s.opens_at).toLocaleString() : "";
+      if (s.prequeue_open) {
+        set("opens", when + " · " + num(s.prequeue_tickets) + " in the draw so far");
+        set("drain", "opens " + when);
+      } else if (s.prequeue_seed) {
+        set("opens", (when ? "opened " + when + " · " : "") + "draw of " + num(s.prequeue_tickets));
+      } else {
+        set("opens", when);
+      }
+    }
     const pause = r.form.querySelector(".pause");
     pause.textContent = s.paused ? "Resume admission…" : "Pause admission…";
     pause.classList.toggle("resume", !!s.paused);

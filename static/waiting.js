@@ -2,7 +2,10 @@
 // (pow-solver.js), join, then poll the status at the pace the server asks,
 // and go back to the page the visitor wanted the moment it is admitted.
 // Reloading or a second tab keeps the place: the queue token lives in an
-// HttpOnly cookie that the status call sends by itself.
+// HttpOnly cookie that the status call sends by itself. Before a scheduled
+// room opens (`prequeue: true`), it shows the opening time in the visitor's
+// local time and a countdown: everyone who arrives before then gets a place
+// in a random draw.
 (function () {
   'use strict';
   var root = document.getElementById('sluice');
@@ -15,6 +18,11 @@
   var stateEl = document.getElementById('state');
   var positionEl = document.getElementById('position');
   var aheadEl = document.getElementById('ahead');
+  // the label beside "ahead" says "in the draw so far" before the opening
+  var aheadLabel = aheadEl && aheadEl.previousElementSibling;
+  var aheadText = aheadLabel ? aheadLabel.textContent : '';
+  var leadEl = document.querySelector('#sluice .lead');
+  var leadText = leadEl ? leadEl.textContent : '';
   var etaEl = document.getElementById('eta');
   var bar = document.querySelector('.bar');
   var fill = document.getElementById('bar-fill');
@@ -23,6 +31,8 @@
   var errorDelay = 1000;
   var polling = false;
   var lastAnnounced = '';
+  var countdown = null;       // the pre-queue's countdown timer
+  var opensAtMs = null;       // the opening, on this browser's clock
 
   function t(key, vars) {
     var s = T[key] || key;
@@ -54,6 +64,50 @@
     if (hi >= 120) return t('eta_hours', { lo: Math.floor(lo / 60), hi: Math.ceil(hi / 60) });
     return t('eta_minutes', { lo: lo, hi: hi });
   }
+  function two(n) { return (n < 10 ? '0' : '') + n; }
+  // "2:05:09", "5:09": time left before the opening.
+  function clock(ms) {
+    var s = Math.max(0, Math.ceil(ms / 1000));
+    var h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60;
+    return (h > 0 ? h + ':' + two(m) : String(m)) + ':' + two(s % 60);
+  }
+  // The opening in the visitor's local time: the time only when it is
+  // today, else with the day.
+  function localTime(iso) {
+    var d = new Date(iso);
+    if (isNaN(d.getTime())) return iso;
+    var lang = T.lang || undefined;
+    var opts = { hour: '2-digit', minute: '2-digit' };
+    if (d.toDateString() !== new Date().toDateString()) {
+      opts.weekday = 'short'; opts.day = 'numeric'; opts.month = 'short';
+    }
+    try { return d.toLocaleString(lang, opts); } catch (e) { return d.toLocaleString(); }
+  }
+  function tickCountdown() {
+    var left = opensAtMs - Date.now();
+    etaEl.textContent = left > 0 ? t('prequeue_countdown', { countdown: clock(left) }) : t('prequeue_opening');
+  }
+  function stopCountdown() {
+    if (countdown !== null) { clearInterval(countdown); countdown = null; }
+    if (aheadLabel) aheadLabel.textContent = aheadText;
+    if (leadEl) leadEl.textContent = leadText;
+  }
+  // Before the opening: no place yet, only the draw. The countdown runs on
+  // the server's figure (eta_seconds), not this browser's clock.
+  function showPrequeue(s) {
+    if (typeof s.eta_seconds === 'number') opensAtMs = Date.now() + s.eta_seconds * 1000;
+    say(t('prequeue', { time: localTime(s.opens_at) }));
+    positionEl.textContent = t('prequeue_position');
+    aheadEl.textContent = typeof s.prequeue_tickets === 'number' ? s.prequeue_tickets.toLocaleString() : '–';
+    if (aheadLabel) aheadLabel.textContent = t('prequeue_tickets_label');
+    if (leadEl) leadEl.textContent = t('prequeue_lead');
+    setProgress(SOLVE_SHARE);
+    if (opensAtMs !== null) {
+      tickCountdown();
+      if (countdown === null) countdown = setInterval(tickCountdown, 1000);
+    }
+  }
+
   function jitter(ms) { return Math.round(ms * (0.85 + Math.random() * 0.3)); }
 
   function request(method, url, body) {
@@ -85,6 +139,11 @@
 
   function show(s) {
     root.classList.remove('working');
+    if (s.state === 'waiting' && s.prequeue === true) {
+      showPrequeue(s);
+      return schedule(s.poll_after_ms || 5000);
+    }
+    stopCountdown();
     if (s.state === 'admitted') return admitted(s);
     if (typeof s.position === 'number') {
       rememberStart(s);

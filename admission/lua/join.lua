@@ -5,12 +5,15 @@
 -- Returns:
 --   {0}                               the room has no state
 --   {2}                               the room is closed
---   {1, seq, epoch, admitted(0|1), frontier}
+--   {1, seq, epoch, admitted(0|1), frontier, prequeue(0|1)}
+--     prequeue: the pre-queue is open (the seq is a ticket of the draw)
 --
 -- First brings the room up to TIME (advance: refunds, sessions, admits
 -- those already waiting), then seq = ++tail; admitted at once when
 -- frontier == seq - 1, credit >= 1, not halted and room under the cap. A
--- passthrough place is claimed by the join itself (its bit is set).
+-- passthrough place is claimed by the join itself (its bit is set). Before
+-- a scheduled room opens, halted() holds: seqs are handed out, nobody is
+-- admitted.
 
 local now = now_ms()
 local st = load()
@@ -36,4 +39,8 @@ if not halted(st) and st.frontier == seq - 1 and st.credit >= MICRO
   admitted = 1
 end
 save(st)
-return {1, seq, st.epoch, admitted, st.frontier}
+local prequeue = 0
+if st.pq_n < 0 then
+  prequeue = 1
+end
+return {1, seq, st.epoch, admitted, st.frontier, prequeue}

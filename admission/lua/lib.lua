@@ -18,6 +18,11 @@
 --   settled  (seqs <= settled are outside every open batch)
 --   rate_m (milli-admissions/s) burst_u (micro) paused closed
 --   max_active (-1: no cap) claim_ms
+--   opens_ms (when a scheduled room opens; 0: not scheduled)
+--   pq_from pq_n (the pre-queue draw: seqs pq_from+1 .. pq_from+pq_n are
+--     its tickets; pq_n = -1 while the pre-queue is open, i.e. scheduled
+--     and not yet drawn; a state written before these fields reads 0, 0:
+--     no draw)
 --   settings (JSON of RoomSettings, written by configure)
 --
 -- Every value stays below 2^53, so Lua's doubles are exact: rate_m <= 1e9
@@ -31,7 +36,8 @@ local MAX_ELAPSED = 3600000
 
 local FIELDS = {'tail', 'frontier', 'credit', 'last_ms', 'epoch', 'joins',
   'admitted', 'claimed', 'refunded', 'late', 'pending', 'settled', 'rate_m',
-  'burst_u', 'paused', 'closed', 'max_active', 'claim_ms'}
+  'burst_u', 'paused', 'closed', 'max_active', 'claim_ms', 'opens_ms',
+  'pq_from', 'pq_n'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -64,8 +70,21 @@ local function save(st)
   redis.call('HSET', S, unpack(args))
 end
 
+-- The pre-queue halts admission as a pause does (room.rs live_params).
 local function halted(st)
-  return st.paused == 1 or st.closed == 1
+  return st.paused == 1 or st.closed == 1 or st.pq_n < 0
+end
+
+-- room.rs RoomCore::draw_if_due: the first operation at or after the
+-- opening records the draw, once, and credit is earned from the opening.
+local function draw_if_due(st, now)
+  if st.pq_n < 0 and (st.opens_ms == 0 or now >= st.opens_ms) then
+    st.pq_from = st.frontier
+    st.pq_n = st.tail - st.frontier
+    if st.last_ms < st.opens_ms then
+      st.last_ms = st.opens_ms
+    end
+  end
 end
 
 local function prune_sessions(now)
@@ -153,6 +172,7 @@ end
 -- room.rs RoomCore::advance
 local function advance(st, now)
   prune_sessions(now)
+  draw_if_due(st, now)
   local refund = settle(st, now)
   local room = room_under_cap(st)
   local n = bucket_advance(st, now, room, refund)
@@ -177,9 +197,10 @@ end
 
 -- The snapshot reply: {1, tail, frontier, credit, rate_m, burst_u, paused,
 -- closed, epoch, active_sessions, pending, max_active, admitted, claimed,
--- joins, refunded, late, now_ms}
+-- joins, refunded, late, now_ms, opens_ms, pq_from, pq_n}
 local function snapshot(st, now, active)
   return {1, st.tail, st.frontier, st.credit, st.rate_m, st.burst_u,
     st.paused, st.closed, st.epoch, active, st.pending, st.max_active,
-    st.admitted, st.claimed, st.joins, st.refunded, st.late, now}
+    st.admitted, st.claimed, st.joins, st.refunded, st.late, now,
+    st.opens_ms, st.pq_from, st.pq_n}
 end

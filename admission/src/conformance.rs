@@ -491,6 +491,173 @@ pub async fn snapshot_is_read_only<H: Harness>(h: &mut H) {
     assert!((got - 100.0 * secs).abs() <= 1.5, "{got} in {secs} s");
 }
 
+/// A room with its opening `in_ms` after the store's clock, and a seed.
+async fn scheduled<H: Harness>(h: &H, room: &str, s: &mut RoomSettings, in_ms: u64) -> H::Store {
+    let store = setup(h, room, s).await;
+    let now = store.snapshot(room).await.unwrap().store_now_ms;
+    s.opens_at_ms = Some(now + in_ms);
+    s.prequeue_seed = Some(crate::prequeue::new_seed_hex());
+    let snap = store.configure(room, s).await.unwrap();
+    assert!(snap.prequeue_open);
+    assert_eq!(snap.opens_at_ms, s.opens_at_ms);
+    store
+}
+
+/// Lets store time pass until the opening (and a little more).
+async fn until_open<H: Harness>(h: &H, store: &H::Store, room: &str, opens_ms: u64) {
+    loop {
+        let now = store.snapshot(room).await.unwrap().store_now_ms;
+        if now >= opens_ms + 10 {
+            return;
+        }
+        h.elapse(Duration::from_millis((opens_ms + 10 - now).min(200)))
+            .await;
+    }
+}
+
+/// A scheduled room: before the opening joins get pre-queue tickets and
+/// nobody is admitted; the first operation after it records the draw once
+/// (n = the tail then); then the frontier moves at the rate, later joins
+/// come after every ticket, and claims count places.
+pub async fn prequeue<H: Harness>(h: &mut H) {
+    let room = "c-prequeue";
+    let mut s = settings(20.0, 3.0);
+    let store = scheduled(h, room, &mut s, 1_500).await;
+    let opens = s.opens_at_ms.unwrap();
+    for seq in 1..=30 {
+        let j = store.join(room).await.unwrap();
+        assert_eq!((j.seq, j.admitted, j.prequeue), (seq, false, true));
+    }
+    h.elapse(Duration::from_millis(600)).await;
+    let snap = store.advance(room).await.unwrap();
+    if snap.store_now_ms < opens {
+        assert_eq!(snap.frontier, 0, "no admission before the opening");
+        assert!(snap.prequeue_open);
+        assert_eq!(snap.prequeue_draw, None);
+        // a settings change keeps the pre-queue open
+        s.rate_per_sec = 25.0;
+        let snap = store.configure(room, &s).await.unwrap();
+        assert!(snap.prequeue_open);
+    }
+    until_open(h, &store, room, opens).await;
+    // snapshot writes nothing: the draw waits for an operation
+    let snap = store.advance(room).await.unwrap();
+    assert!(!snap.prequeue_open);
+    let draw = snap.prequeue_draw.unwrap();
+    assert_eq!(draw, crate::PrequeueDraw { from: 0, n: 30 });
+    // credit is earned from the opening only: at most the burst at once
+    // plus the rate since the opening
+    let since = (snap.store_now_ms - opens) as f64 / 1000.0;
+    assert!(
+        snap.frontier as f64 <= 3.0 + 25.0 * since + 1.0,
+        "{} in {since} s",
+        snap.frontier
+    );
+    let late = store.join(room).await.unwrap();
+    assert_eq!((late.seq, late.prequeue, late.admitted), (31, false, false));
+    // the draw is set once: settings changes and joins leave it alone, and
+    // a new opening does not replace it while its tickets wait
+    let again = store.configure(room, &s).await.unwrap();
+    assert_eq!(again.prequeue_draw, Some(draw));
+    assert_eq!(again.opens_at_ms, Some(opens));
+    let mut moved = s.clone();
+    moved.opens_at_ms = Some(again.store_now_ms + 60_000);
+    let again = store.configure(room, &moved).await.unwrap();
+    assert_eq!(again.prequeue_draw, Some(draw));
+    assert!(!again.prequeue_open);
+    store.configure(room, &s).await.unwrap();
+    // places are admitted in order; claims count places
+    h.elapse(Duration::from_millis(400)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert!(snap.frontier >= 1);
+    assert_eq!(snap.prequeue_draw, Some(draw));
+    let map = crate::PlaceMap::new(
+        &crate::prequeue::from_hex(s.prequeue_seed.as_deref().unwrap()).unwrap(),
+        draw,
+    );
+    let mut places: Vec<u64> = (1..=31).map(|seq| map.place(seq)).collect();
+    assert_eq!(places[30], 31, "a late joiner keeps its seq as place");
+    places.sort_unstable();
+    assert_eq!(places, (1..=31).collect::<Vec<_>>());
+    assert_eq!(store.claim(room, 1).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        store.claim(room, snap.frontier + 1).await.unwrap(),
+        ClaimOutcome::NotAdmitted
+    );
+}
+
+/// Joins racing the opening: each is either a ticket of the draw or after
+/// it, never both, and the draw counts exactly the tickets.
+pub async fn prequeue_race<H: Harness>(h: &mut H) {
+    let room = "c-prequeue-race";
+    let mut s = settings(5.0, 1.0);
+    let store = scheduled(h, room, &mut s, 300).await;
+    let opens = s.opens_at_ms.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let st = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut v = Vec::new();
+            let mut after = 0;
+            while after < 10 && v.len() < 3_000 {
+                let j = st.join(room).await.unwrap();
+                assert!(!j.admitted || !j.prequeue);
+                after += usize::from(!j.prequeue);
+                v.push((j.seq, j.prequeue));
+                tokio::task::yield_now().await;
+            }
+            v
+        }));
+    }
+    until_open(h, &store, room, opens).await;
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let draw = store.advance(room).await.unwrap().prequeue_draw.unwrap();
+    assert_eq!(draw.from, 0);
+    let tickets = all.iter().filter(|(_, pre)| *pre).count() as u64;
+    assert_eq!(draw.n, tickets);
+    for (seq, pre) in all {
+        assert_eq!(pre, seq <= draw.n, "seq {seq}");
+    }
+}
+
+/// A store that lost its state around a scheduled opening: before it, the
+/// recovered room keeps its pre-queue open; after it, a gateway's record of
+/// the draw (the settings' hint) restores it, and a store that drew on its
+/// own keeps its draw.
+pub async fn prequeue_lost_store<H: Harness>(h: &mut H) {
+    let room = "c-prequeue-lost";
+    let mut s = settings(10.0, 1.0);
+    let store = scheduled(h, room, &mut s, 800).await;
+    let opens = s.opens_at_ms.unwrap();
+    for _ in 0..12 {
+        store.join(room).await.unwrap();
+    }
+    h.lose_state().await;
+    let store = h.store();
+    let snap = retry(|| store.recover(room, &s, 12, 0)).await.unwrap();
+    assert!(snap.prequeue_open || snap.store_now_ms >= opens);
+    let j = store.join(room).await.unwrap();
+    assert_eq!(j.seq, 13);
+    until_open(h, &store, room, opens).await;
+    let draw = store.advance(room).await.unwrap().prequeue_draw.unwrap();
+    assert_eq!(draw, crate::PrequeueDraw { from: 0, n: 13 });
+    // lost again after the opening: the hint restores the draw
+    h.lose_state().await;
+    let store = h.store();
+    let mut hinted = s.clone();
+    hinted.prequeue_draw = Some(draw);
+    let snap = retry(|| store.recover(room, &hinted, 14, 2)).await.unwrap();
+    assert_eq!(snap.prequeue_draw, Some(draw));
+    assert!(!snap.prequeue_open);
+    // the store's own draw wins over a different hint
+    hinted.prequeue_draw = Some(crate::PrequeueDraw { from: 0, n: 99 });
+    let snap = store.configure(room, &hinted).await.unwrap();
+    assert_eq!(snap.prequeue_draw, Some(draw));
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each building its
 /// harness with `$make` (an expression of type `impl Future<Output =
 /// Option<H>>`; `None` skips).
@@ -500,7 +667,8 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $make;
             passthrough fifo paused burst rate_over_time configure_reanchors
             no_show_refund sessions_and_max_active lost_store_reseed closed_room
-            settings_roundtrip concurrent_joins snapshot_is_read_only);
+            settings_roundtrip concurrent_joins snapshot_is_read_only
+            prequeue prequeue_race prequeue_lost_store);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

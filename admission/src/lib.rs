@@ -29,6 +29,12 @@
 //! - **session**: an admitted visitor active on the site, with a sliding
 //!   deadline; ended by expiry or at once by a revoke. Sessions and
 //!   unclaimed admissions count against **max_active**.
+//! - **pre-queue**: before a scheduled room's **opening** (`opens_at_ms`),
+//!   joins get seqs as usual but nobody is admitted. The first operation at
+//!   or after the opening records the **draw** once (`from`, `n`: the seqs
+//!   joined before it are its **tickets**). The frontier counts **places**:
+//!   a ticket's place comes from the draw's shuffle ([`PlaceMap`]), every
+//!   other seq is its own place.
 //!
 //! # Layout
 //!
@@ -54,7 +60,11 @@
 //!
 //! # Invariants
 //!
-//! - **FIFO**: the frontier only moves forward and admits seqs in order.
+//! - **FIFO**: the frontier only moves forward and admits places in order
+//!   (seqs in order, but for a scheduled room's pre-queue tickets, which
+//!   are ordered by the published draw).
+//! - **The draw is made once**, atomically with the operation that closes
+//!   the pre-queue: a join is either a ticket or after every ticket.
 //! - **Seqs are never reissued**, even by a store that lost its state:
 //!   [`QueueStore::recover`] raises tail and frontier to the highest values
 //!   gateways have seen, and the new state gets a higher epoch.
@@ -84,7 +94,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AdmissionError, validate_room_id};
 pub use memory::MemoryQueueStore;
 pub use poll::{RateMeter, eta_seconds, poll_after_ms, poll_after_ms_eta};
-pub use prequeue::{commitment, shuffle_order};
+pub use prequeue::{PlaceMap, PrequeueDraw, commitment, shuffle_order};
 pub use redis_store::{RedisConfig, RedisQueueStore};
 pub use settings::{InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active};
 pub use store::{ClaimOutcome, JoinOutcome, QueueBackend, QueueStore, Snapshot};

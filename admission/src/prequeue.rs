@@ -18,17 +18,111 @@
 //! `2⁶⁴ − (2⁶⁴ mod (i+1))` (rejection keeps the draw unbiased), and swap
 //! `order[i]` with `order[w mod (i+1)]` (Fisher–Yates). `order[k]` is the
 //! ticket that gets the k-th place (k = 0 first).
+//!
+//! # In the queue
+//!
+//! The store keeps dealing in *places* (frontier positions). When a
+//! scheduled room opens, the first store operation at or after the opening
+//! records the [`PrequeueDraw`] once: `from` (the frontier then: places up
+//! to it were admitted before) and `n` (the seqs `from+1 ..= from+n` joined
+//! before the opening: the tickets; ticket index = `seq − from − 1`). Place
+//! `from + 1 + k` belongs to the ticket `order[k]`; every other seq keeps
+//! place = seq (FIFO). A [`PlaceMap`] answers seq → place.
 
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+/// The largest pre-queue a draw covers (tickets are `u32` indices).
+pub const MAX_TICKETS: u64 = u32::MAX as u64;
+
+/// A recorded draw: seqs `from+1 ..= from+n` are the pre-queue tickets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrequeueDraw {
+    /// The frontier when the pre-queue closed (seqs up to it were admitted
+    /// before; 0 for a room that opens for the first time).
+    pub from: u64,
+    /// How many tickets the draw orders.
+    pub n: u64,
+}
+
+impl PrequeueDraw {
+    /// Whether `seq` holds a ticket of this draw.
+    pub fn contains(&self, seq: u64) -> bool {
+        seq > self.from && seq - self.from <= self.n
+    }
+}
+
+/// 32 fresh random bytes, as lowercase hex: a room's pre-queue seed.
+pub fn new_seed_hex() -> String {
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    to_hex(&b)
+}
+
+/// Lowercase hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes of a hex string (either case); `None` when it is not hex.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// seq → place for one draw: the inverse of [`shuffle_order`]. Building
+/// it costs the shuffle (about 60 ns a ticket): gateways build it once per
+/// draw, off the request path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlaceMap {
+    draw: PrequeueDraw,
+    /// `place_of[ticket]` = k, the 0-based place within the draw.
+    place_of: Vec<u32>,
+}
+
+impl PlaceMap {
+    /// The map of `draw` with `seed` (its bytes).
+    pub fn new(seed: &[u8], draw: PrequeueDraw) -> Self {
+        let n = draw.n.min(MAX_TICKETS) as u32;
+        let order = shuffle_order(seed, n);
+        let mut place_of = vec![0u32; order.len()];
+        for (k, &ticket) in order.iter().enumerate() {
+            place_of[ticket as usize] = k as u32;
+        }
+        Self { draw, place_of }
+    }
+
+    /// The draw it maps.
+    pub fn draw(&self) -> PrequeueDraw {
+        self.draw
+    }
+
+    /// The place (frontier position) of `seq`.
+    pub fn place(&self, seq: u64) -> u64 {
+        if self.draw.contains(seq) {
+            let ticket = (seq - self.draw.from - 1) as usize;
+            match self.place_of.get(ticket) {
+                Some(&k) => self.draw.from + 1 + u64::from(k),
+                None => seq,
+            }
+        } else {
+            seq
+        }
+    }
+}
 
 const DOMAIN: &[u8] = b"sluice-prequeue-v1";
 
 /// The commitment to publish before the opening: hex SHA-256 of the seed.
 pub fn commitment(seed: &[u8]) -> String {
-    Sha256::digest(seed)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    to_hex(&Sha256::digest(seed))
 }
 
 struct WordStream<'a> {
@@ -118,6 +212,41 @@ mod tests {
 
     // Recomputed independently from the module docs (Python hashlib).
     const PINNED: [u32; 8] = [2, 0, 6, 3, 4, 5, 1, 7];
+
+    #[test]
+    fn hex_roundtrip() {
+        assert_eq!(from_hex("00ff10"), Some(vec![0, 255, 16]));
+        assert_eq!(from_hex("0F"), Some(vec![15]));
+        assert_eq!(from_hex("0"), None);
+        assert_eq!(from_hex("zz"), None);
+        assert_eq!(from_hex("é0"), None);
+        let s = new_seed_hex();
+        assert_eq!(s.len(), 64);
+        assert_eq!(to_hex(&from_hex(&s).unwrap()), s);
+    }
+
+    proptest::proptest! {
+        /// Every ticket gets a unique place in `from+1 ..= from+n` (a
+        /// bijection), the places follow `shuffle_order`, and every other
+        /// seq keeps its own place (FIFO).
+        #[test]
+        fn place_map_is_the_draw(from in 0u64..1_000, n in 0u64..300, seed in proptest::collection::vec(0u8..=255, 32)) {
+            let draw = PrequeueDraw { from, n };
+            let map = PlaceMap::new(&seed, draw);
+            let order = shuffle_order(&seed, n as u32);
+            let mut seen = std::collections::HashSet::new();
+            for seq in from + 1..=from + n {
+                let p = map.place(seq);
+                proptest::prop_assert!(p > from && p <= from + n);
+                proptest::prop_assert!(seen.insert(p));
+                // the ticket at place p is this seq's ticket
+                proptest::prop_assert_eq!(u64::from(order[(p - from - 1) as usize]), seq - from - 1);
+            }
+            for seq in (0..=from).chain(from + n + 1..from + n + 20) {
+                proptest::prop_assert_eq!(map.place(seq), seq);
+            }
+        }
+    }
 
     #[test]
     fn roughly_uniform_first_place() {

@@ -14,7 +14,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `sluice:{room}:state` | hash | tail, frontier, credit (micro-admissions), last_ms, epoch, counters (joins, admitted, claimed, refunded, late), pending, settled, the bucket parameters (rate_m, burst_u, paused, closed, max_active, claim_ms) and `settings` (JSON of [`RoomSettings`]) |
+//! | `sluice:{room}:state` | hash | tail, frontier, credit (micro-admissions), last_ms, epoch, counters (joins, admitted, claimed, refunded, late), pending, settled, the bucket parameters (rate_m, burst_u, paused, closed, max_active, claim_ms), the schedule and the pre-queue draw (opens_ms, pq_from, pq_n: see `lua/lib.lua`) and `settings` (JSON of [`RoomSettings`]) |
 //! | `sluice:{room}:claims` | string | the claim bitmap: bit `seq` set = claimed |
 //! | `sluice:{room}:batches` | list | open advance batches `from:to:at_ms`, oldest first |
 //! | `sluice:{room}:sessions` | sorted set | session id → deadline (ms, `TIME`) |
@@ -33,6 +33,7 @@ use sluice_sentinel::SentinelConnection;
 use crate::bucket::{BucketParams, MICRO};
 use crate::error::{AdmissionError, validate_room_id};
 use crate::memory::validate_session_id;
+use crate::prequeue::PrequeueDraw;
 use crate::settings::RoomSettings;
 use crate::store::{ClaimOutcome, JoinOutcome, QueueStore, Result, Snapshot};
 
@@ -249,7 +250,7 @@ impl RedisQueueStore {
     }
 
     fn snapshot_from(room: &str, r: &[i64]) -> Result<Snapshot> {
-        if r.len() < 18 {
+        if r.len() < 21 {
             return Err(AdmissionError::Protocol(format!("snapshot reply {r:?}")));
         }
         let u = |i: usize| r[i].max(0) as u64;
@@ -272,6 +273,14 @@ impl RedisQueueStore {
             refunded_total: u(15),
             late_claims_total: u(16),
             store_now_ms: u(17),
+            opens_at_ms: (r[18] > 0).then_some(u(18)),
+            prequeue_open: r[20] < 0,
+            prequeue_draw: (r[20] >= 0 && (r[18] > 0 || r[20] > 0 || r[19] > 0)).then_some(
+                PrequeueDraw {
+                    from: u(19),
+                    n: u(20),
+                },
+            ),
         })
     }
 
@@ -309,6 +318,15 @@ impl RedisQueueStore {
         }
         args.push(min_tail.to_string());
         args.push(min_frontier.to_string());
+        let hint = settings.and_then(|s| s.prequeue_draw);
+        args.extend([
+            settings
+                .and_then(|s| s.opens_at_ms)
+                .unwrap_or(0)
+                .to_string(),
+            hint.map_or(0, |d| d.from).to_string(),
+            hint.map_or(-1, |d| d.n as i64).to_string(),
+        ]);
         let r = self.run(&self.scripts.configure, room, &args).await?;
         Self::snapshot_from(room, &r)
     }
@@ -360,7 +378,7 @@ impl QueueStore for RedisQueueStore {
 
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
         let r = self.run(&self.scripts.join, room, &[]).await?;
-        if r.len() < 5 {
+        if r.len() < 6 {
             return Err(AdmissionError::Protocol(format!("join reply {r:?}")));
         }
         Ok(JoinOutcome {
@@ -368,6 +386,7 @@ impl QueueStore for RedisQueueStore {
             epoch: r[2] as u64,
             admitted: r[3] == 1,
             frontier: r[4] as u64,
+            prequeue: r[5] == 1,
         })
     }
 

@@ -24,6 +24,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::bucket::{Bucket, BucketParams, MICRO};
+use crate::prequeue::PrequeueDraw;
 use crate::settings::RoomSettings;
 use crate::store::{ClaimOutcome, JoinOutcome, Snapshot};
 
@@ -118,6 +119,11 @@ pub struct RoomCore {
     settled: u64,
     sessions: HashMap<String, u64>,
     deadlines: BTreeSet<(u64, String)>,
+    /// When the room opens (store clock, ms); 0: not scheduled.
+    opens_ms: u64,
+    /// The pre-queue draw; `None` while the pre-queue is open (scheduled,
+    /// not yet drawn). A room never scheduled has the empty draw.
+    draw: Option<PrequeueDraw>,
     /// Counters.
     pub counters: Counters,
 }
@@ -135,7 +141,17 @@ impl RoomCore {
         let params = BucketParams::from_settings(settings);
         let mut bucket = Bucket::new(now_ms, &params);
         bucket.reseed(min_tail, min_frontier);
+        let opens_ms = settings.opens_at_ms.unwrap_or(0);
+        // a recovered draw (a hint from a gateway) wins; else a scheduled
+        // room starts with its pre-queue open
+        let draw = match (settings.prequeue_draw, opens_ms) {
+            (Some(d), _) => Some(d),
+            (None, 0) => Some(PrequeueDraw::default()),
+            (None, _) => None,
+        };
         Self {
+            opens_ms,
+            draw,
             settings: settings.clone(),
             params,
             max_active: settings.effective_max_active(),
@@ -161,6 +177,23 @@ impl RoomCore {
     /// earned at the old rate is settled first).
     pub fn configure(&mut self, now_ms: u64, settings: &RoomSettings) {
         self.advance(now_ms);
+        let opens = settings.opens_at_ms.unwrap_or(0);
+        if opens != self.opens_ms {
+            // a new opening in the future starts a new pre-queue, unless
+            // tickets of the last draw still wait (their places come from
+            // it); one in the past (or none) before the draw opens the room
+            // at the next operation
+            let drained = self
+                .draw
+                .is_none_or(|d| self.bucket.frontier >= d.from + d.n);
+            if opens > now_ms && drained {
+                self.draw = None;
+            }
+            self.opens_ms = opens;
+        }
+        if self.draw.is_none() {
+            self.draw = settings.prequeue_draw;
+        }
         let new = BucketParams::from_settings(settings);
         self.bucket.reanchor(now_ms, &self.params, &new);
         self.params = new;
@@ -205,12 +238,39 @@ impl RoomCore {
         }
     }
 
+    /// Closes the pre-queue at the first operation at or after the opening:
+    /// records the draw (once) and starts earning credit from the opening.
+    fn draw_if_due(&mut self, now_ms: u64) {
+        if self.draw.is_none() && (self.opens_ms == 0 || now_ms >= self.opens_ms) {
+            self.draw = Some(PrequeueDraw {
+                from: self.bucket.frontier,
+                n: self.bucket.tail - self.bucket.frontier,
+            });
+            self.bucket.last_ms = self.bucket.last_ms.max(self.opens_ms);
+        }
+    }
+
+    /// The bucket parameters in force: the pre-queue halts admission as a
+    /// pause does.
+    fn live_params(&self) -> BucketParams {
+        let mut p = self.params;
+        p.paused |= self.draw.is_none();
+        p
+    }
+
+    /// The pre-queue is open (scheduled, not yet drawn).
+    pub fn prequeue_open(&self) -> bool {
+        self.draw.is_none()
+    }
+
     /// Brings the room up to `now_ms`; returns how many were admitted.
     pub fn advance(&mut self, now_ms: u64) -> u64 {
         self.prune_sessions(now_ms);
+        self.draw_if_due(now_ms);
         let refund = self.settle(now_ms);
         let room = self.room_under_cap();
-        let n = self.bucket.advance(now_ms, &self.params, room, refund);
+        let params = self.live_params();
+        let n = self.bucket.advance(now_ms, &params, room, refund);
         if n > 0 {
             let to = self.bucket.frontier;
             self.batches.push_back(Batch {
@@ -231,7 +291,8 @@ impl RoomCore {
         }
         self.advance(now_ms);
         let room = self.room_under_cap();
-        let (seq, admitted) = self.bucket.join(&self.params, room);
+        let params = self.live_params();
+        let (seq, admitted) = self.bucket.join(&params, room);
         self.counters.joins += 1;
         if admitted {
             self.counters.admitted += 1;
@@ -243,6 +304,7 @@ impl RoomCore {
             epoch: self.epoch,
             admitted,
             frontier: self.bucket.frontier,
+            prequeue: self.draw.is_none(),
         })
     }
 
@@ -331,6 +393,11 @@ impl RoomCore {
             refunded_total: self.counters.refunded,
             late_claims_total: self.counters.late,
             store_now_ms: now_ms,
+            opens_at_ms: (self.opens_ms > 0).then_some(self.opens_ms),
+            prequeue_open: self.draw.is_none(),
+            prequeue_draw: self
+                .draw
+                .filter(|d| self.opens_ms > 0 || *d != PrequeueDraw::default()),
         }
     }
 }
@@ -354,6 +421,60 @@ mod tests {
         assert_eq!(b.count(66, 199), 0);
         assert_eq!(b.count(0, 1_000_000), 6);
         assert_eq!(b.count(5, 4), 0);
+    }
+
+    proptest::proptest! {
+        /// A scheduled room under any run of joins and advances: before the
+        /// opening nobody is admitted (no passthrough, frontier still); the
+        /// draw is recorded exactly once, at the first operation at or after
+        /// the opening, with n = the tail then; every ticket was joined
+        /// before it and every later seq after it.
+        #[test]
+        fn prequeue_invariants(
+            opens in 1u64..5_000,
+            ops in proptest::collection::vec((0u64..300, proptest::bool::ANY), 1..200),
+        ) {
+            let s = RoomSettings {
+                rate_per_sec: 50.0,
+                burst: 5.0,
+                opens_at_ms: Some(opens),
+                prequeue_seed: Some("00".repeat(32)),
+                ..Default::default()
+            };
+            let mut r = RoomCore::new(0, &s, 1, 0, 0);
+            let mut now = 0u64;
+            let mut drawn: Option<PrequeueDraw> = None;
+            let mut tickets = 0u64;
+            for (dt, join) in ops {
+                now += dt;
+                let tail_before = r.bucket.tail;
+                if join {
+                    let j = r.join(now).unwrap();
+                    proptest::prop_assert_eq!(j.prequeue, now < opens);
+                    if j.prequeue {
+                        tickets += 1;
+                        proptest::prop_assert!(!j.admitted);
+                    }
+                } else {
+                    r.advance(now);
+                }
+                let snap = r.snapshot("r", now);
+                if now < opens {
+                    proptest::prop_assert_eq!(snap.frontier, 0);
+                    proptest::prop_assert!(snap.prequeue_open);
+                } else {
+                    let d = snap.prequeue_draw.unwrap();
+                    match drawn {
+                        None => {
+                            proptest::prop_assert_eq!(d, PrequeueDraw { from: 0, n: tail_before });
+                            drawn = Some(d);
+                        }
+                        Some(prev) => proptest::prop_assert_eq!(d, prev),
+                    }
+                    proptest::prop_assert_eq!(d.n, tickets);
+                }
+            }
+        }
     }
 
     #[test]

@@ -25,11 +25,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::prequeue::PrequeueDraw;
+
 /// The highest admission rate accepted (per second). Keeps the store's
 /// integer arithmetic (micro-admissions) exact in Lua doubles.
 pub const MAX_RATE_PER_SEC: f64 = 1_000_000.0;
 /// The largest burst accepted.
 pub const MAX_BURST: f64 = 1_000_000.0;
+
+/// The latest opening time accepted (year 9999), in ms.
+pub const MAX_OPENS_AT_MS: u64 = 253_402_300_799_000;
 
 /// A setting out of range: `field` names the setting as the admin API spells
 /// it (HTTP 422 `invalid_setting`).
@@ -90,6 +95,21 @@ pub struct RoomSettings {
     /// How long an admitted visitor stays, for the Little cap. Default `None`.
     #[serde(with = "opt_duration_ms")]
     pub session_length: Option<Duration>,
+    /// When a scheduled room opens (store clock, ms since the Unix epoch).
+    /// Before it, joins are taken into a pre-queue and nobody is admitted;
+    /// at the opening the pre-queue is ordered by a draw with
+    /// `prequeue_seed` (see [`crate::prequeue`]). Default `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opens_at_ms: Option<u64>,
+    /// The pre-queue seed, 64 hex digits (32 bytes), secret until the
+    /// opening; its SHA-256 is public from the start. Set with `opens_at_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prequeue_seed: Option<String>,
+    /// The draw as a gateway last saw it. Only a hint for a store that lost
+    /// its state ([`crate::QueueStore::recover`]): a store whose pre-queue
+    /// is still open adopts it; a store that made its own draw keeps that.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prequeue_draw: Option<PrequeueDraw>,
 }
 
 impl Default for RoomSettings {
@@ -106,6 +126,9 @@ impl Default for RoomSettings {
             safety_margin: 0.2,
             requests_per_visitor_per_sec: 1.0,
             session_length: None,
+            opens_at_ms: None,
+            prequeue_seed: None,
+            prequeue_draw: None,
         }
     }
 }
@@ -189,6 +212,25 @@ impl RoomSettings {
             && (sl.is_zero() || sl > Duration::from_secs(86_400))
         {
             return Err(invalid("session_length", "must be between 1 ms and 24 h"));
+        }
+        if self.opens_at_ms == Some(0) || self.opens_at_ms.is_some_and(|t| t > MAX_OPENS_AT_MS) {
+            return Err(invalid(
+                "opens_at",
+                "must be a time after 1970 and before 10000",
+            ));
+        }
+        if let Some(seed) = &self.prequeue_seed
+            && (seed.len() != 64 || crate::prequeue::from_hex(seed).is_none())
+        {
+            return Err(invalid("prequeue_seed", "must be 64 hex digits"));
+        }
+        if self.opens_at_ms.is_some() && self.prequeue_seed.is_none() {
+            return Err(invalid("prequeue_seed", "a scheduled room needs a seed"));
+        }
+        if let Some(d) = self.prequeue_draw
+            && (d.n > crate::prequeue::MAX_TICKETS || d.from.checked_add(d.n).is_none())
+        {
+            return Err(invalid("prequeue_draw", "out of range"));
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::error::AdmissionError;
 use crate::memory::MemoryQueueStore;
+use crate::prequeue::PrequeueDraw;
 use crate::redis_store::RedisQueueStore;
 use crate::settings::RoomSettings;
 
@@ -27,6 +28,9 @@ pub struct JoinOutcome {
     pub admitted: bool,
     /// The frontier just after the join (position = `seq − frontier`).
     pub frontier: u64,
+    /// The room has not opened yet: this seq is a pre-queue ticket, its
+    /// place decided by the draw at the opening.
+    pub prequeue: bool,
 }
 
 impl JoinOutcome {
@@ -100,22 +104,33 @@ pub struct Snapshot {
     pub late_claims_total: u64,
     /// The store's clock when the snapshot was taken (ms since the epoch).
     pub store_now_ms: u64,
+    /// When the room opens (or opened), if it is scheduled.
+    pub opens_at_ms: Option<u64>,
+    /// The pre-queue is open: the room is scheduled and its draw not made
+    /// yet (nobody is admitted; joins are pre-queue tickets).
+    pub prequeue_open: bool,
+    /// The draw made at the opening, if the room had one (and kept until a
+    /// new schedule replaces it). Places of its tickets come from
+    /// [`crate::PlaceMap`]; `frontier` counts places.
+    pub prequeue_draw: Option<PrequeueDraw>,
 }
 
 impl Snapshot {
-    /// Visitors waiting: `tail − frontier`.
+    /// Visitors waiting (or holding pre-queue tickets): `tail − frontier`.
     pub fn queue_length(&self) -> u64 {
         self.tail.saturating_sub(self.frontier)
     }
 
-    /// The position of `seq` (1 = next), 0 when admitted.
-    pub fn position(&self, seq: u64) -> u64 {
-        seq.saturating_sub(self.frontier)
+    /// The position of the place `place` (1 = next), 0 when admitted. A
+    /// seq is its own place unless it holds a pre-queue ticket
+    /// ([`crate::PlaceMap`]).
+    pub fn position(&self, place: u64) -> u64 {
+        place.saturating_sub(self.frontier)
     }
 
-    /// Whether `seq` is admitted.
-    pub fn is_admitted(&self, seq: u64) -> bool {
-        seq != 0 && seq <= self.frontier
+    /// Whether the place `place` is admitted.
+    pub fn is_admitted(&self, place: u64) -> bool {
+        place != 0 && place <= self.frontier
     }
 }
 
@@ -161,7 +176,9 @@ pub trait QueueStore: Send + Sync {
     fn snapshot(&self, room: &str) -> impl Future<Output = Result<Snapshot>> + Send;
 
     /// Marks an admitted place as claimed (its visitor fetched the admission
-    /// token).
+    /// token). `seq` is the **place** (its seq unless it holds a pre-queue
+    /// ticket: see [`crate::PlaceMap`]): the claim bitmap counts places, as
+    /// the frontier does.
     fn claim(&self, room: &str, seq: u64) -> impl Future<Output = Result<ClaimOutcome>> + Send;
 
     /// Starts (or renews) a session for `ttl`; returns the active count.

@@ -40,6 +40,10 @@ pub enum Command {
     /// Throw a bounded crowd of real HTTP visitors at a running gateway
     /// (loopback only unless --allow-remote) and report what they got.
     Swarm(crate::swarm::SwarmArgs),
+    /// Check a scheduled room's published pre-queue draw: that the revealed
+    /// seed matches the commitment published before the opening, and the
+    /// place each ticket got (or one seq's place). Exit 1 on a mismatch.
+    PrequeueVerify(crate::schedule::VerifyArgs),
     /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
     /// key id into DIR. The newest key signs; older keys keep verifying
     /// (rotation without logging anyone out). Prints the key id.
@@ -157,6 +161,7 @@ pub fn main() -> ExitCode {
         Command::Admin(args) => crate::admin_cli::run(args),
         Command::Simulate(args) => crate::simulate::run(args),
         Command::Swarm(args) => crate::swarm::run(args),
+        Command::PrequeueVerify(args) => crate::schedule::run_verify(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {
             Ok(kid) => {
                 println!("{kid}");

@@ -317,6 +317,12 @@ pub struct RoomConfig {
     /// Lifetime of a queue token (a place in line).
     #[serde(with = "humantime_serde")]
     pub queue_token_ttl: Duration,
+    /// When the room opens (RFC 3339, e.g. `"2026-12-01T10:00:00Z"`). Until
+    /// then visitors join a pre-queue and nobody is admitted; at the opening
+    /// they are ordered by a verifiable random draw (README, "Scheduled
+    /// opening and the pre-queue draw"). Applied when the room is first
+    /// created in the store; later changes go through the admin API.
+    pub opens_at: Option<String>,
     /// The waiting page's look (`[rooms.page]`): brand name, accent
     /// colour, an operator's template directory (see `docs/waiting-page.md`).
     pub page: crate::page::PageConfig,
@@ -361,6 +367,7 @@ impl Default for RoomConfig {
             attack_min_solve: Duration::from_secs(3),
             challenge_ttl: Duration::from_secs(300),
             queue_token_ttl: Duration::from_secs(86_400),
+            opens_at: None,
             page: crate::page::PageConfig::default(),
         }
     }
@@ -563,6 +570,11 @@ impl Config {
                     format!("{field}.burst"),
                     "must be a number ≥ 1",
                 ));
+            }
+            if let Some(t) = &room.opens_at
+                && let Err(e) = crate::schedule::parse_rfc3339_ms(t)
+            {
+                return Err(ConfigError::invalid(format!("{field}.opens_at"), e));
             }
             if !matches!(room.waiting_status, 200 | 202 | 429 | 503) {
                 return Err(ConfigError::invalid(

@@ -115,6 +115,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
         && snap.credit >= 1.0
         && !snap.paused
         && !snap.closed
+        && !snap.prequeue_open
         && cap_free
     {
         match rooms::join(&room, state.queue()).await {

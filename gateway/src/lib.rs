@@ -36,6 +36,8 @@
 //! - [`client_ip`] — the downstream client's address.
 //! - [`problem`] — problem+json errors (the one place faults become HTTP).
 //! - [`rooms`] — the waiting rooms, their snapshots and the ticker.
+//! - [`schedule`] — scheduled openings: times, seeds, the pre-queue draw's
+//!   place map and `sluice prequeue-verify`.
 //! - [`gate`] — the admission gate in front of the proxy.
 //! - [`visitor`] — challenge, join, status, public room state, JWKS.
 //! - [`reserve`] — events, holds, the payment webhook, event admin.
@@ -65,6 +67,7 @@ pub mod problem;
 pub mod proxy;
 pub mod reserve;
 pub mod rooms;
+pub mod schedule;
 pub mod server;
 pub mod simulate;
 pub mod stores;

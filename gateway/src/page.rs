@@ -350,7 +350,13 @@ fn texts(lang: Lang) -> Map<String, Value> {
             "reconnecting": "Reconnecting… your place is kept.",
             "eta_under_minute": "under a minute",
             "eta_minutes": "{lo}–{hi} minutes",
-            "eta_hours": "{lo}–{hi} hours"
+            "eta_hours": "{lo}–{hi} hours",
+            "prequeue": "The sale opens at {time} (your local time). Everyone who arrives before then gets a place in a random draw: no need to rush.",
+            "prequeue_lead": "The sale has not opened yet. Keep this page open: when it opens, places are drawn at random among everyone already here, then the page takes you in when your turn comes.",
+            "prequeue_position": "In the draw",
+            "prequeue_tickets_label": "In the draw so far",
+            "prequeue_countdown": "opens in {countdown}",
+            "prequeue_opening": "opening now: drawing places…"
         }),
         Lang::Fr => json!({
             "lang": "fr",
@@ -376,7 +382,13 @@ fn texts(lang: Lang) -> Map<String, Value> {
             "reconnecting": "Reconnexion… votre place est gardée.",
             "eta_under_minute": "moins d'une minute",
             "eta_minutes": "{lo} à {hi} minutes",
-            "eta_hours": "{lo} à {hi} heures"
+            "eta_hours": "{lo} à {hi} heures",
+            "prequeue": "La vente ouvre à {time} (heure locale). Tous ceux qui arrivent avant obtiennent une place par tirage au sort : inutile de se presser.",
+            "prequeue_lead": "La vente n'est pas encore ouverte. Gardez cette page ouverte : à l'ouverture, les places sont tirées au sort entre tous ceux déjà présents, puis la page vous fera entrer à votre tour.",
+            "prequeue_position": "Dans le tirage",
+            "prequeue_tickets_label": "Inscrits au tirage",
+            "prequeue_countdown": "ouverture dans {countdown}",
+            "prequeue_opening": "ouverture : tirage des places…"
         }),
     };
     match v {

@@ -23,8 +23,8 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sluice_admission::{
-    AdmissionError, JoinOutcome, QueueBackend, QueueStore, RateMeter, RoomPatch, RoomSettings,
-    Snapshot,
+    AdmissionError, JoinOutcome, PlaceMap, PrequeueDraw, QueueBackend, QueueStore, RateMeter,
+    RoomPatch, RoomSettings, Snapshot,
 };
 use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
 
@@ -53,11 +53,24 @@ pub struct Room {
     pub difficulty: DifficultyPolicy,
     join_limit_per_min: AtomicU32,
     limiter: ArcSwap<Option<DefaultKeyedRateLimiter<NetPrefix>>>,
+    /// The settings this gateway creates the room with in an empty store.
+    initial: RoomSettings,
+    /// seq → place of the latest pre-queue draw, once built.
+    place_map: ArcSwap<Option<Arc<PlaceMap>>>,
+    building_map: AtomicBool,
+    /// The last draw seen from the store, written back if the store loses it.
+    seen_draw: ArcSwap<Option<PrequeueDraw>>,
 }
 
 impl Room {
-    fn new(config: RoomConfig) -> anyhow::Result<Room> {
-        let settings = settings_from_config(&config);
+    fn new(config: RoomConfig, pow_secret: Option<&str>) -> anyhow::Result<Room> {
+        let mut settings = settings_from_config(&config);
+        if let Some(t) = &config.opens_at {
+            let ms = crate::schedule::parse_rfc3339_ms(t)
+                .map_err(|e| anyhow::anyhow!("room {}: opens_at {e}", config.id))?;
+            settings.opens_at_ms = Some(ms);
+            settings.prequeue_seed = Some(crate::schedule::config_seed(pow_secret, &config.id, ms));
+        }
         let difficulty = DifficultyPolicy::new(DifficultyConfig {
             floor_bits: config.difficulty_floor_bits,
             ceiling_bits: config.difficulty_ceiling_bits,
@@ -70,6 +83,10 @@ impl Room {
         let limit = config.join_limit_per_prefix_per_min;
         let room = Room {
             snapshot: ArcSwap::from_pointee(empty_snapshot(&config.id, &settings)),
+            initial: settings.clone(),
+            place_map: ArcSwap::from_pointee(None),
+            building_map: AtomicBool::new(false),
+            seen_draw: ArcSwap::from_pointee(None),
             settings: ArcSwap::from_pointee(settings),
             store_ok: AtomicBool::new(false),
             max_tail: AtomicU64::new(0),
@@ -129,8 +146,120 @@ impl Room {
         }
     }
 
+    /// The place (frontier position) of `seq`: its seq, unless it holds a
+    /// ticket of the pre-queue draw; `None` while the pre-queue is open or
+    /// this gateway is still building the draw's place map.
+    pub fn place(&self, snap: &Snapshot, seq: u64) -> Option<u64> {
+        if snap.prequeue_open && seq > snap.frontier {
+            return None;
+        }
+        // read on every status poll: a lock-free load
+        let draw = snap.prequeue_draw.or(**self.seen_draw.load());
+        match draw {
+            Some(d) if d.contains(seq) => match self.place_map.load().as_ref() {
+                Some(m) if m.draw() == d => Some(m.place(seq)),
+                _ => None,
+            },
+            _ => Some(seq),
+        }
+    }
+
+    /// The pre-queue fields of the public and admin room state: before the
+    /// opening `opens_at`, `prequeue_commitment` and `prequeue_tickets` (so
+    /// far); after it also `prequeue_seed` and `prequeue_first_seq`, and
+    /// `prequeue_tickets` is the draw's count. Nothing for a room never
+    /// scheduled.
+    pub fn prequeue_fields(&self, snap: &Snapshot) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        let settings = self.settings();
+        let Some(seed) = settings.prequeue_seed.as_deref() else {
+            return m;
+        };
+        if let Some(t) = snap.opens_at_ms {
+            m.insert("opens_at".into(), json!(crate::schedule::format_rfc3339(t)));
+        }
+        if snap.prequeue_open {
+            m.insert("prequeue_open".into(), json!(true));
+            m.insert(
+                "prequeue_commitment".into(),
+                json!(crate::schedule::commitment_of(seed)),
+            );
+            m.insert("prequeue_tickets".into(), json!(snap.queue_length()));
+        } else if let Some(d) = snap.prequeue_draw {
+            m.insert("prequeue_open".into(), json!(false));
+            m.insert(
+                "prequeue_commitment".into(),
+                json!(crate::schedule::commitment_of(seed)),
+            );
+            m.insert("prequeue_seed".into(), json!(seed));
+            m.insert("prequeue_tickets".into(), json!(d.n));
+            m.insert("prequeue_first_seq".into(), json!(d.from + 1));
+        }
+        m
+    }
+
+    /// The settings to write to a store that lost them: this gateway's, with
+    /// the draw it saw (a store still in its pre-queue adopts it).
+    fn settings_for_store(&self) -> RoomSettings {
+        let mut s = (*self.settings()).clone();
+        if s.prequeue_seed.is_some() && s.prequeue_draw.is_none() {
+            s.prequeue_draw = **self.seen_draw.load();
+        }
+        s
+    }
+
+    /// Builds the place map of the latest draw off the async threads (a
+    /// shuffle of N tickets: about 60 ns each), once per draw.
+    fn ensure_place_map(self: &Arc<Self>, snap: &Snapshot) {
+        let Some(draw) = snap.prequeue_draw.filter(|d| d.n > 0) else {
+            return;
+        };
+        if self
+            .place_map
+            .load()
+            .as_ref()
+            .as_ref()
+            .is_some_and(|m| m.draw() == draw)
+        {
+            return;
+        }
+        let Some(seed) = self
+            .settings()
+            .prequeue_seed
+            .as_deref()
+            .and_then(sluice_admission::prequeue::from_hex)
+        else {
+            return;
+        };
+        if self.building_map.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let room = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let map = PlaceMap::new(&seed, draw);
+            tracing::info!(
+                room = room.id(),
+                tickets = draw.n,
+                "pre-queue draw: place map built"
+            );
+            room.place_map.store(Arc::new(Some(Arc::new(map))));
+            room.building_map.store(false, Ordering::Release);
+        });
+    }
+
     /// Records a snapshot fresh from the store.
     pub fn record(&self, snap: Snapshot) {
+        // A new pre-queue forgets the last draw (all its tickets were
+        // admitted: a new opening is refused before), so a store lost now
+        // is not handed that draw back as this one's.
+        let seen = if snap.prequeue_open {
+            None
+        } else {
+            snap.prequeue_draw.or(**self.seen_draw.load())
+        };
+        if **self.seen_draw.load() != seen {
+            self.seen_draw.store(Arc::new(seen));
+        }
         self.max_tail.fetch_max(snap.tail, Ordering::Relaxed);
         self.max_frontier
             .fetch_max(snap.frontier, Ordering::Relaxed);
@@ -145,10 +274,12 @@ impl Room {
 
     /// The state a visitor is told: `closed`, `sold_out`, `paused`, or
     /// `open`/`queueing`.
+    /// A room whose pre-queue is open (before its opening) is `paused`:
+    /// it takes joins and admits nobody yet, API.md's meaning of the word.
     pub fn public_state(&self, snap: &Snapshot) -> &'static str {
         if snap.closed {
             "closed"
-        } else if snap.paused {
+        } else if snap.paused || snap.prequeue_open {
             "paused"
         } else if snap.queue_length() > 0 {
             "queueing"
@@ -197,6 +328,9 @@ fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
         refunded_total: 0,
         late_claims_total: 0,
         store_now_ms: 0,
+        opens_at_ms: settings.opens_at_ms,
+        prequeue_open: settings.opens_at_ms.is_some(),
+        prequeue_draw: None,
     }
 }
 
@@ -219,6 +353,7 @@ pub fn settings_from_config(c: &RoomConfig) -> RoomSettings {
         safety_margin: c.safety_margin,
         requests_per_visitor_per_sec: c.requests_per_visitor_per_sec,
         session_length: c.session_length,
+        ..RoomSettings::default()
     };
     s.recalibrate();
     s
@@ -236,7 +371,7 @@ impl Rooms {
         let mut rooms = Vec::new();
         let mut by_id = HashMap::new();
         for rc in &config.rooms {
-            let room = Arc::new(Room::new(rc.clone())?);
+            let room = Arc::new(Room::new(rc.clone(), config.pow_secret.as_deref())?);
             by_id.insert(rc.id.clone(), room.clone());
             rooms.push(room);
         }
@@ -362,7 +497,7 @@ async fn init_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
             room.settings.store(Arc::new(s));
         }
         None => {
-            let s = settings_from_config(&room.config);
+            let s = room.initial.clone();
             let snap = store.configure(room.id(), &s).await?;
             room.settings.store(Arc::new(s));
             room.record(snap);
@@ -393,7 +528,7 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
             "store handed out a seq already seen: recovering from the highest values seen"
         );
         let snap = store
-            .recover(room.id(), &room.settings(), seen, max_frontier)
+            .recover(room.id(), &room.settings_for_store(), seen, max_frontier)
             .await?;
         room.record(snap);
         outcome = store.join(room.id()).await?;
@@ -402,7 +537,7 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
     Ok(outcome)
 }
 
-async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionError> {
+async fn tick_room(room: &Arc<Room>, store: &QueueBackend) -> Result<(), AdmissionError> {
     let snap = match store.advance(room.id()).await {
         Ok(s) => s,
         Err(AdmissionError::RoomNotFound(_)) => {
@@ -416,7 +551,7 @@ async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
                 seen_frontier = max_frontier,
                 "store has no state for the room: recovering from the highest values seen"
             );
-            let settings = room.settings();
+            let settings = room.settings_for_store();
             let snap = store
                 .recover(room.id(), &settings, max_tail, max_frontier)
                 .await?;
@@ -435,7 +570,7 @@ async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
             seen_tail = max_tail,
             "store lost the room's state: recovering from the highest values seen"
         );
-        let settings = room.settings();
+        let settings = room.settings_for_store();
         store
             .recover(room.id(), &settings, max_tail, max_frontier)
             .await?
@@ -449,7 +584,7 @@ async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
     } else {
         // The store has the room's queue but not its settings (lost): write
         // back what this gateway knows.
-        let s = room.settings();
+        let s = room.settings_for_store();
         store.configure(room.id(), &s).await?;
     }
     let now_ms = snap.store_now_ms;
@@ -458,6 +593,7 @@ async fn tick_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionErr
         room.admits_per_sec().max(snap.rate_per_sec),
         now_ms,
     );
+    room.ensure_place_map(&snap);
     room.record(snap);
     Ok(())
 }
@@ -483,7 +619,8 @@ pub async fn admin_view_fresh(room: &Room, store: &QueueBackend) -> Value {
 fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
     let settings = room.settings();
     let diff = room.difficulty.snapshot();
-    json!({
+    let mut view = json!({
+        "opens_at": snap.opens_at_ms.map(crate::schedule::format_rfc3339),
         "room": room.id(),
         "state": room.public_state(snap),
         "rate_per_sec": snap.rate_per_sec,
@@ -515,7 +652,11 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         "joins_total": snap.joins_total,
         "refunded_total": snap.refunded_total,
         "store_ok": room.store_ok(),
-    })
+    });
+    if let Some(obj) = view.as_object_mut() {
+        obj.extend(room.prequeue_fields(snap));
+    }
+    view
 }
 
 /// Applies an admin PATCH: store settings through the store (every gateway
@@ -533,7 +674,28 @@ pub async fn admin_patch(
     let mut floor = None;
     let mut ceiling = None;
     let mut join_limit = None;
+    let mut opens_at: Option<Option<u64>> = None;
     for (k, v) in obj {
+        if k == "opens_at" {
+            opens_at = Some(match v {
+                Value::Null => None,
+                Value::String(t) => {
+                    let ms = crate::schedule::parse_rfc3339_ms(t)
+                        .map_err(|e| Problem::invalid_setting(k, e))?;
+                    if ms <= crate::app::now_ms() {
+                        return Err(Problem::invalid_setting(k, "must be in the future"));
+                    }
+                    Some(ms)
+                }
+                _ => {
+                    return Err(Problem::invalid_setting(
+                        k,
+                        "must be an RFC 3339 time (string) or null",
+                    ));
+                }
+            });
+            continue;
+        }
         if v.is_null() {
             if k == "max_active" {
                 // null: no cap (the store's patch says it with 0)
@@ -567,6 +729,9 @@ pub async fn admin_patch(
     let patch: RoomPatch = serde_json::from_value(Value::Object(store_patch))
         .map_err(|e| Problem::invalid_setting("body", e.to_string()))?;
     let mut settings = (*room.settings()).clone();
+    if let Some(opens) = opens_at {
+        schedule(room, &mut settings, opens)?;
+    }
     patch
         .apply(&mut settings)
         .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
@@ -590,6 +755,35 @@ pub async fn admin_patch(
         room.record(snap);
     }
     Ok(admin_view(room))
+}
+
+/// Applies a PATCH of `opens_at` to `settings`. While the pre-queue is open
+/// the seed (and so the published commitment) stays: the opening moves, or
+/// with `null` happens at once. Otherwise a new opening starts a new
+/// pre-queue with a new random seed, refused while tickets of the previous
+/// draw still wait (their places come from it).
+fn schedule(room: &Room, settings: &mut RoomSettings, opens: Option<u64>) -> Result<(), Problem> {
+    let snap = room.snapshot();
+    if snap.prequeue_open {
+        settings.opens_at_ms = opens;
+        return Ok(());
+    }
+    let Some(ms) = opens else {
+        settings.opens_at_ms = None;
+        return Ok(());
+    };
+    if let Some(d) = snap.prequeue_draw
+        && snap.frontier < d.from.saturating_add(d.n)
+    {
+        return Err(Problem::invalid_setting(
+            "opens_at",
+            "the previous pre-queue draw is still being admitted",
+        ));
+    }
+    settings.opens_at_ms = Some(ms);
+    settings.prequeue_seed = Some(sluice_admission::prequeue::new_seed_hex());
+    settings.prequeue_draw = None;
+    Ok(())
 }
 
 fn small_int(field: &str, v: &Value, lo: u64, hi: u64) -> Result<u64, Problem> {
@@ -626,7 +820,7 @@ mod tests {
             let m = n.saturating_sub(lag);
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
-                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }).unwrap();
+                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }, None).unwrap();
                 let clock = Arc::new(sluice_admission::SystemClock);
                 let primary = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock.clone()));
                 let replica = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock));

@@ -174,13 +174,22 @@ pub async fn join(
         .sign_queue(&claims)
         .map_err(|e| Problem::internal().log_cause(&e))?;
     let snap = room.snapshot();
-    let position = outcome
-        .seq
-        .saturating_sub(snap.frontier.max(outcome.frontier))
-        .max(1);
-    let mut res = (
-        StatusCode::CREATED,
-        axum::Json(json!({
+    let body = if outcome.prequeue {
+        let mut b = prequeue_body(room, &snap, outcome.seq);
+        b["queue_token"] = json!(token);
+        // this join is a ticket even if the snapshot is a tick behind
+        let tickets = snap
+            .queue_length()
+            .max(outcome.seq.saturating_sub(outcome.frontier));
+        b["position"] = json!(tickets.max(1));
+        b["prequeue_tickets"] = json!(tickets);
+        b
+    } else {
+        let position = outcome
+            .seq
+            .saturating_sub(snap.frontier.max(outcome.frontier))
+            .max(1);
+        json!({
             "state": "waiting",
             "queue_token": token,
             "seq": outcome.seq,
@@ -188,9 +197,9 @@ pub async fn join(
             "eta_seconds": room.eta_for_position(&snap, position),
             "poll_after_ms": poll_after(room, &snap, position),
             "rate_per_sec": snap.rate_per_sec,
-        })),
-    )
-        .into_response();
+        })
+    };
+    let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
 }
@@ -235,12 +244,20 @@ async fn status_answer(
 ) -> Result<Response, Problem> {
     let snap = room.snapshot();
     let return_to = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
-    let position = snap.position(claims.seq).max(1);
+    // The place is the seq, unless the seq holds a ticket of the pre-queue
+    // draw: unknown while the pre-queue is open (or the draw's place map is
+    // being built).
+    let place = room.place(&snap, claims.seq);
+    let admitted = place.is_some_and(|p| snap.is_admitted(p));
+    let position = match place {
+        Some(p) => snap.position(p).max(1),
+        None => snap.queue_length().max(1),
+    };
     let room_state = if snap.closed {
         Some("closed")
     } else if state.sold_out(room.id()) {
         Some("sold_out")
-    } else if snap.paused && !snap.is_admitted(claims.seq) {
+    } else if snap.paused && !admitted {
         Some("paused")
     } else {
         None
@@ -256,8 +273,8 @@ async fn status_answer(
             .into_response(),
         ));
     }
-    if snap.is_admitted(claims.seq) {
-        let admitted = match state.queue().claim(room.id(), claims.seq).await {
+    if let Some(place) = place.filter(|_| admitted) {
+        let admitted = match state.queue().claim(room.id(), place).await {
             Ok(outcome) => outcome.is_admitted(),
             Err(e) => {
                 // The frontier passed this seq (the snapshot says so): the
@@ -282,15 +299,25 @@ async fn status_answer(
             .await;
         }
     }
-    let eta = room.eta_for_position(&snap, position);
-    let mut body = json!({
-        "state": "waiting",
-        "seq": claims.seq,
-        "position": position,
-        "eta_seconds": eta,
-        "poll_after_ms": poll_after(room, &snap, position),
-        "rate_per_sec": snap.rate_per_sec,
-    });
+    let mut body = if snap.prequeue_open && place.is_none() {
+        prequeue_body(room, &snap, claims.seq)
+    } else {
+        let eta = room.eta_for_position(&snap, position);
+        let poll = if place.is_none() {
+            // the draw was just made: this gateway is building its places
+            500 + rand::random_range(0..500)
+        } else {
+            poll_after(room, &snap, position)
+        };
+        json!({
+            "state": "waiting",
+            "seq": claims.seq,
+            "position": position,
+            "eta_seconds": eta,
+            "poll_after_ms": poll,
+            "rate_per_sec": snap.rate_per_sec,
+        })
+    };
     if let Some(t) = echo_token {
         body["queue_token"] = json!(t);
     }
@@ -337,14 +364,84 @@ pub async fn public_room(
         room.public_state(&snap)
     };
     let new_position = snap.queue_length() + 1;
-    Ok(axum::Json(json!({
+    let mut body = json!({
         "room": room.id(),
         "state": st,
         "queue_length": snap.queue_length(),
         "rate_per_sec": snap.rate_per_sec,
         "eta_seconds_for_new_visitor": room.eta_for_position(&snap, new_position),
-    }))
-    .into_response())
+    });
+    if let Some(obj) = body.as_object_mut() {
+        obj.extend(room.prequeue_fields(&snap));
+        if snap.prequeue_open {
+            // nobody is admitted before the opening
+            obj.insert(
+                "eta_seconds_for_new_visitor".into(),
+                json!(ms_until(snap.opens_at_ms).div_ceil(1000)),
+            );
+        }
+    }
+    Ok(axum::Json(body).into_response())
+}
+
+/// ms from now (the gateway's clock) until `t`, 0 when past or none.
+fn ms_until(t: Option<u64>) -> u64 {
+    t.map_or(0, |t| t.saturating_sub(now_ms()))
+}
+
+/// The waiting answer of a pre-queue ticket, before the opening (API.md's
+/// `waiting`, extended): `position` is the number of tickets so far (the
+/// draw gives a place among them: an upper bound), `eta_seconds` the time
+/// to the opening (a lower bound), plus `prequeue: true`, `opens_at`,
+/// `prequeue_commitment` and `prequeue_tickets`.
+fn prequeue_body(room: &Room, snap: &Snapshot, seq: u64) -> Value {
+    let remaining = ms_until(snap.opens_at_ms);
+    let tickets = snap.queue_length();
+    let mut body = json!({
+        "state": "waiting",
+        "seq": seq,
+        "position": tickets.max(1),
+        "eta_seconds": remaining.div_ceil(1000),
+        "poll_after_ms": prequeue_poll_ms(remaining, opening_spread_ms(room, snap), &mut rand::rng()),
+        "rate_per_sec": snap.rate_per_sec,
+        "prequeue": true,
+    });
+    if let Some(obj) = body.as_object_mut() {
+        obj.extend(room.prequeue_fields(snap));
+        obj.remove("prequeue_open");
+    }
+    body
+}
+
+/// How widely the pre-queue's first polls after the opening are spread:
+/// the time the draw takes to admit everyone (N / rate), at most 30 s and
+/// half the claim window (an early place waits for its poll at most that
+/// long, well inside its claim window), at least 1 s. A pre-queue of
+/// millions must not poll in the same second.
+fn opening_spread_ms(room: &Room, snap: &Snapshot) -> u64 {
+    let rate = snap.rate_per_sec.max(1.0);
+    let drain_ms = (snap.queue_length() as f64 / rate * 1000.0) as u64;
+    let half_window = room.settings().claim_window.as_millis() as u64 / 2;
+    drain_ms.min(30_000).min(half_window).max(1_000)
+}
+
+/// The poll interval of a pre-queue ticket, `remaining_ms` before the
+/// opening: nothing changes for a ticket until then, so a quarter of the
+/// time left, between 5 and 20 s; close to the opening, just after it,
+/// spread uniformly over `spread_ms` so the whole pre-queue does not poll
+/// at once.
+pub fn prequeue_poll_ms<R: rand::Rng + ?Sized>(
+    remaining_ms: u64,
+    spread_ms: u64,
+    rng: &mut R,
+) -> u64 {
+    use rand::RngExt as _;
+    let far = (remaining_ms / 4).clamp(5_000, 20_000);
+    if remaining_ms < far {
+        remaining_ms + 200 + rng.random_range(0..spread_ms.max(1))
+    } else {
+        far
+    }
 }
 
 /// `GET /_sluice/jwks.json`.
@@ -442,6 +539,20 @@ pub fn waiting_json(room: &Room, snap: &Snapshot) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prequeue_polls_rarely_then_just_after_the_opening() {
+        let mut rng = rand::rng();
+        assert_eq!(prequeue_poll_ms(3_600_000, 1_000, &mut rng), 20_000);
+        assert_eq!(prequeue_poll_ms(40_000, 1_000, &mut rng), 10_000);
+        assert_eq!(prequeue_poll_ms(6_000, 1_000, &mut rng), 5_000);
+        for remaining in [0, 1_000, 4_999] {
+            let p = prequeue_poll_ms(remaining, 1_000, &mut rng);
+            assert!((remaining + 200..remaining + 1_200).contains(&p), "{p}");
+            let p = prequeue_poll_ms(remaining, 30_000, &mut rng);
+            assert!((remaining + 200..remaining + 30_200).contains(&p), "{p}");
+        }
+    }
 
     #[test]
     fn return_to_is_same_origin_only() {

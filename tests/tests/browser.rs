@@ -319,3 +319,68 @@ async fn an_operator_template_and_colour_restyle_the_page() {
     gw.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A scheduled room in Chromium: before the opening the page says when the
+/// sale opens (local time) and that early arrivals get a place in a random
+/// draw, with a countdown; at the opening the browser is taken to the shop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_a_scheduled_opening_the_page_counts_down_then_admits() {
+    let Some(mut b) = Browser::start("prequeue", WINDOW).await else {
+        return;
+    };
+    let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let opens_ms = (now_ms / 1000 + 12) * 1000;
+    let gw = TestGateway::builder()
+        .origin(shop.url())
+        .config(move |c| {
+            c.rooms = vec![RoomConfig {
+                rate_per_sec: 5.0,
+                burst: 1.0,
+                puzzles: 4,
+                difficulty_floor_bits: 8,
+                difficulty_ceiling_bits: 8,
+                join_limit_per_prefix_per_min: 0,
+                attack_min_solve: Duration::ZERO,
+                opens_at: Some(sluice_gateway::schedule::format_rfc3339(opens_ms)),
+                ..RoomConfig::default()
+            }];
+        })
+        .spawn()
+        .await;
+    let deep = format!("{}/shop/demo", gw.url());
+    b.c().goto(&deep).await.expect("open the shop");
+    let state = wait_for(Duration::from_secs(8), "the pre-queue text", || async {
+        let s = b.text("#state").await;
+        s.contains("random draw").then_some(s)
+    })
+    .await;
+    assert!(state.contains("The sale opens at"), "{state}");
+    let eta = b.text("#eta").await;
+    assert!(eta.starts_with("opens in 0:"), "a countdown: {eta}");
+    assert_eq!(b.text("#position").await, "In the draw");
+    b.shot("prequeue").await;
+    let admitted = wait_for(
+        Duration::from_secs(20),
+        "admitted after the opening",
+        || async {
+            if b.c().find(fantoccini::Locator::Css("#shop")).await.is_ok() {
+                Some(b.url().await)
+            } else {
+                None
+            }
+        },
+    )
+    .await;
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(later >= opens_ms, "admitted before the opening");
+    assert_eq!(admitted, deep);
+    b.close().await;
+    gw.shutdown().await;
+}
