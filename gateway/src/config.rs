@@ -282,6 +282,9 @@ pub struct RoomConfig {
     /// The waiting page's look (`[rooms.page]`): brand name, accent
     /// colour, an operator's template directory (see `docs/waiting-page.md`).
     pub page: crate::page::PageConfig,
+    /// Adaptive admission (`[rooms.adaptive]`): the rate steered by the
+    /// origin's latency and errors. Off by default.
+    pub adaptive: crate::adaptive::AdaptiveConfig,
 }
 
 /// What a room does for new visitors when its store cannot be reached.
@@ -324,6 +327,7 @@ impl Default for RoomConfig {
             challenge_ttl: Duration::from_secs(300),
             queue_token_ttl: Duration::from_secs(86_400),
             page: crate::page::PageConfig::default(),
+            adaptive: crate::adaptive::AdaptiveConfig::default(),
         }
     }
 }
@@ -548,6 +552,7 @@ impl Config {
                 ));
             }
             room.page.validate(&format!("{field}.page"))?;
+            room.adaptive.validate(&format!("{field}.adaptive"))?;
         }
         let mut seen = std::collections::HashSet::new();
         for (i, ev) in self.events.iter().enumerate() {

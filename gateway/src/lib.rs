@@ -37,6 +37,7 @@
 //! - [`problem`] — problem+json errors (the one place faults become HTTP).
 //! - [`rooms`] — the waiting rooms, their snapshots and the ticker.
 //! - [`gate`] — the admission gate in front of the proxy.
+//! - [`adaptive`] — adaptive admission: the rate steered by the origin's latency.
 //! - [`visitor`] — challenge, join, status, public room state, JWKS.
 //! - [`reserve`] — events, holds, the payment webhook, event admin.
 //! - [`events`] — known events, cached stock, the reaper task.
@@ -50,6 +51,7 @@
 //! - [`simulate`] — `sluice simulate`, the queue in virtual time.
 //! - [`swarm`] — `sluice swarm`, a bounded crowd of real visitors.
 
+pub mod adaptive;
 pub mod admin_cli;
 pub mod app;
 pub mod cli;
