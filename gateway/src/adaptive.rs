@@ -12,16 +12,18 @@
 //! - **decrease** (`rate × decrease_factor`) when the window's p99 is above
 //!   [`DECREASE_ABOVE`] of the objective, or the error ratio above its
 //!   maximum. Acting at 80% leaves a margin for the one interval it takes to
-//!   see an overload; and right after a decrease, a p99 that is still high
-//!   but already falling holds instead of cutting again (the origin is
-//!   draining the backlog of the old rate).
+//!   see an overload. After a decrease the next interval holds (visitors
+//!   admitted at the old rate are still arriving), and for a few more a p99
+//!   that is still high but falling holds too (the origin is draining the
+//!   backlog of the old rate): one cut per round trip, not a cascade.
 //! - **increase** (`rate + increase_step`) while p99 is below
 //!   [`INCREASE_BELOW`] of the objective, errors under their maximum, and
 //!   the room actually uses its rate: people wait (a queue) and admissions
 //!   run at ≥ 70% of the rate. With no queue nothing is learned about a
 //!   higher rate, so it holds.
 //! - **hold** otherwise, and with fewer than `min_samples` requests in the
-//!   window (too little to tell).
+//!   window (too little to tell). At a low rate the window first stretches
+//!   over up to [`MAX_STRETCH`] intervals to gather them.
 //!
 //! The rate always stays within `[floor_rate, ceiling]`, where the ceiling
 //! is `ceiling_rate`, lowered to the capacity-derived rate when the room
@@ -63,6 +65,9 @@ pub const INCREASE_BELOW: f64 = 0.5;
 pub const DECREASE_ABOVE: f64 = 0.8;
 /// Increases only while admissions run at this share of the rate or more.
 pub const USED_SHARE: f64 = 0.7;
+/// A window with fewer than `min_samples` requests stretches over up to
+/// this many intervals before a decision.
+pub const MAX_STRETCH: u32 = 10;
 
 /// `[rooms.adaptive]`: adaptive admission of one room. Off by default.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -221,6 +226,11 @@ impl Window {
         }
     }
 
+    /// Requests recorded since the last drain.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+
     /// Takes what was recorded since the last drain (and starts a new
     /// window). Requests recorded while it drains land in one window or the
     /// next, never in none or both.
@@ -265,8 +275,9 @@ pub struct Observation {
     pub window: WindowSummary,
     /// The previous window's p99 (to see a backlog draining).
     pub previous_p99_ms: Option<f64>,
-    /// The previous decision was a decrease.
-    pub decreased_last: bool,
+    /// Decisions since the last decrease (1: the previous one was a
+    /// decrease; `u32::MAX`: none yet).
+    pub since_decrease: u32,
     /// Visitors waiting.
     pub queue_length: u64,
     /// Measured admissions per second.
@@ -357,7 +368,17 @@ pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
         };
     }
     if p99 > objective * DECREASE_ABOVE {
-        let draining = obs.decreased_last && obs.previous_p99_ms.is_some_and(|prev| p99 < prev);
+        if obs.since_decrease == 1 {
+            // Visitors admitted at the old rate are still arriving: judge
+            // the cut once it has had an interval to act.
+            return Decision {
+                rate: clamp(obs.rate),
+                mode: Mode::Holding,
+                reason: format!("p99 {p99:.0} ms: settling after the last decrease"),
+            };
+        }
+        let draining =
+            obs.since_decrease <= 4 && obs.previous_p99_ms.is_some_and(|prev| p99 < prev);
         if draining {
             return Decision {
                 rate: clamp(obs.rate),
@@ -441,17 +462,25 @@ pub async fn run_steering(
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     interval.tick().await;
     let mut previous_p99_ms = None;
-    let mut decreased_last = false;
+    let mut since_decrease = u32::MAX;
     let mut last_mode = None;
+    let mut stretched = 0;
     loop {
         interval.tick().await;
+        // Too few requests to judge (a low rate): the window stretches over
+        // more intervals, up to MAX_STRETCH, rather than decide from noise.
+        if room.window().count() < cfg.min_samples && stretched < MAX_STRETCH {
+            stretched += 1;
+            continue;
+        }
+        stretched = 0;
         // Every gateway drains, so a gateway that takes over starts from a
         // fresh window.
         let window = room.window().drain();
         if !room.settings().adaptive.enabled {
             room.set_steering(false);
             previous_p99_ms = None;
-            decreased_last = false;
+            since_decrease = u32::MAX;
             last_mode = None;
             continue;
         }
@@ -497,14 +526,18 @@ pub async fn run_steering(
                     capacity_rate: settings.capacity_rate(),
                     window,
                     previous_p99_ms,
-                    decreased_last,
+                    since_decrease,
                     queue_length: snap.queue_length(),
                     admits_per_sec: room.admits_per_sec(),
                 },
             )
         };
         previous_p99_ms = window.p99_ms;
-        decreased_last = decision.mode == Mode::Decreasing;
+        since_decrease = if decision.mode == Mode::Decreasing {
+            1
+        } else {
+            since_decrease.saturating_add(1)
+        };
         // the store keeps rates to the thousandth
         settings.rate_per_sec = (decision.rate * 1000.0).round() / 1000.0;
         let a = &mut settings.adaptive;
@@ -569,7 +602,7 @@ mod tests {
                 p99_ms: Some(p99),
             },
             previous_p99_ms: None,
-            decreased_last: false,
+            since_decrease: u32::MAX,
             queue_length: queue,
             admits_per_sec: rate,
         }
@@ -613,9 +646,13 @@ mod tests {
         // near the objective: hold
         let d = decide(&c, &obs(100.0, 300.0, 0, 50));
         assert_eq!((d.mode, d.rate), (Mode::Holding, 100.0));
-        // still high but falling right after a cut: hold
+        // right after a cut: settle one interval
         let mut o = obs(70.0, 600.0, 0, 50);
-        o.decreased_last = true;
+        o.since_decrease = 1;
+        o.previous_p99_ms = Some(500.0);
+        assert_eq!(decide(&c, &o).mode, Mode::Holding);
+        // still high but falling soon after a cut: hold; rising: cut again
+        o.since_decrease = 2;
         o.previous_p99_ms = Some(900.0);
         assert_eq!(decide(&c, &o).mode, Mode::Holding);
         o.previous_p99_ms = Some(500.0);
@@ -633,7 +670,7 @@ mod tests {
             0u64..500,
             0u64..500,
             proptest::option::of(0.0f64..5_000.0),
-            any::<bool>(),
+            1u32..8,
             0u64..1_000,
             0.0f64..2_000.0,
         )
@@ -647,7 +684,7 @@ mod tests {
                         p99_ms: if req > 0 { p99.or(Some(1.0)) } else { None },
                     },
                     previous_p99_ms: p99.map(|p| p * 1.1),
-                    decreased_last: dec,
+                    since_decrease: dec,
                     queue_length: queue,
                     admits_per_sec: admits,
                 },
@@ -675,7 +712,8 @@ mod tests {
             let (lo, hi) = bounds(&c, o.capacity_rate);
             let p99 = o.window.p99_ms.unwrap_or(0.0);
             let errors = o.window.error_ratio().unwrap_or(0.0);
-            let draining = o.decreased_last && o.previous_p99_ms.is_some_and(|p| p99 < p);
+            let draining = o.since_decrease == 1
+                || (o.since_decrease <= 4 && o.previous_p99_ms.is_some_and(|p| p99 < p));
             let breach = o.window.requests >= c.min_samples
                 && (errors > c.max_error_ratio || (p99 > c.latency_p99_ms * DECREASE_ABOVE && !draining));
             let d = decide(&c, &o);

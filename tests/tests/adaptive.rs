@@ -1,0 +1,212 @@
+//! Adaptive admission end to end: an origin whose latency grows with its
+//! load (it serves `CAPACITY` requests per second, one after another, so
+//! more than that builds a queue), a gateway whose room starts at three
+//! times that rate with adaptive admission on, and a steady line of JSON
+//! visitors, each making one origin request once admitted (so the origin's
+//! load follows the admission rate). After convergence the admission rate
+//! sits within 20% of the origin's capacity and the origin's p99 in the
+//! final window is under the objective.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use sluice_gateway::adaptive::AdaptiveConfig;
+use sluice_gateway::config::RoomConfig;
+use sluice_tests::visitor::Visitor;
+use sluice_tests::{TestGateway, admin_room, easy_room};
+use std::sync::Mutex;
+
+/// The origin's true capacity, requests per second.
+const CAPACITY: f64 = 40.0;
+/// The latency objective, ms.
+const OBJECTIVE_MS: f64 = 500.0;
+
+/// An origin serving one request at a time, each taking `1 / CAPACITY`:
+/// latency is the service time plus the wait behind those before.
+struct PacedOrigin {
+    addr: std::net::SocketAddr,
+    /// (arrival, latency) of every request.
+    served: Arc<Mutex<Vec<(Instant, Duration)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PacedOrigin {
+    async fn start() -> PacedOrigin {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let next_free = Arc::new(Mutex::new(tokio::time::Instant::now()));
+        let log = served.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (log, next_free) = (log.clone(), next_free.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |_req| {
+                        let (log, next_free) = (log.clone(), next_free.clone());
+                        async move {
+                            let arrived = tokio::time::Instant::now();
+                            let done = {
+                                let mut nf = next_free.lock().unwrap();
+                                let start = (*nf).max(arrived);
+                                *nf = start + Duration::from_secs_f64(1.0 / CAPACITY);
+                                *nf
+                            };
+                            tokio::time::sleep_until(done).await;
+                            log.lock()
+                                .unwrap()
+                                .push((arrived.into_std(), done.duration_since(arrived)));
+                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(
+                                "served",
+                            ))))
+                        }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        PacedOrigin { addr, served, task }
+    }
+
+    /// The p99 latency (ms) of requests that arrived after `since`, and
+    /// their count.
+    fn p99_since(&self, since: Instant) -> (f64, usize) {
+        let mut v: Vec<f64> = self
+            .served
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, _)| *at >= since)
+            .map(|(_, l)| l.as_secs_f64() * 1000.0)
+            .collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        if v.is_empty() {
+            return (0.0, 0);
+        }
+        let i = ((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1;
+        (v[i], v.len())
+    }
+}
+
+impl Drop for PacedOrigin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn adaptive_admission_converges_on_the_origins_capacity() {
+    let origin = PacedOrigin::start().await;
+    let room = RoomConfig {
+        adaptive: AdaptiveConfig {
+            enabled: true,
+            latency_p99_ms: OBJECTIVE_MS,
+            max_error_ratio: 0.05,
+            floor_rate: 5.0,
+            ceiling_rate: 200.0,
+            decrease_factor: 0.8,
+            increase_step: 1.0,
+            interval: Duration::from_millis(500),
+            min_samples: 5,
+            ..AdaptiveConfig::default()
+        },
+        ..easy_room("shop", 3.0 * CAPACITY, 5.0, &["/shop"])
+    };
+    let gw = TestGateway::builder()
+        .origin(format!("http://{}", origin.addr))
+        .config(|c| c.rooms = vec![room])
+        .spawn()
+        .await;
+    let base = gw.url();
+
+    // A steady line: about QUEUE visitors waiting at any time, each making
+    // one origin request once admitted.
+    const QUEUE: u64 = 40;
+    let waiting = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let run_for = Duration::from_secs(50);
+    let feeder = {
+        let (base, waiting) = (base.clone(), waiting.clone());
+        tokio::spawn(async move {
+            let mut visitors = Vec::new();
+            while started.elapsed() < run_for {
+                while waiting.load(Ordering::Relaxed) < QUEUE {
+                    waiting.fetch_add(1, Ordering::Relaxed);
+                    let (base, waiting) = (base.clone(), waiting.clone());
+                    visitors.push(tokio::spawn(async move {
+                        let mut v = Visitor::new(&base, "shop");
+                        let joined = v.join("/shop/item").await;
+                        let admitted = joined.status.is_success()
+                            && v.wait_admitted(Duration::from_secs(30), 200).await;
+                        waiting.fetch_sub(1, Ordering::Relaxed);
+                        if admitted {
+                            let res = v.get_admitted("/shop/item").await;
+                            assert_eq!(res.status, 200, "{}", res.text());
+                        }
+                    }));
+                }
+                visitors.retain(|t| !t.is_finished());
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            for t in visitors {
+                t.abort();
+            }
+        })
+    };
+
+    // The final window: the last 15 s.
+    tokio::time::sleep(run_for - Duration::from_secs(15)).await;
+    let window_start = Instant::now();
+    let before = admin_room(&base, "shop").await;
+    let mut rates = Vec::new();
+    while started.elapsed() < run_for {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        rates.push(
+            admin_room(&base, "shop").await["rate_per_sec"]
+                .as_f64()
+                .unwrap(),
+        );
+    }
+    let after = admin_room(&base, "shop").await;
+    let secs = window_start.elapsed().as_secs_f64();
+    feeder.await.unwrap();
+
+    let admitted =
+        after["admitted_total"].as_u64().unwrap() - before["admitted_total"].as_u64().unwrap();
+    let admission_rate = admitted as f64 / secs;
+    let mean_rate = rates.iter().sum::<f64>() / rates.len() as f64;
+    let (p99, n) = origin.p99_since(window_start);
+    let adaptive = &after["adaptive"];
+    eprintln!(
+        "final window: admitted {admission_rate:.1}/s, mean rate {mean_rate:.1}/s (rates {rates:?}), origin p99 {p99:.0} ms over {n} requests; adaptive {adaptive}"
+    );
+    assert_eq!(adaptive["enabled"], true);
+    assert!(adaptive["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    assert!(
+        (0.8 * CAPACITY..=1.2 * CAPACITY).contains(&admission_rate),
+        "admission rate {admission_rate:.1}/s not within 20% of {CAPACITY}/s"
+    );
+    assert!(
+        (0.8 * CAPACITY..=1.2 * CAPACITY).contains(&mean_rate),
+        "rate {mean_rate:.1}/s not within 20% of {CAPACITY}/s"
+    );
+    assert!(n > 100, "only {n} origin requests in the final window");
+    assert!(
+        p99 < OBJECTIVE_MS,
+        "origin p99 {p99:.0} ms ≥ {OBJECTIVE_MS} ms"
+    );
+    gw.shutdown().await;
+}
