@@ -13,14 +13,19 @@
 //!   [`DECREASE_ABOVE`] of the objective, or the error ratio above its
 //!   maximum. Acting at 80% leaves a margin for the one interval it takes to
 //!   see an overload. After a decrease the next interval holds (visitors
-//!   admitted at the old rate are still arriving), and for a few more a p99
+//!   admitted at the old rate are still arriving) unless p99 is past
+//!   [`SEVERE`] times the objective, and for a few more a p99
 //!   that is still high but falling holds too (the origin is draining the
 //!   backlog of the old rate): one cut per round trip, not a cascade.
 //! - **increase** (`rate + increase_step`) while p99 is below
 //!   [`INCREASE_BELOW`] of the objective, errors under their maximum, and
-//!   the room actually uses its rate: people wait (a queue) and admissions
-//!   run at ≥ 70% of the rate. With no queue nothing is learned about a
-//!   higher rate, so it holds.
+//!   the room actually uses its rate: people wait (a queue) and admission
+//!   is not held back by something else (the `max_active` cap reached, a
+//!   pause, sold out). Otherwise nothing is learned about a higher rate,
+//!   so it holds. While p99 is below [`FAR_BELOW`] of the
+//!   objective the origin is far from its limit and the step is at least
+//!   [`FAST_STEP`] of the rate, so the recovery from a deep cut takes
+//!   seconds, not minutes.
 //! - **hold** otherwise, and with fewer than `min_samples` requests in the
 //!   window (too little to tell). At a low rate the window first stretches
 //!   over up to [`MAX_STRETCH`] intervals to gather them.
@@ -63,8 +68,14 @@ use crate::telemetry::Telemetry;
 pub const INCREASE_BELOW: f64 = 0.5;
 /// Decreases when the window's p99 is above this share of the objective.
 pub const DECREASE_ABOVE: f64 = 0.8;
-/// Increases only while admissions run at this share of the rate or more.
-pub const USED_SHARE: f64 = 0.7;
+/// Right after a decrease, a p99 above this multiple of the objective cuts
+/// again at once (a severe overload) instead of settling an interval.
+pub const SEVERE: f64 = 2.0;
+/// While p99 is below this share of the objective the origin is far from
+/// its limit: the increase is at least [`FAST_STEP`] of the rate.
+pub const FAR_BELOW: f64 = 0.25;
+/// The least relative increase while far below the objective.
+pub const FAST_STEP: f64 = 0.1;
 /// A window with fewer than `min_samples` requests stretches over up to
 /// this many intervals before a decision.
 pub const MAX_STRETCH: u32 = 10;
@@ -280,8 +291,9 @@ pub struct Observation {
     pub since_decrease: u32,
     /// Visitors waiting.
     pub queue_length: u64,
-    /// Measured admissions per second.
-    pub admits_per_sec: f64,
+    /// Admission is held back by something else (the `max_active` cap is
+    /// reached, or the room is paused or sold out): the rate is not in use.
+    pub capped: bool,
 }
 
 /// What the controller decided.
@@ -368,7 +380,7 @@ pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
         };
     }
     if p99 > objective * DECREASE_ABOVE {
-        if obs.since_decrease == 1 {
+        if obs.since_decrease == 1 && p99 <= objective * SEVERE {
             // Visitors admitted at the old rate are still arriving: judge
             // the cut once it has had an interval to act.
             return Decision {
@@ -412,17 +424,21 @@ pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
             reason: format!("p99 {p99:.0} ms, nobody waiting: nothing to learn"),
         };
     }
-    if obs.admits_per_sec < obs.rate * USED_SHARE {
+    if obs.capped {
         return Decision {
             rate: clamp(obs.rate),
             mode: Mode::Holding,
             reason: format!(
-                "p99 {p99:.0} ms, admissions {:.1}/s below the rate {:.1}/s (capped elsewhere)",
-                obs.admits_per_sec, obs.rate
+                "p99 {p99:.0} ms, admission held back by max_active or a pause: nothing to learn"
             ),
         };
     }
-    let rate = clamp(obs.rate + cfg.increase_step);
+    let step = if p99 < objective * FAR_BELOW {
+        cfg.increase_step.max(obs.rate * FAST_STEP)
+    } else {
+        cfg.increase_step
+    };
+    let rate = clamp(obs.rate + step);
     let mode = if rate > obs.rate {
         Mode::Increasing
     } else if rate < obs.rate {
@@ -430,7 +446,7 @@ pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
     } else {
         Mode::Holding
     };
-    let reason = if rate <= obs.rate && (obs.rate + cfg.increase_step) > hi {
+    let reason = if rate <= obs.rate && (obs.rate + step) > hi {
         format!(
             "p99 {p99:.0} ms ≤ {:.0} ms, at the ceiling {hi:.1}/s",
             objective * INCREASE_BELOW
@@ -528,7 +544,10 @@ pub async fn run_steering(
                     previous_p99_ms,
                     since_decrease,
                     queue_length: snap.queue_length(),
-                    admits_per_sec: room.admits_per_sec(),
+                    capped: snap.paused
+                        || snap
+                            .max_active
+                            .is_some_and(|m| snap.active_sessions + snap.pending_claims >= m),
                 },
             )
         };
@@ -604,7 +623,7 @@ mod tests {
             previous_p99_ms: None,
             since_decrease: u32::MAX,
             queue_length: queue,
-            admits_per_sec: rate,
+            capped: false,
         }
     }
 
@@ -638,19 +657,25 @@ mod tests {
         let d = decide(&c, &obs(100.0, 50.0, 5, 50));
         assert_eq!(d.mode, Mode::Decreasing);
         assert!(d.reason.starts_with("errors 5.0% > 1.0%"), "{}", d.reason);
-        let d = decide(&c, &obs(100.0, 50.0, 0, 50));
+        let d = decide(&c, &obs(100.0, 200.0, 0, 50));
         assert_eq!((d.mode, d.rate), (Mode::Increasing, 102.0));
+        // far below the objective: at least 10% more
+        let d = decide(&c, &obs(100.0, 50.0, 0, 50));
+        assert_eq!((d.mode, d.rate), (Mode::Increasing, 110.0));
         // no queue: nothing learned
         let d = decide(&c, &obs(100.0, 50.0, 0, 0));
         assert_eq!((d.mode, d.rate), (Mode::Holding, 100.0));
         // near the objective: hold
         let d = decide(&c, &obs(100.0, 300.0, 0, 50));
         assert_eq!((d.mode, d.rate), (Mode::Holding, 100.0));
-        // right after a cut: settle one interval
+        // right after a cut: settle one interval, unless severe
         let mut o = obs(70.0, 600.0, 0, 50);
         o.since_decrease = 1;
         o.previous_p99_ms = Some(500.0);
         assert_eq!(decide(&c, &o).mode, Mode::Holding);
+        o.window.p99_ms = Some(1200.0);
+        assert_eq!(decide(&c, &o).mode, Mode::Decreasing);
+        o.window.p99_ms = Some(600.0);
         // still high but falling soon after a cut: hold; rising: cut again
         o.since_decrease = 2;
         o.previous_p99_ms = Some(900.0);
@@ -672,7 +697,7 @@ mod tests {
             proptest::option::of(0.0f64..5_000.0),
             1u32..8,
             0u64..1_000,
-            0.0f64..2_000.0,
+            any::<bool>(),
         )
             .prop_map(
                 |(rate, cap, req, err, p99, dec, queue, admits)| Observation {
@@ -686,7 +711,7 @@ mod tests {
                     previous_p99_ms: p99.map(|p| p * 1.1),
                     since_decrease: dec,
                     queue_length: queue,
-                    admits_per_sec: admits,
+                    capped: admits,
                 },
             )
     }
@@ -712,7 +737,7 @@ mod tests {
             let (lo, hi) = bounds(&c, o.capacity_rate);
             let p99 = o.window.p99_ms.unwrap_or(0.0);
             let errors = o.window.error_ratio().unwrap_or(0.0);
-            let draining = o.since_decrease == 1
+            let draining = (o.since_decrease == 1 && p99 <= c.latency_p99_ms * SEVERE)
                 || (o.since_decrease <= 4 && o.previous_p99_ms.is_some_and(|p| p99 < p));
             let breach = o.window.requests >= c.min_samples
                 && (errors > c.max_error_ratio || (p99 > c.latency_p99_ms * DECREASE_ABOVE && !draining));
@@ -733,7 +758,13 @@ mod tests {
             let c = cfg();
             let d = decide(&c, &obs(rate, p99, 0, queue));
             prop_assert_eq!(d.mode, Mode::Increasing);
-            prop_assert!((d.rate - (rate + c.increase_step)).abs() < 1e-9);
+            let step = if p99 < c.latency_p99_ms * FAR_BELOW {
+                c.increase_step.max(rate * FAST_STEP)
+            } else {
+                c.increase_step
+            };
+            prop_assert!((d.rate - (rate + step)).abs() < 1e-9);
+            prop_assert!(d.rate >= rate + c.increase_step - 1e-9);
         }
     }
 }

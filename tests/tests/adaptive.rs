@@ -19,10 +19,12 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use serde_json::json;
 use sluice_gateway::adaptive::AdaptiveConfig;
 use sluice_gateway::config::RoomConfig;
+use sluice_tests::client::TestClient;
 use sluice_tests::visitor::Visitor;
-use sluice_tests::{TestGateway, admin_room, easy_room};
+use sluice_tests::{ADMIN_TOKEN, TestGateway, admin_patch, admin_room, easy_room};
 use std::sync::Mutex;
 
 /// The origin's true capacity, requests per second.
@@ -137,7 +139,7 @@ async fn adaptive_admission_converges_on_the_origins_capacity() {
     const QUEUE: u64 = 40;
     let waiting = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let run_for = Duration::from_secs(50);
+    let run_for = Duration::from_secs(45);
     let feeder = {
         let (base, waiting) = (base.clone(), waiting.clone());
         tokio::spawn(async move {
@@ -167,8 +169,19 @@ async fn adaptive_admission_converges_on_the_origins_capacity() {
         })
     };
 
-    // The final window: the last 15 s.
-    tokio::time::sleep(run_for - Duration::from_secs(15)).await;
+    // The final window: the last 15 s. Until then, a trace of decisions.
+    while started.elapsed() < run_for - Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let v = admin_room(&base, "shop").await;
+        eprintln!(
+            "{:>5.1}s rate {:>6.1} queue {:>3} {} {}",
+            started.elapsed().as_secs_f64(),
+            v["rate_per_sec"].as_f64().unwrap_or(0.0),
+            v["queue_length"],
+            v["adaptive"]["mode"],
+            v["adaptive"]["reason"]
+        );
+    }
     let window_start = Instant::now();
     let before = admin_room(&base, "shop").await;
     let mut rates = Vec::new();
