@@ -24,8 +24,10 @@
 //!   pause, sold out). Otherwise nothing is learned about a higher rate,
 //!   so it holds. While p99 is below [`FAR_BELOW`] of the
 //!   objective the origin is far from its limit and the step is at least
-//!   [`FAST_STEP`] of the rate, so the recovery from a deep cut takes
-//!   seconds, not minutes.
+//!   [`FAST_STEP`] of the rate — up to `decrease_factor` × the rate at
+//!   which the last overload episode began (TCP's slow-start threshold) —
+//!   so the recovery from a deep cut takes seconds, not minutes, without
+//!   overshooting the last known limit.
 //! - **hold** otherwise, and with fewer than `min_samples` requests in the
 //!   window (too little to tell). At a low rate the window first stretches
 //!   over up to [`MAX_STRETCH`] intervals to gather them.
@@ -291,6 +293,9 @@ pub struct Observation {
     pub since_decrease: u32,
     /// Visitors waiting.
     pub queue_length: u64,
+    /// The fast climb stops here: `decrease_factor` × the rate at which the
+    /// last overload episode began (`None` before the first: climb fast).
+    pub fast_below: Option<f64>,
     /// Admission is held back by something else (the `max_active` cap is
     /// reached, or the room is paused or sold out): the rate is not in use.
     pub capped: bool,
@@ -433,10 +438,12 @@ pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
             ),
         };
     }
-    let step = if p99 < objective * FAR_BELOW {
-        cfg.increase_step.max(obs.rate * FAST_STEP)
-    } else {
-        cfg.increase_step
+    let step = match obs.fast_below {
+        _ if p99 >= objective * FAR_BELOW => cfg.increase_step,
+        None => cfg.increase_step.max(obs.rate * FAST_STEP),
+        Some(t) => cfg
+            .increase_step
+            .max((obs.rate * FAST_STEP).min(t - obs.rate)),
     };
     let rate = clamp(obs.rate + step);
     let mode = if rate > obs.rate {
@@ -479,6 +486,7 @@ pub async fn run_steering(
     interval.tick().await;
     let mut previous_p99_ms = None;
     let mut since_decrease = u32::MAX;
+    let mut fast_below = None;
     let mut last_mode = None;
     let mut stretched = 0;
     loop {
@@ -497,6 +505,7 @@ pub async fn run_steering(
             room.set_steering(false);
             previous_p99_ms = None;
             since_decrease = u32::MAX;
+            fast_below = None;
             last_mode = None;
             continue;
         }
@@ -543,6 +552,7 @@ pub async fn run_steering(
                     window,
                     previous_p99_ms,
                     since_decrease,
+                    fast_below,
                     queue_length: snap.queue_length(),
                     capped: snap.paused
                         || snap
@@ -553,6 +563,11 @@ pub async fn run_steering(
         };
         previous_p99_ms = window.p99_ms;
         since_decrease = if decision.mode == Mode::Decreasing {
+            if since_decrease > 4 {
+                // a new overload episode: below the rate it began at, the
+                // fast climb is safe
+                fast_below = Some(settings.rate_per_sec * cfg.decrease_factor);
+            }
             1
         } else {
             since_decrease.saturating_add(1)
@@ -622,6 +637,7 @@ mod tests {
             },
             previous_p99_ms: None,
             since_decrease: u32::MAX,
+            fast_below: None,
             queue_length: queue,
             capped: false,
         }
@@ -710,6 +726,7 @@ mod tests {
                     },
                     previous_p99_ms: p99.map(|p| p * 1.1),
                     since_decrease: dec,
+                    fast_below: cap.map(|c| c * 0.5),
                     queue_length: queue,
                     capped: admits,
                 },
@@ -763,6 +780,10 @@ mod tests {
             } else {
                 c.increase_step
             };
+            // below the last episode's start the fast climb stops
+            let mut o = obs(rate, p99, 0, queue);
+            o.fast_below = Some(rate);
+            prop_assert!((decide(&c, &o).rate - (rate + c.increase_step)).abs() < 1e-9);
             prop_assert!((d.rate - (rate + step)).abs() < 1e-9);
             prop_assert!(d.rate >= rate + c.increase_step - 1e-9);
         }
