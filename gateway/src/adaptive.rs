@@ -188,7 +188,7 @@ fn bucket_upper_ms(i: usize) -> f64 {
 }
 
 fn bucket_of(ms: f64) -> usize {
-    if !(ms > 1.0) {
+    if ms.is_nan() || ms <= 1.0 {
         return 0;
     }
     ((ms.ln() / GROWTH.ln()).ceil() as usize).min(BUCKETS - 1)

@@ -221,5 +221,103 @@ async fn adaptive_admission_converges_on_the_origins_capacity() {
         p99 < OBJECTIVE_MS,
         "origin p99 {p99:.0} ms ≥ {OBJECTIVE_MS} ms"
     );
+
+    // The steering gateway's metrics parse and name the room.
+    let res = TestClient::new()
+        .get(
+            &format!("{base}/metrics"),
+            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+        )
+        .await;
+    let scrape = prometheus_parse::Scrape::parse(res.text().lines().map(|l| Ok(l.to_owned())))
+        .expect("valid Prometheus text");
+    for m in [
+        "sluice_adaptive_rate_per_second",
+        "sluice_adaptive_decisions_total",
+        "sluice_origin_p99_seconds",
+        "sluice_origin_error_ratio",
+    ] {
+        let s = scrape.samples.iter().find(|s| s.metric == m);
+        assert!(
+            s.is_some_and(|s| s.labels.get("room") == Some("shop")),
+            "{m} missing: {}",
+            res.text()
+        );
+    }
+    assert!(scrape.samples.iter().any(|s| {
+        s.metric == "sluice_adaptive_decisions_total"
+            && s.labels.get("decision") == Some("decreasing")
+    }));
+    gw.shutdown().await;
+}
+
+/// Adaptive admission is switched on and off live, an operator's manual
+/// rate overrides it for the configured time (or the PATCH's own), and bad
+/// values are refused with 422 `invalid_setting`.
+#[tokio::test]
+async fn adaptive_admission_is_switched_and_overridden_live() {
+    let gw = TestGateway::builder()
+        .config(|c| {
+            c.rooms = vec![RoomConfig {
+                capacity_rps: Some(100.0),
+                safety_margin: 0.0,
+                ..easy_room("shop", 10.0, 5.0, &["/shop"])
+            }]
+        })
+        .origin("http://127.0.0.1:9")
+        .spawn()
+        .await;
+    let base = gw.url();
+    let a = admin_room(&base, "shop").await;
+    assert_eq!(a["adaptive"]["enabled"], false, "{a}");
+    assert_eq!(a["adaptive"]["mode"], "off");
+    assert_eq!(a["adaptive"]["ceiling"], 100.0, "capacity caps the ceiling");
+
+    let res = admin_patch(&base, "shop", json!({"adaptive_enabled": true})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let a = res.json();
+    assert_eq!(a["adaptive"]["enabled"], true, "{a}");
+    assert_eq!(a["adaptive"]["mode"], "holding");
+    assert_eq!(a["capacity_rps"], 100.0, "calibration kept as the ceiling");
+
+    // A manual rate: overridden for the configured 10 minutes.
+    let res = admin_patch(&base, "shop", json!({"rate_per_sec": 7})).await;
+    let a = res.json();
+    assert_eq!(a["rate_per_sec"], 7.0, "{a}");
+    assert_eq!(a["adaptive"]["mode"], "overridden", "{a}");
+    let left = a["adaptive"]["override_remaining_secs"].as_u64().unwrap();
+    assert!((590..=600).contains(&left), "{left}");
+    // …or for the PATCH's own time; 0 ends it.
+    let a = admin_patch(
+        &base,
+        "shop",
+        json!({"rate_per_sec": 8, "adaptive_override_secs": 30}),
+    )
+    .await
+    .json();
+    let left = a["adaptive"]["override_remaining_secs"].as_u64().unwrap();
+    assert!((20..=30).contains(&left), "{left}");
+    let a = admin_patch(&base, "shop", json!({"adaptive_override_secs": 0}))
+        .await
+        .json();
+    assert_ne!(a["adaptive"]["mode"], "overridden", "{a}");
+    assert_eq!(a["adaptive"]["override_until_ms"], serde_json::Value::Null);
+
+    for bad in [
+        json!({"adaptive_enabled": "yes"}),
+        json!({"adaptive_enabled": null}),
+        json!({"adaptive_override_secs": -1}),
+        json!({"adaptive_override_secs": 1e12}),
+        json!({"adaptive_override_secs": "10"}),
+    ] {
+        let res = admin_patch(&base, "shop", bad.clone()).await;
+        assert_eq!(res.status, 422, "{bad}: {}", res.text());
+        assert_eq!(res.json()["code"], "invalid_setting", "{bad}");
+    }
+
+    let a = admin_patch(&base, "shop", json!({"adaptive_enabled": false}))
+        .await
+        .json();
+    assert_eq!(a["adaptive"]["mode"], "off", "{a}");
     gw.shutdown().await;
 }
