@@ -321,3 +321,75 @@ async fn adaptive_admission_is_switched_and_overridden_live() {
     assert_eq!(a["adaptive"]["mode"], "off", "{a}");
     gw.shutdown().await;
 }
+
+/// With two gateways on one Redis, one steers the room at a time (the lease
+/// in the store); when it stops, the other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gateway_steers_a_room_and_another_takes_over() {
+    let Some(redis) = sluice_tests::redis_server::RedisServer::start() else {
+        return;
+    };
+    let gateway = || {
+        TestGateway::builder()
+            .origin("http://127.0.0.1:9")
+            .redis(redis.url())
+            .config(|c| {
+                c.rooms = vec![RoomConfig {
+                    adaptive: AdaptiveConfig {
+                        enabled: true,
+                        interval: Duration::from_millis(100),
+                        min_samples: 1,
+                        ..AdaptiveConfig::default()
+                    },
+                    ..easy_room("shop", 10.0, 5.0, &["/shop"])
+                }]
+            })
+            .spawn()
+    };
+    let gws = vec![gateway().await, gateway().await];
+    let steering = async |gws: &[TestGateway]| -> Vec<bool> {
+        let mut v = Vec::new();
+        for g in gws {
+            v.push(admin_room(&g.url(), "shop").await["adaptive"]["steering_here"] == true);
+        }
+        v
+    };
+    // No traffic: the window stretches 10 intervals, then both try the lease.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        let s = steering(&gws).await;
+        assert!(!(s[0] && s[1]), "both gateways steer");
+        if let Some(i) = s.iter().position(|x| *x) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "nobody steers");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let s = steering(&gws).await;
+        assert!(s[leader] && !s[1 - leader], "{s:?}");
+    }
+    let a = admin_room(&gws[1 - leader].url(), "shop").await["adaptive"].clone();
+    assert_eq!(
+        a["mode"], "holding",
+        "the follower shows the leader's decision: {a}"
+    );
+    assert!(
+        a["reason"].as_str().unwrap().contains("nothing to learn"),
+        "{a}"
+    );
+
+    // The leader stops: the other takes over once the lease lapses.
+    let mut gws = gws;
+    let old = gws.remove(leader);
+    old.shutdown().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while steering(&gws).await != [true] {
+        assert!(Instant::now() < deadline, "nobody took over");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for g in gws {
+        g.shutdown().await;
+    }
+}
