@@ -28,6 +28,9 @@
 //!   which the last overload episode began (TCP's slow-start threshold) —
 //!   so the recovery from a deep cut takes seconds, not minutes, without
 //!   overshooting the last known limit.
+//! - **decrease** too when p99 is between half and 80% of the objective
+//!   and rose over two windows running: the origin's backlog is growing,
+//!   so act before the objective is crossed.
 //! - **hold** otherwise, and with fewer than `min_samples` requests in the
 //!   window (too little to tell). At a low rate the window first stretches
 //!   over up to [`MAX_STRETCH`] intervals to gather them.
@@ -416,6 +419,22 @@ pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
         };
     }
     if p99 > objective * INCREASE_BELOW {
+        // Near the objective and climbing two windows running: the rate is
+        // above what the origin serves (its backlog grows), so act before
+        // the objective is crossed.
+        let rising = obs
+            .previous_p99_ms
+            .is_some_and(|prev| prev > objective * INCREASE_BELOW && p99 > prev);
+        if rising && obs.since_decrease > 1 {
+            return Decision {
+                rate: clamp(obs.rate * cfg.decrease_factor),
+                mode: Mode::Decreasing,
+                reason: format!(
+                    "p99 {p99:.0} ms rising towards the {objective:.0} ms objective (was {:.0} ms)",
+                    obs.previous_p99_ms.unwrap_or(0.0)
+                ),
+            };
+        }
         return Decision {
             rate: clamp(obs.rate),
             mode: Mode::Holding,
@@ -681,9 +700,14 @@ mod tests {
         // no queue: nothing learned
         let d = decide(&c, &obs(100.0, 50.0, 0, 0));
         assert_eq!((d.mode, d.rate), (Mode::Holding, 100.0));
-        // near the objective: hold
+        // near the objective: hold, unless rising two windows running
         let d = decide(&c, &obs(100.0, 300.0, 0, 50));
         assert_eq!((d.mode, d.rate), (Mode::Holding, 100.0));
+        let mut o = obs(100.0, 330.0, 0, 50);
+        o.previous_p99_ms = Some(280.0);
+        assert_eq!(decide(&c, &o).mode, Mode::Decreasing);
+        o.previous_p99_ms = Some(200.0);
+        assert_eq!(decide(&c, &o).mode, Mode::Holding);
         // right after a cut: settle one interval, unless severe
         let mut o = obs(70.0, 600.0, 0, 50);
         o.since_decrease = 1;
