@@ -238,8 +238,15 @@ impl AppState {
 
     /// Whether every event sold through `room` has nothing available (the
     /// room then stops admitting; stock held in carts may still come back).
+    /// Either this gateway's view of the stock says so, or another gateway
+    /// already set the room's `sold_out` flag in the store.
     pub fn sold_out(&self, room: &str) -> bool {
         self.inner.events.room_sold_out(room)
+            || self
+                .inner
+                .rooms
+                .get(room)
+                .is_some_and(|r| r.settings().sold_out)
     }
 
     /// Signs an admission token for visitor `sub` and starts its session

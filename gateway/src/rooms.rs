@@ -534,13 +534,17 @@ pub async fn admin_view_fresh(room: &Room, store: &QueueBackend) -> Value {
 fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
     let settings = room.settings();
     let diff = room.difficulty.snapshot();
-    let state = if settings.sold_out && !snap.closed {
+    // `snap.paused` is the halt in force (a pause or sold out); say which.
+    let state = if snap.closed {
+        "closed"
+    } else if settings.sold_out {
         "sold_out"
-    } else if snap.paused && !settings.paused && !settings.sold_out {
-        // the snapshot is fresher than the settings: a sold-out just lifted
-        "open"
+    } else if settings.paused {
+        "paused"
+    } else if snap.queue_length() > 0 {
+        "queueing"
     } else {
-        room.public_state(snap)
+        "open"
     };
     json!({
         "room": room.id(),
