@@ -663,6 +663,59 @@ mod tests {
     }
 
     #[test]
+    fn config_is_validated_and_read_from_toml() {
+        let c: AdaptiveConfig = toml::from_str(
+            "enabled = true\nlatency_p99_ms = 300\ninterval = \"1s\"\noverride = \"5m\"",
+        )
+        .unwrap();
+        assert_eq!(c.interval, Duration::from_secs(1));
+        assert_eq!(c.override_for, Duration::from_secs(300));
+        c.validate("rooms[0].adaptive").unwrap();
+        for (bad, field) in [
+            (
+                AdaptiveConfig {
+                    decrease_factor: 1.0,
+                    ..c.clone()
+                },
+                "decrease_factor",
+            ),
+            (
+                AdaptiveConfig {
+                    floor_rate: 50.0,
+                    ceiling_rate: 10.0,
+                    ..c.clone()
+                },
+                "ceiling_rate",
+            ),
+            (
+                AdaptiveConfig {
+                    latency_p99_ms: f64::NAN,
+                    ..c.clone()
+                },
+                "latency_p99_ms",
+            ),
+            (
+                AdaptiveConfig {
+                    max_error_ratio: 1.5,
+                    ..c.clone()
+                },
+                "max_error_ratio",
+            ),
+            (
+                AdaptiveConfig {
+                    interval: Duration::ZERO,
+                    ..c.clone()
+                },
+                "interval",
+            ),
+        ] {
+            let e = bad.validate("rooms[0].adaptive").unwrap_err().to_string();
+            assert!(e.contains(&format!("rooms[0].adaptive.{field}")), "{e}");
+        }
+        assert!(toml::from_str::<AdaptiveConfig>("enabeld = true").is_err());
+    }
+
+    #[test]
     fn window_percentile_and_errors() {
         let w = Window::default();
         for i in 0..99 {

@@ -11,6 +11,10 @@
 //! empty): when the store's tail or frontier falls below the highest values
 //! this gateway has seen, it calls `recover` with them, so no seq is
 //! reissued and no position moves backwards.
+//!
+//! And it keeps each room's `sold_out` setting in step with its events'
+//! stock: while every event the room sells has nothing available, the
+//! store halts the room's bucket as a pause does, on every gateway.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
