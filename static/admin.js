@@ -320,7 +320,19 @@
     set("active_sessions", num(s.active_sessions) + (s.max_active != null ? " / " + num(s.max_active) : ""));
     set("rate_per_sec", num(s.rate_per_sec) + "/s");
     set("difficulty", s.difficulty_bits + " bits × " + s.puzzles + (s.under_attack ? " (attack)" : ""));
-    set("drain", s.paused ? "paused" : s.queue_length === 0 ? "—" : duration(s.queue_length / s.rate_per_sec));
+    set("drain", s.paused ? "paused" : s.sold_out ? "sold out" : s.queue_length === 0 ? "—" : duration(s.queue_length / s.rate_per_sec));
+    const a = s.adaptive || { enabled: false, mode: "off" };
+    set(
+      "adaptive",
+      !a.enabled
+        ? "off"
+        : a.mode +
+            (a.mode === "overridden" && a.override_remaining_secs != null ? " (" + duration(a.override_remaining_secs) + " left)" : "") +
+            " · " + num(a.floor) + "–" + num(a.ceiling) + "/s" +
+            (a.p99_ms != null ? " · p99 " + num(a.p99_ms) + " ms / " + num(a.latency_p99_objective_ms) + " ms" : "") +
+            (a.error_ratio != null ? " · errors " + num(a.error_ratio * 100) + "%" : "")
+    );
+    set("adaptive_reason", a.enabled ? a.reason || "—" : "—");
     // A scheduled room: its opening, and the pre-queue draw.
     const sched = r.el.querySelector(".schedule");
     if (sched) {

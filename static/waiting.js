@@ -158,7 +158,7 @@
     } else if (s.state === 'paused') {
       say(t('paused')); etaEl.textContent = '–';
     } else if (s.state === 'sold_out') {
-      say(t('sold_out')); etaEl.textContent = '–';
+      say(t(s.stock_may_return ? 'sold_out_for_now' : 'sold_out')); etaEl.textContent = '–';
     } else if (s.state === 'closed') {
       say(t('closed')); etaEl.textContent = '–';
     }

@@ -71,7 +71,8 @@ impl BucketParams {
         Self {
             rate_milli: (s.rate_per_sec * 1000.0).round().max(0.0) as u64,
             burst_micro: ((s.burst * MICRO as f64).round() as i64).max(MICRO),
-            paused: s.paused,
+            // sold out halts admission as a pause does
+            paused: s.paused || s.sold_out,
             closed: s.closed,
         }
     }

@@ -658,6 +658,82 @@ pub async fn prequeue_lost_store<H: Harness>(h: &mut H) {
     assert_eq!(snap.prequeue_draw, Some(draw));
 }
 
+/// One holder at a time: a lease is taken when free, renewed by its holder,
+/// refused to others while it runs, and free again once it expired.
+pub async fn steering_lease<H: Harness>(h: &mut H) {
+    let room = "c-lease";
+    let store = h.store();
+    let ttl = Duration::from_millis(400);
+    assert!(store.lease(room, "gw-a", ttl).await.unwrap());
+    assert!(!store.lease(room, "gw-b", ttl).await.unwrap());
+    assert!(store.lease(room, "gw-a", ttl).await.unwrap(), "renewed");
+    // another room's lease is independent
+    assert!(store.lease("c-lease-2", "gw-b", ttl).await.unwrap());
+    h.elapse(Duration::from_millis(250)).await;
+    assert!(
+        store.lease(room, "gw-a", ttl).await.unwrap(),
+        "renewed again"
+    );
+    h.elapse(Duration::from_millis(250)).await;
+    // 500 ms after the first take, but the renewal keeps it gw-a's
+    assert!(!store.lease(room, "gw-b", ttl).await.unwrap());
+    h.elapse(Duration::from_millis(600)).await;
+    assert!(
+        store.lease(room, "gw-b", ttl).await.unwrap(),
+        "expired: taken over"
+    );
+    assert!(!store.lease(room, "gw-a", ttl).await.unwrap());
+}
+
+/// `sold_out` halts admission like a pause (joins take places, nobody is
+/// admitted); lifting it resumes. Adaptive state round-trips, and while
+/// adaptive admission is on the capacity-derived rate is a ceiling.
+pub async fn sold_out_and_adaptive_settings<H: Harness>(h: &mut H) {
+    let room = "c-soldout";
+    let mut s = settings(1000.0, 1.0);
+    s.sold_out = true;
+    let store = setup(h, room, &s).await;
+    for _ in 0..3 {
+        assert!(!store.join(room).await.unwrap().admitted);
+    }
+    h.elapse(Duration::from_millis(200)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!((snap.tail, snap.frontier), (3, 0));
+    assert!(store.settings(room).await.unwrap().unwrap().sold_out);
+    s.sold_out = false;
+    store.configure(room, &s).await.unwrap();
+    h.elapse(Duration::from_millis(200)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.frontier, 3, "resumed");
+
+    let room = "c-adaptive";
+    let mut s = RoomSettings {
+        capacity_rps: Some(100.0),
+        safety_margin: 0.0,
+        ..Default::default()
+    };
+    s.adaptive.enabled = true;
+    s.adaptive.mode = "decreasing".into();
+    s.adaptive.reason = "p99 812 ms > 500 ms".into();
+    s.adaptive.p99_ms = Some(812.0);
+    s.adaptive.override_until_ms = 42;
+    // a steered rate below the capacity-derived one stays
+    s.rate_per_sec = 60.0;
+    let snap = h.store().configure(room, &s).await.unwrap();
+    assert_eq!(snap.rate_per_sec, 60.0);
+    let back = h.store().settings(room).await.unwrap().unwrap();
+    assert_eq!(back.adaptive, s.adaptive);
+    // one above it is capped
+    s.rate_per_sec = 150.0;
+    let snap = h.store().configure(room, &s).await.unwrap();
+    assert_eq!(snap.rate_per_sec, 100.0);
+    // adaptive off: the capacity-derived rate again
+    s.adaptive.enabled = false;
+    s.rate_per_sec = 60.0;
+    let snap = h.store().configure(room, &s).await.unwrap();
+    assert_eq!(snap.rate_per_sec, 100.0);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each building its
 /// harness with `$make` (an expression of type `impl Future<Output =
 /// Option<H>>`; `None` skips).
@@ -668,7 +744,8 @@ macro_rules! conformance_tests {
             passthrough fifo paused burst rate_over_time configure_reanchors
             no_show_refund sessions_and_max_active lost_store_reseed closed_room
             settings_roundtrip concurrent_joins snapshot_is_read_only
-            prequeue prequeue_race prequeue_lost_store);
+            prequeue prequeue_race prequeue_lost_store
+            steering_lease sold_out_and_adaptive_settings);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

@@ -96,7 +96,9 @@ pub use memory::MemoryQueueStore;
 pub use poll::{RateMeter, eta_seconds, poll_after_ms, poll_after_ms_eta};
 pub use prequeue::{PlaceMap, PrequeueDraw, commitment, shuffle_order};
 pub use redis_store::{RedisConfig, RedisQueueStore};
-pub use settings::{InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active};
+pub use settings::{
+    AdaptiveState, InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active,
+};
 pub use store::{ClaimOutcome, JoinOutcome, QueueBackend, QueueStore, Snapshot};
 pub use tokens::{
     AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id, unix_now_s,

@@ -32,6 +32,8 @@ struct Inner {
     /// Epochs handed out, so a room created again gets a higher one even
     /// when the clock did not move (virtual time).
     last_epoch: Mutex<u64>,
+    /// Steering leases: room → (holder, expiry ms).
+    leases: Mutex<HashMap<String, (String, u64)>>,
 }
 
 impl Default for MemoryQueueStore {
@@ -65,6 +67,7 @@ impl MemoryQueueStore {
                 clock,
                 rooms: RwLock::new(HashMap::new()),
                 last_epoch: Mutex::new(0),
+                leases: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -222,5 +225,23 @@ impl QueueStore for MemoryQueueStore {
             c.reseed(min_tail, min_frontier);
             c.snapshot(room, now)
         })
+    }
+
+    async fn lease(&self, room: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        validate_room_id(room)?;
+        validate_session_id(holder)?;
+        let now = self.now_ms();
+        let mut leases = self.inner.leases.lock();
+        let free = match leases.get(room) {
+            Some((h, until)) => h == holder || *until <= now,
+            None => true,
+        };
+        if free {
+            leases.insert(
+                room.to_owned(),
+                (holder.to_owned(), now + ttl.as_millis() as u64),
+            );
+        }
+        Ok(free)
     }
 }

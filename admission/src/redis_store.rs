@@ -18,6 +18,7 @@
 //! | `sluice:{room}:claims` | string | the claim bitmap: bit `seq` set = claimed |
 //! | `sluice:{room}:batches` | list | open advance batches `from:to:at_ms`, oldest first |
 //! | `sluice:{room}:sessions` | sorted set | session id → deadline (ms, `TIME`) |
+//! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
 //!
 //! The prefix `sluice` is [`RedisConfig::prefix`]. Requires Redis ≥ 7.0
 //! (`BITCOUNT … BIT`).
@@ -44,6 +45,7 @@ const SNAPSHOT: &str = include_str!("../lua/snapshot.lua");
 const CLAIM: &str = include_str!("../lua/claim.lua");
 const CONFIGURE: &str = include_str!("../lua/configure.lua");
 const SESSION: &str = include_str!("../lua/session.lua");
+const LEASE: &str = include_str!("../lua/lease.lua");
 
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
@@ -111,6 +113,7 @@ struct Scripts {
     claim: Script,
     configure: Script,
     session: Script,
+    lease: Script,
 }
 
 impl Scripts {
@@ -123,6 +126,7 @@ impl Scripts {
             claim: s(CLAIM),
             configure: s(CONFIGURE),
             session: s(SESSION),
+            lease: Script::new(LEASE),
         }
     }
 }
@@ -431,5 +435,17 @@ impl QueueStore for RedisQueueStore {
     async fn reseed(&self, room: &str, min_tail: u64, min_frontier: u64) -> Result<Snapshot> {
         self.configure_script("reseed", room, None, min_tail, min_frontier)
             .await
+    }
+
+    async fn lease(&self, room: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        validate_room_id(room)?;
+        validate_session_id(holder)?;
+        let mut inv = self.scripts.lease.prepare_invoke();
+        inv.key(format!("{}:{{{room}}}:lease", self.cfg.prefix));
+        inv.arg(holder)
+            .arg((ttl.as_millis() as u64).max(1).to_string());
+        let mut conn = self.conn.clone();
+        let r: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
+        Ok(r == 1)
     }
 }

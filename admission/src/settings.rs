@@ -72,6 +72,12 @@ pub struct RoomSettings {
     pub paused: bool,
     /// Closed: joins are refused and nobody is admitted. Default false.
     pub closed: bool,
+    /// Sold out: every event the room sells has nothing available. Set by
+    /// the gateways from the shared inventory (not an admin setting); it
+    /// halts admission exactly like `paused` (joins are taken, places kept,
+    /// no credit saved), and lifting it when stock comes back resumes at
+    /// most `burst` at once, then the steady rate. Default false.
+    pub sold_out: bool,
     /// The most admitted visitors at once (active sessions plus admitted
     /// places not yet claimed). `None`: no cap unless `session_length` is
     /// set (then Little's law). Default `None`.
@@ -110,6 +116,37 @@ pub struct RoomSettings {
     /// is still open adopts it; a store that made its own draw keeps that.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prequeue_draw: Option<PrequeueDraw>,
+    /// Adaptive admission's shared state (the gateway steers the rate from
+    /// the origin's latency and errors). Default: off.
+    pub adaptive: AdaptiveState,
+}
+
+/// Adaptive admission's state, kept with the room's settings so that every
+/// gateway sharing the store sees it within a tick: whether it steers the
+/// room (switched live by the admin API), until when an operator's manual
+/// rate overrides it, and the steering gateway's last decision.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdaptiveState {
+    /// The gateways steer the rate. While on and `capacity_rps` is set, the
+    /// capacity-derived rate is a ceiling, not the rate itself.
+    pub enabled: bool,
+    /// An operator's manual rate stands until then (store clock, ms since
+    /// the epoch; 0: no override).
+    pub override_until_ms: u64,
+    /// The last decision: `increasing`, `decreasing`, `holding`,
+    /// `overridden` or `off` (empty before the first).
+    pub mode: String,
+    /// Why, in words (`p99 812 ms > 500 ms`).
+    pub reason: String,
+    /// The origin's p99 latency in the last window, ms (`None`: too few
+    /// requests to tell).
+    pub p99_ms: Option<f64>,
+    /// The share of the last window's upstream requests that failed (5xx,
+    /// unreachable, timeout).
+    pub error_ratio: Option<f64>,
+    /// When the decision was taken (store clock, ms).
+    pub decided_at_ms: u64,
 }
 
 impl Default for RoomSettings {
@@ -119,6 +156,7 @@ impl Default for RoomSettings {
             burst: 10.0,
             paused: false,
             closed: false,
+            sold_out: false,
             max_active: None,
             claim_window: Duration::from_secs(60),
             session_ttl: Duration::from_secs(300),
@@ -129,6 +167,7 @@ impl Default for RoomSettings {
             opens_at_ms: None,
             prequeue_seed: None,
             prequeue_draw: None,
+            adaptive: AdaptiveState::default(),
         }
     }
 }
@@ -236,11 +275,24 @@ impl RoomSettings {
     }
 
     /// Re-derives `rate_per_sec` from `capacity_rps` when that is set.
+    /// While adaptive admission steers the room, the derived rate is only a
+    /// ceiling: the steered rate stays when it is below it.
     pub fn recalibrate(&mut self) {
         if let Some(c) = self.capacity_rps {
-            self.rate_per_sec =
-                derive_rate(c, self.safety_margin, self.requests_per_visitor_per_sec);
+            let derived = derive_rate(c, self.safety_margin, self.requests_per_visitor_per_sec);
+            self.rate_per_sec = if self.adaptive.enabled {
+                self.rate_per_sec.min(derived)
+            } else {
+                derived
+            };
         }
+    }
+
+    /// The highest rate adaptive admission may set: the capacity-derived
+    /// rate when `capacity_rps` is set.
+    pub fn capacity_rate(&self) -> Option<f64> {
+        self.capacity_rps
+            .map(|c| derive_rate(c, self.safety_margin, self.requests_per_visitor_per_sec))
     }
 
     /// The cap the store enforces: `max_active` if set, else the Little cap

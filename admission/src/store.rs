@@ -214,6 +214,19 @@ pub trait QueueStore: Send + Sync {
         min_tail: u64,
         min_frontier: u64,
     ) -> impl Future<Output = Result<Snapshot>> + Send;
+
+    /// Takes or renews the room's steering lease for `holder` (one gateway
+    /// id) for `ttl`: `true` when `holder` holds it now (it was free,
+    /// expired, or already `holder`'s), `false` while another holder's lease
+    /// runs. One gateway at a time steers a room's rate (adaptive
+    /// admission); a holder that stops renewing loses the lease after `ttl`.
+    /// Independent of the room's queue state (works before `configure`).
+    fn lease(
+        &self,
+        room: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send;
 }
 
 /// The store a gateway runs on, chosen at start-up.
@@ -285,5 +298,8 @@ impl QueueStore for QueueBackend {
     }
     async fn reseed(&self, room: &str, min_tail: u64, min_frontier: u64) -> Result<Snapshot> {
         delegate!(self, s => s.reseed(room, min_tail, min_frontier))
+    }
+    async fn lease(&self, room: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        delegate!(self, s => s.lease(room, holder, ttl))
     }
 }

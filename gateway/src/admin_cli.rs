@@ -5,6 +5,7 @@
 //! sluice admin --url http://127.0.0.1:8080 --token T rooms
 //! sluice admin --url … --token T room default
 //! sluice admin --url … --token T room default set rate=300 paused=false
+//! sluice admin --url … --token T room default set adaptive=true override=0
 //! sluice admin --url … --token T events
 //! sluice admin --url … --token T event demo set total=500 version=2
 //! ```
@@ -70,6 +71,8 @@ fn room_key(k: &str) -> &str {
         "floor" => "difficulty_floor_bits",
         "ceiling" => "difficulty_ceiling_bits",
         "join_limit" => "join_limit_per_prefix_per_min",
+        "adaptive" => "adaptive_enabled",
+        "override" => "adaptive_override_secs",
         other => other,
     }
 }

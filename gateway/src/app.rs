@@ -119,11 +119,14 @@ impl AppState {
             None => Keyset::random(),
         };
         let events = crate::events::Events::from_config(&config);
-        let background = vec![
+        // This gateway's id for the steering leases of adaptive admission.
+        let gateway_id = format!("gw-{:016x}", rand::random::<u64>());
+        let mut background = vec![
             tokio::spawn(crate::rooms::run_ticker(
                 rooms.clone(),
                 stores.queue.clone(),
                 telemetry.clone(),
+                events.clone(),
             ))
             .abort_handle(),
             tokio::spawn(crate::events::run_reaper(
@@ -133,6 +136,17 @@ impl AppState {
             ))
             .abort_handle(),
         ];
+        for room in rooms.all() {
+            background.push(
+                tokio::spawn(crate::adaptive::run_steering(
+                    room.clone(),
+                    stores.queue.clone(),
+                    telemetry.clone(),
+                    gateway_id.clone(),
+                ))
+                .abort_handle(),
+            );
+        }
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
@@ -222,10 +236,17 @@ impl AppState {
             .verify_admit(&self.inner.keyring, token, room, now_s())
     }
 
-    /// Whether every event sold through `room` is sold out with nothing
-    /// held that could come back.
+    /// Whether every event sold through `room` has nothing available (the
+    /// room then stops admitting; stock held in carts may still come back).
+    /// Either this gateway's view of the stock says so, or another gateway
+    /// already set the room's `sold_out` flag in the store.
     pub fn sold_out(&self, room: &str) -> bool {
         self.inner.events.room_sold_out(room)
+            || self
+                .inner
+                .rooms
+                .get(room)
+                .is_some_and(|r| r.settings().sold_out)
     }
 
     /// Signs an admission token for visitor `sub` and starts its session

@@ -326,6 +326,9 @@ pub struct RoomConfig {
     /// The waiting page's look (`[rooms.page]`): brand name, accent
     /// colour, an operator's template directory (see `docs/waiting-page.md`).
     pub page: crate::page::PageConfig,
+    /// Adaptive admission (`[rooms.adaptive]`): the rate steered by the
+    /// origin's latency and errors. Off by default.
+    pub adaptive: crate::adaptive::AdaptiveConfig,
 }
 
 /// What a room does for new visitors when its store cannot be reached.
@@ -369,6 +372,7 @@ impl Default for RoomConfig {
             queue_token_ttl: Duration::from_secs(86_400),
             opens_at: None,
             page: crate::page::PageConfig::default(),
+            adaptive: crate::adaptive::AdaptiveConfig::default(),
         }
     }
 }
@@ -619,6 +623,7 @@ impl Config {
                 ));
             }
             room.page.validate(&format!("{field}.page"))?;
+            room.adaptive.validate(&format!("{field}.adaptive"))?;
         }
         let mut seen = std::collections::HashSet::new();
         for (i, ev) in self.events.iter().enumerate() {

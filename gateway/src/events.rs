@@ -89,12 +89,21 @@ impl Events {
         self.inner.read().get(event).and_then(|e| e.state.clone())
     }
 
-    /// A room is sold out when it sells at least one event, and every one
-    /// of them is loaded, has nothing available and nothing held that could
-    /// come back.
+    /// A room is sold out when it sells at least one event and every one
+    /// of them is loaded with nothing available. Stock held in carts may
+    /// still come back (see [`Events::room_stock_may_return`]): the room
+    /// stops admitting meanwhile and resumes when it does.
     pub fn room_sold_out(&self, room: &str) -> bool {
+        self.room_stock(room) == Some(true)
+    }
+
+    /// Whether `room` is sold out (see [`Events::room_sold_out`]); `None`
+    /// while any of its events has not been read from the store yet (or it
+    /// sells none), so a gateway just started does not decide from nothing.
+    pub fn room_stock(&self, room: &str) -> Option<bool> {
         let map = self.inner.read();
         let mut any = false;
+        let mut sold_out = true;
         for e in map.values() {
             let r = e.state.as_ref().map(|s| s.room.as_str()).unwrap_or(&e.room);
             if r != room {
@@ -102,11 +111,25 @@ impl Events {
             }
             any = true;
             match &e.state {
-                Some(s) if s.available == Some(0) && s.held == 0 && s.total > 0 => {}
-                _ => return false,
+                Some(s) => {
+                    if !(s.available == Some(0) && s.total > 0) {
+                        sold_out = false;
+                    }
+                }
+                None => return None,
             }
         }
-        any
+        any.then_some(sold_out)
+    }
+
+    /// Whether some of `room`'s stock is held in carts (and so may come back
+    /// when holds expire or are released).
+    pub fn room_stock_may_return(&self, room: &str) -> bool {
+        self.inner.read().values().any(|e| {
+            e.state
+                .as_ref()
+                .is_some_and(|s| s.room == room && s.held > 0)
+        })
     }
 
     fn set_state(&self, event: &str, state: Option<EventState>) {

@@ -78,10 +78,12 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             });
         }
         let forwarded = renewed.as_ref().map(|(t, _)| t.as_str()).unwrap_or(&token);
+        let started = std::time::Instant::now();
         let mut res = state
             .proxy()
             .forward(req, &client, admission_header(forwarded))
             .await;
+        room.observe_upstream(started.elapsed(), res.status());
         let revoke = res
             .extensions()
             .get::<OriginCommand>()
@@ -102,7 +104,10 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
     let snap = room.snapshot();
     if !room.store_ok() {
         if rooms::fail_open(&room) {
-            return state.proxy().forward(req, &client, HeaderMap::new()).await;
+            let started = std::time::Instant::now();
+            let res = state.proxy().forward(req, &client, HeaderMap::new()).await;
+            room.observe_upstream(started.elapsed(), res.status());
+            return res;
         }
         return waiting(&state, &room, req.headers(), None, &client, &ret);
     }
@@ -127,10 +132,12 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
                     .await
                 {
                     Ok((token, _)) => {
+                        let started = std::time::Instant::now();
                         let mut res = state
                             .proxy()
                             .forward(req, &client, admission_header(&token))
                             .await;
+                        room.observe_upstream(started.elapsed(), res.status());
                         cookies::set_admission(res.headers_mut(), &room, &token, &client);
                         return res;
                     }

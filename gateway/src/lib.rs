@@ -39,6 +39,7 @@
 //! - [`schedule`] — scheduled openings: times, seeds, the pre-queue draw's
 //!   place map and `sluice prequeue-verify`.
 //! - [`gate`] — the admission gate in front of the proxy.
+//! - [`adaptive`] — adaptive admission: the rate steered by the origin's latency.
 //! - [`visitor`] — challenge, join, status, public room state, JWKS.
 //! - [`reserve`] — events, holds, the payment webhook, event admin.
 //! - [`events`] — known events, cached stock, the reaper task.
@@ -52,6 +53,7 @@
 //! - [`simulate`] — `sluice simulate`, the queue in virtual time.
 //! - [`swarm`] — `sluice swarm`, a bounded crowd of real visitors.
 
+pub mod adaptive;
 pub mod admin_cli;
 pub mod app;
 pub mod cli;

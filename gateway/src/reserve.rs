@@ -533,6 +533,7 @@ async fn admin_get_event(
 async fn admin_put_event(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    client: Option<axum::Extension<crate::client_ip::ClientInfo>>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, Problem> {
@@ -586,6 +587,7 @@ async fn admin_put_event(
             .map(str::to_owned)
             .ok_or_else(|| Problem::invalid_setting("room", "no such room"))?,
     };
+    let before = event_admin_json(&state, &id).await?;
     let spec = StockSpec {
         total,
         cart_limit,
@@ -624,8 +626,11 @@ async fn admin_put_event(
     };
     let state_now = state.inventory().read(&event).await.map_err(store_err)?;
     state.events().upsert(&id, &room, state_now);
-    tracing::info!(target: "audit", event = %id, body = %body, "event stock set");
-    Ok((status, axum::Json(event_admin_json(&state, &id).await?)).into_response())
+    let after = event_admin_json(&state, &id).await?;
+    // Who (a fingerprint of the token, the client address), what, before, after.
+    let who = crate::dashboard::audit_who(&headers, client.as_ref().map(|c| &c.0));
+    tracing::info!(target: "audit", who = %who, event = %id, change = %body, before = %before, after = %after, "event stock set");
+    Ok((status, axum::Json(after)).into_response())
 }
 
 #[cfg(test)]

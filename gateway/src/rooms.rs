@@ -11,6 +11,10 @@
 //! empty): when the store's tail or frontier falls below the highest values
 //! this gateway has seen, it calls `recover` with them, so no seq is
 //! reissued and no position moves backwards.
+//!
+//! And it keeps each room's `sold_out` setting in step with its events'
+//! stock: while every event the room sells has nothing available, the
+//! store halts the room's bucket as a pause does, on every gateway.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -60,6 +64,11 @@ pub struct Room {
     building_map: AtomicBool,
     /// The last draw seen from the store, written back if the store loses it.
     seen_draw: ArcSwap<Option<PrequeueDraw>>,
+    /// The origin's latency and errors on this room's traffic since the
+    /// last adaptive decision.
+    window: crate::adaptive::Window,
+    /// This gateway holds the room's steering lease.
+    steering: AtomicBool,
 }
 
 impl Room {
@@ -96,6 +105,8 @@ impl Room {
             difficulty,
             join_limit_per_min: AtomicU32::new(limit),
             limiter: ArcSwap::from_pointee(limiter(limit)),
+            window: crate::adaptive::Window::default(),
+            steering: AtomicBool::new(false),
             config,
         };
         Ok(room)
@@ -114,6 +125,31 @@ impl Room {
     /// The room's settings as last read from the store.
     pub fn settings(&self) -> Arc<RoomSettings> {
         self.settings.load_full()
+    }
+
+    /// Replaces the cached settings with ones just written to the store.
+    pub fn set_settings(&self, settings: RoomSettings) {
+        self.settings.store(Arc::new(settings));
+    }
+
+    /// The room's upstream window (adaptive admission).
+    pub fn window(&self) -> &crate::adaptive::Window {
+        &self.window
+    }
+
+    /// Records one upstream answer of this room's traffic: its latency and
+    /// whether it failed (a 5xx, including the gateway's own 502/504).
+    pub fn observe_upstream(&self, latency: Duration, status: http::StatusCode) {
+        self.window.record(latency, status.is_server_error());
+    }
+
+    /// Whether this gateway steers the room's rate now.
+    pub fn steering(&self) -> bool {
+        self.steering.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_steering(&self, on: bool) {
+        self.steering.store(on, Ordering::Relaxed);
     }
 
     /// Whether the store answered the last tick.
@@ -346,6 +382,7 @@ pub fn settings_from_config(c: &RoomConfig) -> RoomSettings {
         burst: c.burst.max(1.0),
         paused: false,
         closed: false,
+        sold_out: false,
         max_active: c.max_active,
         claim_window: c.claim_window,
         session_ttl: c.session_ttl,
@@ -353,6 +390,10 @@ pub fn settings_from_config(c: &RoomConfig) -> RoomSettings {
         safety_margin: c.safety_margin,
         requests_per_visitor_per_sec: c.requests_per_visitor_per_sec,
         session_length: c.session_length,
+        adaptive: sluice_admission::AdaptiveState {
+            enabled: c.adaptive.enabled,
+            ..Default::default()
+        },
         ..RoomSettings::default()
     };
     s.recalibrate();
@@ -450,11 +491,18 @@ pub fn bypasses(room: &Room, path: &str, ip: IpAddr) -> bool {
 // === the ticker ===
 
 /// Loads or creates each room in the store, then advances every room every
-/// tick until the process ends.
-pub async fn run_ticker(rooms: Arc<Rooms>, store: QueueBackend, telemetry: Telemetry) {
+/// tick until the process ends, and keeps each room's `sold_out` setting in
+/// step with its events' stock.
+pub async fn run_ticker(
+    rooms: Arc<Rooms>,
+    store: QueueBackend,
+    telemetry: Telemetry,
+    events: crate::events::Events,
+) {
     let mut interval = tokio::time::interval(TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut initialised = vec![false; rooms.all().len()];
+    let mut stock_seen: Vec<Option<bool>> = vec![None; rooms.all().len()];
     loop {
         interval.tick().await;
         for (i, room) in rooms.all().iter().enumerate() {
@@ -472,6 +520,10 @@ pub async fn run_ticker(rooms: Arc<Rooms>, store: QueueBackend, telemetry: Telem
                     if !room.store_ok.swap(true, Ordering::Relaxed) {
                         tracing::info!(room = room.id(), "store answers");
                     }
+                    let view = events.room_stock(room.id());
+                    if let Err(e) = sync_sold_out(room, &store, view, &mut stock_seen[i]).await {
+                        mark_down(room, &e);
+                    }
                 }
                 Err(e) => mark_down(room, &e),
             }
@@ -483,6 +535,41 @@ pub async fn run_ticker(rooms: Arc<Rooms>, store: QueueBackend, telemetry: Telem
             );
         }
     }
+}
+
+/// Sold out stops admission in every gateway: the store's `sold_out`
+/// setting halts the bucket like a pause (so neither the tickers' `advance`
+/// nor a join's passthrough moves the frontier), and lifting it resumes.
+/// Each gateway writes it when *its* view of the stock changes (edge
+/// triggered, so gateways whose views differ for the second between two
+/// inventory refreshes do not flap it), and only when the store disagrees.
+async fn sync_sold_out(
+    room: &Room,
+    store: &QueueBackend,
+    view: Option<bool>,
+    seen: &mut Option<bool>,
+) -> Result<(), AdmissionError> {
+    let Some(sold_out) = view else {
+        return Ok(());
+    };
+    if *seen == Some(sold_out) {
+        return Ok(());
+    }
+    let current = room.settings();
+    if current.sold_out != sold_out {
+        let mut s = (*current).clone();
+        s.sold_out = sold_out;
+        let snap = store.configure(room.id(), &s).await?;
+        room.settings.store(Arc::new(s));
+        room.record(snap);
+        if sold_out {
+            tracing::info!(room = room.id(), "sold out: admission stopped");
+        } else {
+            tracing::info!(room = room.id(), "stock is back: admission resumes");
+        }
+    }
+    *seen = Some(sold_out);
+    Ok(())
 }
 
 fn mark_down(room: &Room, e: &dyn std::fmt::Display) {
@@ -619,13 +706,24 @@ pub async fn admin_view_fresh(room: &Room, store: &QueueBackend) -> Value {
 fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
     let settings = room.settings();
     let diff = room.difficulty.snapshot();
+    // `snap.paused` is the halt in force (a pause or sold out); say which.
+    let state = if snap.closed {
+        "closed"
+    } else if settings.sold_out {
+        "sold_out"
+    } else if settings.paused {
+        "paused"
+    } else {
+        room.public_state(snap)
+    };
     let mut view = json!({
         "opens_at": snap.opens_at_ms.map(crate::schedule::format_rfc3339),
         "room": room.id(),
-        "state": room.public_state(snap),
+        "state": state,
         "rate_per_sec": snap.rate_per_sec,
         "burst": snap.burst,
-        "paused": snap.paused,
+        "paused": settings.paused,
+        "sold_out": settings.sold_out,
         "closed": snap.closed,
         "tail": snap.tail,
         "frontier": snap.frontier,
@@ -652,11 +750,46 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         "joins_total": snap.joins_total,
         "refunded_total": snap.refunded_total,
         "store_ok": room.store_ok(),
+        "adaptive": adaptive_view(room, &settings, snap.store_now_ms),
     });
     if let Some(obj) = view.as_object_mut() {
         obj.extend(room.prequeue_fields(snap));
     }
     view
+}
+
+/// The `adaptive` object of the admin view: on or off, the last decision
+/// and why, the bounds in force, an operator's override.
+fn adaptive_view(room: &Room, settings: &RoomSettings, now_ms: u64) -> Value {
+    let cfg = &room.config.adaptive;
+    let a = &settings.adaptive;
+    let (floor, ceiling) = crate::adaptive::bounds(cfg, settings.capacity_rate());
+    let overridden = a.enabled && a.override_until_ms > now_ms;
+    let mode = if !a.enabled {
+        "off"
+    } else if overridden {
+        "overridden"
+    } else if a.mode.is_empty() {
+        "holding"
+    } else {
+        a.mode.as_str()
+    };
+    json!({
+        "enabled": a.enabled,
+        "mode": mode,
+        "reason": if a.enabled { a.reason.as_str() } else { "" },
+        "p99_ms": a.p99_ms,
+        "error_ratio": a.error_ratio,
+        "latency_p99_objective_ms": cfg.latency_p99_ms,
+        "max_error_ratio": cfg.max_error_ratio,
+        "floor": floor,
+        "ceiling": ceiling,
+        "interval_secs": cfg.interval.as_secs_f64(),
+        "override_until_ms": if overridden { Some(a.override_until_ms) } else { None },
+        "override_remaining_secs": if overridden { Some((a.override_until_ms - now_ms).div_ceil(1000)) } else { None },
+        "decided_at_ms": (a.decided_at_ms > 0).then_some(a.decided_at_ms),
+        "steering_here": room.steering(),
+    })
 }
 
 /// Applies an admin PATCH: store settings through the store (every gateway
@@ -675,6 +808,8 @@ pub async fn admin_patch(
     let mut ceiling = None;
     let mut join_limit = None;
     let mut opens_at: Option<Option<u64>> = None;
+    let mut adaptive_enabled = None;
+    let mut override_secs = None;
     for (k, v) in obj {
         if k == "opens_at" {
             opens_at = Some(match v {
@@ -723,18 +858,43 @@ pub async fn admin_patch(
             "join_limit_per_prefix_per_min" => {
                 join_limit = Some(small_int(k, v, 0, 1_000_000)? as u32);
             }
+            "adaptive_enabled" => {
+                adaptive_enabled = Some(
+                    v.as_bool()
+                        .ok_or_else(|| Problem::invalid_setting(k, "must be true or false"))?,
+                );
+            }
+            "adaptive_override_secs" => override_secs = Some(small_int(k, v, 0, 7 * 86_400)?),
             other => return Err(Problem::invalid_setting(other, "unknown setting")),
         }
     }
     let patch: RoomPatch = serde_json::from_value(Value::Object(store_patch))
         .map_err(|e| Problem::invalid_setting("body", e.to_string()))?;
+    let manual_rate = patch.rate_per_sec.is_some();
     let mut settings = (*room.settings()).clone();
     if let Some(opens) = opens_at {
         schedule(room, &mut settings, opens)?;
     }
+    if let Some(on) = adaptive_enabled {
+        settings.adaptive.enabled = on;
+        if !on {
+            settings.adaptive.override_until_ms = 0;
+        }
+    }
     patch
         .apply(&mut settings)
         .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
+    // An operator's manual rate overrides adaptive admission for a while:
+    // the PATCH's adaptive_override_secs, else the room's configured time.
+    if settings.adaptive.enabled && (manual_rate || override_secs.is_some()) {
+        let secs = override_secs.unwrap_or(room.config.adaptive.override_for.as_secs());
+        // the store's clock (one tick old), which the steering gateway reads
+        let now = match room.snapshot().store_now_ms {
+            0 => crate::app::now_ms(),
+            t => t,
+        };
+        settings.adaptive.override_until_ms = if secs == 0 { 0 } else { now + secs * 1000 };
+    }
     if floor.is_some() || ceiling.is_some() {
         let d = room.difficulty.snapshot();
         let f = floor.unwrap_or(u64::from(d.floor_bits)) as u8;

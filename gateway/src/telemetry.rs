@@ -28,6 +28,10 @@
 //! | `sluice_upstream_errors_total` | counter | kind | `unreachable` or `timeout` |
 //! | `sluice_holds_total` | counter | outcome | hold attempts by outcome |
 //! | `sluice_hold_replication_lagged_total` | counter | op | holds (`hold`) and payment confirmations (`confirm`) fewer Redis replicas acknowledged than `replication.wait_replicas` asks (answered 503; the hold released again) |
+//! | `sluice_adaptive_rate_per_second` | gauge | room | the rate adaptive admission set (steering gateway) |
+//! | `sluice_adaptive_decisions_total` | counter | room, decision | adaptive decisions: `increasing`, `decreasing`, `holding`, `overridden` (steering gateway) |
+//! | `sluice_origin_p99_seconds` | gauge | room | the origin's p99 latency in the last adaptive window (steering gateway) |
+//! | `sluice_origin_error_ratio` | gauge | room | share of failed upstream requests in the last adaptive window (steering gateway) |
 
 use std::sync::Arc;
 
@@ -190,6 +194,30 @@ impl Telemetry {
             &[("op", op.to_owned())],
         )
         .increment(1);
+    }
+
+    /// An adaptive admission decision of the steering gateway.
+    pub fn adaptive(
+        &self,
+        room: &str,
+        decision: &'static str,
+        rate: f64,
+        p99_ms: Option<f64>,
+        error_ratio: Option<f64>,
+    ) {
+        let l = [("room", room.to_owned())];
+        self.gauge("sluice_adaptive_rate_per_second", &l).set(rate);
+        self.counter(
+            "sluice_adaptive_decisions_total",
+            &[("room", room.to_owned()), ("decision", decision.to_owned())],
+        )
+        .increment(1);
+        if let Some(p) = p99_ms {
+            self.gauge("sluice_origin_p99_seconds", &l).set(p / 1000.0);
+        }
+        if let Some(e) = error_ratio {
+            self.gauge("sluice_origin_error_ratio", &l).set(e);
+        }
     }
 
     /// The Prometheus text exposition.

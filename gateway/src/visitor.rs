@@ -263,15 +263,18 @@ async fn status_answer(
         None
     };
     if let Some(s) = room_state {
-        return Ok(no_store(
-            axum::Json(json!({
-                "state": s,
-                "seq": claims.seq,
-                "position": position,
-                "poll_after_ms": poll_after(room, &snap, position).max(5_000),
-            }))
-            .into_response(),
-        ));
+        let mut body = json!({
+            "state": s,
+            "seq": claims.seq,
+            "position": position,
+            "poll_after_ms": poll_after(room, &snap, position).max(5_000),
+        });
+        if s == "sold_out" {
+            // Stock held in carts may come back (holds expire or are
+            // released): the place is kept and admission resumes then.
+            body["stock_may_return"] = json!(state.events().room_stock_may_return(room.id()));
+        }
+        return Ok(no_store(axum::Json(body).into_response()));
     }
     if let Some(place) = place.filter(|_| admitted) {
         let admitted = match state.queue().claim(room.id(), place).await {

@@ -172,25 +172,63 @@ pub struct GatewayProcess {
     child: Option<Child>,
     /// Its address.
     pub addr: SocketAddr,
+    /// Its log lines (stderr), when started with [`GatewayProcess::start_logged`].
+    log: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 impl GatewayProcess {
     /// Starts `sluice serve` with these extra arguments, on a free port, and
-    /// waits for its "listening" line.
+    /// waits for its "listening" line. Its log (warnings and errors) goes to
+    /// the test's stderr.
     pub fn start(args: &[&str]) -> GatewayProcess {
+        Self::spawn(args, None)
+    }
+
+    /// Like [`GatewayProcess::start`], logging as JSON lines at the level
+    /// `filter` asks (an `EnvFilter`, e.g. `warn,audit=info`) and keeping
+    /// every line for [`GatewayProcess::log_lines`] (still echoed to the
+    /// test's stderr).
+    pub fn start_logged(args: &[&str], filter: &str) -> GatewayProcess {
+        Self::spawn(args, Some(filter))
+    }
+
+    /// The log lines captured so far (empty unless started with
+    /// [`GatewayProcess::start_logged`]).
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    fn spawn(args: &[&str], log_filter: Option<&str>) -> GatewayProcess {
         let port = redis_server::free_port();
         let listen = format!("127.0.0.1:{port}");
-        let mut child = Command::new(sluice_bin())
-            .arg("serve")
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg("serve")
             .arg("--listen")
             .arg(&listen)
             .args(args)
             .env_remove("SLUICE_CONFIG")
-            .env("SLUICE_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn sluice");
+            .env("SLUICE_LOG", log_filter.unwrap_or("warn"))
+            .stdout(Stdio::piped());
+        if log_filter.is_some() {
+            cmd.env("SLUICE_LOG_FORMAT", "json").stderr(Stdio::piped());
+        } else {
+            cmd.stderr(Stdio::inherit());
+        }
+        let mut child = cmd.spawn().expect("spawn sluice");
+        let log = child.stderr.take().map(|stderr| {
+            let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let sink = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+                }
+            });
+            lines
+        });
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -217,6 +255,7 @@ impl GatewayProcess {
         let gw = GatewayProcess {
             child: Some(child),
             addr: listen.parse().expect("addr"),
+            log,
         };
         let url = gw.url();
         std::thread::spawn(move || {
