@@ -224,7 +224,7 @@ async fn create_hold(
         .await
         .map_err(|e| lag_counted(&state, "hold", e))
         .map_err(store_err)?;
-    metrics_outcome(&outcome);
+    state.telemetry().hold(outcome_label(&outcome));
     match outcome {
         HoldOutcome::Held(h) | HoldOutcome::Replayed(h) => {
             Ok((StatusCode::CREATED, axum::Json(hold_json(&h))).into_response())
@@ -247,16 +247,16 @@ async fn create_hold(
     }
 }
 
-fn metrics_outcome(o: &HoldOutcome) {
-    let outcome = match o {
+/// The `outcome` label of `sluice_holds_total`.
+fn outcome_label(o: &HoldOutcome) -> &'static str {
+    match o {
         HoldOutcome::Held(_) => "held",
         HoldOutcome::Replayed(_) => "replayed",
         HoldOutcome::SoldOut { .. } => "sold_out",
         HoldOutcome::CartLimitExceeded { .. } => "cart_limit_exceeded",
         HoldOutcome::InvalidQuantity { .. } => "invalid_quantity",
         HoldOutcome::NotReady => "not_ready",
-    };
-    tracing::debug!(outcome, "hold");
+    }
 }
 
 /// The hold of a path and the caller (ownership is the store's check).

@@ -282,9 +282,10 @@ async fn fifty_early_visitors_on_two_gateways_are_admitted_in_the_published_draw
     // Everyone is admitted in the order of the places.
     let admitted_at =
         admit_all_in_place_order(&mut visitors, &urls[0], &place, Duration::from_secs(25)).await;
-    // the late joiner came last
-    let last = admitted_at.values().max().unwrap();
-    assert_eq!(admitted_at[&51], *last);
+    // the late joiner came after every ticket: checked pairwise above (its
+    // place is 51). Its admission poll need not be the last poll of all: a
+    // ticket seen waiting just before the frontier passed both is admitted
+    // at its next poll, after the late joiner's.
     // the draw was really observed in steps, not all at once
     let distinct: std::collections::HashSet<u64> = admitted_at.values().copied().collect();
     assert!(
