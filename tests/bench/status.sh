@@ -3,7 +3,10 @@
 #   hyper  — a bare hyper server answering a constant JSON body (the ceiling)
 #   sluice — GET /_sluice/rooms/default/status with a valid queue token
 #            (cached signature check + the room's snapshot; no store call)
-#   joins  — POST join (solve + join) throughput on Redis is in joins.sh
+#   joins  — visitors fetching a challenge, solving it (1 puzzle, 2 bits)
+#            and joining, closed loop, on a gateway over its own
+#            redis-server; with redis-benchmark's INCR on the same server
+#            as the store's ceiling (a join is one Lua script)
 # Prints requests/s and p99 for each and the sluice/hyper ratio.
 #
 # Usage: tests/bench/status.sh [seconds=10] [connections=64]
@@ -59,3 +62,21 @@ s=$(run status "http://127.0.0.1:$SLUICE/_sluice/rooms/default/status" "Authoriz
 curl -sf -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$SLUICE/_sluice/rooms/default/status" | grep -q '"state":"waiting"' \
   || { echo "status answer is not 'waiting': the bench measured the wrong thing" >&2; exit 1; }
 awk -v s="$s" -v h="$h" 'BEGIN { printf "status polls / bare hyper: %.2f (target ≥ 0.5)\n", s/h }'
+
+# Joins per second on Redis.
+if command -v redis-server >/dev/null; then
+  REDIS=$(port); SLUICE_R=$(port)
+  redis-server --port "$REDIS" --bind 127.0.0.1 --save '' --appendonly no >/dev/null & pids+=($!)
+  for _ in $(seq 50); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  SLUICE_LOG=warn ./target/release/sluice serve --listen "127.0.0.1:$SLUICE_R" --config "$work/sluice.toml" \
+    --redis "redis://127.0.0.1:$REDIS" >/dev/null & pids+=($!)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE_R/_sluice/readyz" >/dev/null && break; sleep 0.1; done
+  read -r jps jp99 jok jfail < <(./target/release/examples/bench_tools joins "http://127.0.0.1:$SLUICE_R" default "$DUR" "$CONNS")
+  printf 'joins    %12s joins/s p99 %s ms (each: challenge, solve, join; %s joined, %s refused)\n' "$jps" "$jp99" "$jok" "$jfail" >&2
+  if command -v redis-benchmark >/dev/null; then
+    incr=$(redis-benchmark -p "$REDIS" -t incr -n 200000 -c "$CONNS" -q 2>/dev/null | tr '\r' '\n' | awk '/INCR/ {print $2}' | tail -1)
+    echo "redis-benchmark INCR on the same redis-server: $incr ops/s" >&2
+  fi
+else
+  echo "redis-server missing: joins on Redis not measured (apt-get install redis-server)" >&2
+fi
