@@ -23,7 +23,7 @@ pub mod visitor;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -182,6 +182,37 @@ impl GatewayProcess {
     /// the test's stderr.
     pub fn start(args: &[&str]) -> GatewayProcess {
         Self::spawn(args, None)
+    }
+
+    /// A gateway of a group sharing one store: `--redis`, `--origin`,
+    /// `--config`, `--keys-dir`, `--pow-secret` and the test admin token,
+    /// then `extra` flags.
+    pub fn start_shared(
+        redis_url: &str,
+        origin_url: &str,
+        config: &Path,
+        keys_dir: &Path,
+        pow_secret: &str,
+        extra: &[&str],
+    ) -> GatewayProcess {
+        let config = config.to_str().expect("a UTF-8 config path");
+        let keys = keys_dir.to_str().expect("a UTF-8 keys path");
+        let mut args = vec![
+            "--redis",
+            redis_url,
+            "--origin",
+            origin_url,
+            "--config",
+            config,
+            "--keys-dir",
+            keys,
+            "--pow-secret",
+            pow_secret,
+            "--admin-token",
+            ADMIN_TOKEN,
+        ];
+        args.extend_from_slice(extra);
+        Self::start(&args)
     }
 
     /// Like [`GatewayProcess::start`], logging as JSON lines at the level

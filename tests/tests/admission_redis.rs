@@ -12,7 +12,7 @@ use sluice_tests::client::TestClient;
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;
 use sluice_tests::visitor::Visitor;
-use sluice_tests::{ADMIN_TOKEN, GatewayProcess, admin_patch, admin_room, temp_file, temp_keys};
+use sluice_tests::{GatewayProcess, admin_patch, admin_room, temp_file, temp_keys};
 
 const POW_SECRET: &str = "shared-pow-secret-for-the-test";
 
@@ -46,20 +46,7 @@ fn gateways(
     let keys = temp_keys();
     (0..n)
         .map(|_| {
-            GatewayProcess::start(&[
-                "--redis",
-                &redis.url(),
-                "--origin",
-                &origin.url(),
-                "--config",
-                cfg.to_str().unwrap(),
-                "--keys-dir",
-                keys.to_str().unwrap(),
-                "--pow-secret",
-                POW_SECRET,
-                "--admin-token",
-                ADMIN_TOKEN,
-            ])
+            GatewayProcess::start_shared(&redis.url(), &origin.url(), &cfg, &keys, POW_SECRET, &[])
         })
         .collect()
 }

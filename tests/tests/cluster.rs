@@ -83,20 +83,14 @@ async fn two_gateways_over_a_three_shard_cluster_survive_a_failover() {
     let url = cluster.url();
     let gws: Vec<GatewayProcess> = (0..2)
         .map(|_| {
-            GatewayProcess::start(&[
-                "--redis",
+            GatewayProcess::start_shared(
                 &url,
-                "--origin",
                 &origin.url(),
-                "--config",
-                cfg.to_str().unwrap(),
-                "--keys-dir",
-                keys.to_str().unwrap(),
-                "--pow-secret",
+                &cfg,
+                &keys,
                 "cluster-test-pow-secret-0123",
-                "--admin-token",
-                ADMIN_TOKEN,
-            ])
+                &[],
+            )
         })
         .collect();
     let urls: Vec<String> = gws.iter().map(|g| g.url()).collect();

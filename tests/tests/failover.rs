@@ -256,22 +256,14 @@ async fn sentinel_failover_under_write_load_loses_no_acknowledged_hold() {
     );
     let keys = temp_keys();
     let origin = TestOrigin::start().await;
-    let gw = GatewayProcess::start(&[
-        "--redis",
+    let gw = GatewayProcess::start_shared(
         &sentinel.url(),
-        "--origin",
         &origin.url(),
-        "--config",
-        cfg.to_str().unwrap(),
-        "--keys-dir",
-        keys.to_str().unwrap(),
-        "--pow-secret",
+        &cfg,
+        &keys,
         "failover-test-pow-secret-0123",
-        "--admin-token",
-        ADMIN_TOKEN,
-        "--webhook-secret",
-        WEBHOOK_SECRET,
-    ]);
+        &["--webhook-secret", WEBHOOK_SECRET],
+    );
     let base = gw.url();
 
     // Joins before the failover.

@@ -443,20 +443,14 @@ attack_min_solve = "0s"
     let keys = temp_keys();
     let gws: Vec<GatewayProcess> = (0..3)
         .map(|_| {
-            GatewayProcess::start(&[
-                "--redis",
+            GatewayProcess::start_shared(
                 &redis.url(),
-                "--origin",
                 &origin.url(),
-                "--config",
-                cfg.to_str().unwrap(),
-                "--keys-dir",
-                keys.to_str().unwrap(),
-                "--pow-secret",
+                &cfg,
+                &keys,
                 "faults-pow-secret-0123456789",
-                "--admin-token",
-                ADMIN_TOKEN,
-            ])
+                &[],
+            )
         })
         .collect();
     let urls: Arc<Vec<String>> = Arc::new(gws.iter().map(|g| g.url()).collect());

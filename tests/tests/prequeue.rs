@@ -17,8 +17,8 @@ use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;
 use sluice_tests::visitor::Visitor;
 use sluice_tests::{
-    ADMIN_TOKEN, GatewayProcess, TestGateway, admin_patch, admin_room, easy_room, sluice_bin,
-    temp_file, temp_keys,
+    GatewayProcess, TestGateway, admin_patch, admin_room, easy_room, sluice_bin, temp_file,
+    temp_keys,
 };
 
 const POW_SECRET: &str = "shared-pow-secret-for-the-prequeue-test";
@@ -66,20 +66,7 @@ opens_at = "{opens_at}"
     let keys = temp_keys();
     (0..2)
         .map(|_| {
-            GatewayProcess::start(&[
-                "--redis",
-                &redis.url(),
-                "--origin",
-                &origin.url(),
-                "--config",
-                cfg.to_str().unwrap(),
-                "--keys-dir",
-                keys.to_str().unwrap(),
-                "--pow-secret",
-                POW_SECRET,
-                "--admin-token",
-                ADMIN_TOKEN,
-            ])
+            GatewayProcess::start_shared(&redis.url(), &origin.url(), &cfg, &keys, POW_SECRET, &[])
         })
         .collect()
 }
