@@ -625,6 +625,11 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
 }
 
 async fn tick_room(room: &Arc<Room>, store: &QueueBackend) -> Result<(), AdmissionError> {
+    // The highest values seen, read *before* the store is asked: joins
+    // answered while `advance` runs raise `max_tail` above the tail the
+    // store had then, and must not be mistaken for a store that lost state.
+    let seen_tail = room.max_tail.load(Ordering::Relaxed);
+    let seen_frontier = room.max_frontier.load(Ordering::Relaxed);
     let snap = match store.advance(room.id()).await {
         Ok(s) => s,
         Err(AdmissionError::RoomNotFound(_)) => {
@@ -647,14 +652,14 @@ async fn tick_room(room: &Arc<Room>, store: &QueueBackend) -> Result<(), Admissi
         }
         Err(e) => return Err(e),
     };
-    let max_tail = room.max_tail.load(Ordering::Relaxed);
-    let max_frontier = room.max_frontier.load(Ordering::Relaxed);
-    let lost = snap.tail < max_tail || snap.frontier < max_frontier;
+    let lost = snap.tail < seen_tail || snap.frontier < seen_frontier;
     let snap = if lost {
+        let max_tail = room.max_tail.load(Ordering::Relaxed);
+        let max_frontier = room.max_frontier.load(Ordering::Relaxed);
         tracing::warn!(
             room = room.id(),
             store_tail = snap.tail,
-            seen_tail = max_tail,
+            seen_tail,
             "store lost the room's state: recovering from the highest values seen"
         );
         let settings = room.settings_for_store();

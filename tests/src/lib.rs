@@ -195,6 +195,41 @@ impl GatewayProcess {
         pow_secret: &str,
         extra: &[&str],
     ) -> GatewayProcess {
+        Self::shared(
+            redis_url, origin_url, config, keys_dir, pow_secret, extra, None,
+        )
+    }
+
+    /// [`GatewayProcess::start_shared`], keeping its log as
+    /// [`GatewayProcess::start_logged`] does.
+    pub fn start_shared_logged(
+        redis_url: &str,
+        origin_url: &str,
+        config: &Path,
+        keys_dir: &Path,
+        pow_secret: &str,
+        filter: &str,
+    ) -> GatewayProcess {
+        Self::shared(
+            redis_url,
+            origin_url,
+            config,
+            keys_dir,
+            pow_secret,
+            &[],
+            Some(filter),
+        )
+    }
+
+    fn shared(
+        redis_url: &str,
+        origin_url: &str,
+        config: &Path,
+        keys_dir: &Path,
+        pow_secret: &str,
+        extra: &[&str],
+        filter: Option<&str>,
+    ) -> GatewayProcess {
         let config = config.to_str().expect("a UTF-8 config path");
         let keys = keys_dir.to_str().expect("a UTF-8 keys path");
         let mut args = vec![
@@ -212,7 +247,7 @@ impl GatewayProcess {
             ADMIN_TOKEN,
         ];
         args.extend_from_slice(extra);
-        Self::start(&args)
+        Self::spawn(&args, filter)
     }
 
     /// Like [`GatewayProcess::start`], logging as JSON lines at the level
