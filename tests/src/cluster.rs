@@ -108,7 +108,7 @@ impl RedisCluster {
         );
         let cluster = RedisCluster { nodes, dir };
         cluster.wait_ok(Duration::from_secs(20));
-        cluster.wait_replicas_synced(Duration::from_secs(20));
+        cluster.wait_replicas_synced(replicas, Duration::from_secs(20));
         Some(cluster)
     }
 
@@ -177,8 +177,11 @@ impl RedisCluster {
         None
     }
 
-    /// Waits until every replica's link to its primary is up.
-    pub fn wait_replicas_synced(&self, limit: Duration) {
+    /// Waits until every replica's link to its primary is up and every
+    /// primary counts `per_primary` online replicas. (Right after `cluster
+    /// create` a node meant to be a replica can still say `role:master`:
+    /// the primaries' side is what `WAIT` counts.)
+    pub fn wait_replicas_synced(&self, per_primary: usize, limit: Duration) {
         let deadline = Instant::now() + limit;
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {
             loop {
@@ -187,13 +190,30 @@ impl RedisCluster {
                     .output()
                     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                     .unwrap_or_default();
-                if out.contains("role:master") || out.contains("master_link_status:up") {
+                let online = out
+                    .lines()
+                    .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                    .count();
+                let primary_ready = out.contains("role:master")
+                    && (online >= per_primary || !self.owns_slots(n.port));
+                if primary_ready || out.contains("master_link_status:up") {
                     break;
                 }
-                assert!(Instant::now() < deadline, "replica {} never synced", n.port);
+                assert!(Instant::now() < deadline, "node {} never synced", n.port);
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+    }
+
+    /// Whether the node on `port` serves hash slots (a primary with slots,
+    /// not a replica still switching roles).
+    fn owns_slots(&self, port: u16) -> bool {
+        self.cli(&["CLUSTER", "NODES"]).lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 8
+                && f[1].starts_with(&format!("127.0.0.1:{port}@"))
+                && f[2].contains("master")
+        })
     }
 
     /// Kills the node on `port` (SIGKILL).
