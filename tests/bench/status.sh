@@ -72,7 +72,7 @@ if command -v redis-server >/dev/null; then
     --redis "redis://127.0.0.1:$REDIS" >/dev/null & pids+=($!)
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE_R/_sluice/readyz" >/dev/null && break; sleep 0.1; done
   read -r jps jp99 jok jfail < <(./target/release/examples/bench_tools joins "http://127.0.0.1:$SLUICE_R" default "$DUR" "$CONNS")
-  printf 'joins    %12s joins/s p99 %s ms (each: challenge, solve, join; %s joined, %s refused)\n' "$jps" "$jp99" "$jok" "$jfail" >&2
+  printf 'joins    %12s joins/s p99 %s ms (each: challenge, solve, join; %s joined, %s refused: any refusal is a bug)\n' "$jps" "$jp99" "$jok" "$jfail" >&2
   if command -v redis-benchmark >/dev/null; then
     incr=$(redis-benchmark -p "$REDIS" -t incr -n 200000 -c "$CONNS" -q 2>/dev/null | tr '\r' '\n' | awk '/INCR/ {print $2}' | tail -1)
     echo "redis-benchmark INCR on the same redis-server: $incr ops/s" >&2
