@@ -23,25 +23,11 @@ pub struct RedisCluster {
     dir: std::path::PathBuf,
 }
 
-fn tool_available(name: &str) -> bool {
-    Command::new(name)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 impl RedisCluster {
     /// Starts `primaries × (1 + replicas)` nodes and creates the cluster.
     pub fn start(primaries: usize, replicas: usize) -> Option<RedisCluster> {
-        if !tool_available("redis-server") || !tool_available("redis-cli") {
-            let msg = "redis-server or redis-cli not found on PATH";
-            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
-                panic!("{msg}: CI=true requires them (apt-get install redis-server redis-tools)");
-            }
-            eprintln!("\n*** SKIPPED: {msg}; this cluster test did not run ***\n");
+        if !crate::redis_server::tools_or_skip(&["redis-server", "redis-cli"], "this cluster test")
+        {
             return None;
         }
         let dir = std::env::temp_dir().join(format!(

@@ -48,12 +48,7 @@ impl RedisServer {
     /// Starts a server with the given options, or returns `None` (loudly)
     /// when `redis-server` is missing outside CI.
     pub fn start_with(options: RedisOptions) -> Option<Self> {
-        if !redis_available() {
-            let msg = "redis-server not found on PATH";
-            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
-                panic!("{msg}: CI=true requires it (apt-get install redis-server)");
-            }
-            eprintln!("\n*** SKIPPED: {msg}; this test needs a real Redis and did not run ***\n");
+        if !tools_or_skip(&["redis-server"], "this test needs a real Redis and") {
             return None;
         }
         let port = free_port();
@@ -164,13 +159,33 @@ impl Drop for RedisServer {
 
 /// Whether `redis-server` can be started here.
 pub fn redis_available() -> bool {
-    Command::new("redis-server")
+    runs("redis-server")
+}
+
+fn runs(tool: &str) -> bool {
+    Command::new(tool)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
+}
+
+/// Whether every Redis tool in `tools` runs. When one does not: a failure
+/// under `CI=true`; otherwise a loud SKIPPED line naming `what` did not
+/// run, and `false`.
+pub fn tools_or_skip(tools: &[&str], what: &str) -> bool {
+    let missing: Vec<&str> = tools.iter().copied().filter(|t| !runs(t)).collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("{} not found on PATH", missing.join(" and "));
+    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+        panic!("{msg}: CI=true requires them (apt-get install redis-server redis-tools)");
+    }
+    eprintln!("\n*** SKIPPED: {msg}; {what} did not run ***\n");
+    false
 }
 
 /// A loopback port that was free a moment ago.

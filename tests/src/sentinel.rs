@@ -19,27 +19,13 @@ pub struct Sentinel {
     dir: std::path::PathBuf,
 }
 
-fn tool_available(name: &str) -> bool {
-    Command::new(name)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 impl Sentinel {
     /// Starts a sentinel monitoring `127.0.0.1:primary_port` as `service`.
     /// It declares the primary down after 400 ms without an answer and
     /// promotes a replica on its own (quorum 1).
     pub fn start(service: &str, primary_port: u16) -> Option<Sentinel> {
-        if !tool_available("redis-server") || !tool_available("redis-cli") {
-            let msg = "redis-server or redis-cli not found on PATH";
-            if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
-                panic!("{msg}: CI=true requires them (apt-get install redis-server redis-tools)");
-            }
-            eprintln!("\n*** SKIPPED: {msg}; this sentinel test did not run ***\n");
+        if !crate::redis_server::tools_or_skip(&["redis-server", "redis-cli"], "this sentinel test")
+        {
             return None;
         }
         let port = free_port();
