@@ -35,8 +35,7 @@ use serde_json::{Value, json};
 use sluice_admission::RoomSettings;
 use sluice_admission::sim::{self, Arrivals, Dist, SecondRow, SimConfig, SimReport};
 
-/// Exit status of bad flags or input files (as a bad config).
-const EXIT_USAGE: u8 = 64;
+use crate::cli::{Failure, failure, usage};
 
 /// When the simulated visitors arrive (`--arrivals`).
 #[derive(Clone, Debug, PartialEq)]
@@ -183,26 +182,6 @@ pub struct SimulateArgs {
     pub room: String,
 }
 
-/// A failure, with the exit status it maps to.
-struct Failure {
-    code: u8,
-    message: String,
-}
-
-fn usage(message: impl Into<String>) -> Failure {
-    Failure {
-        code: EXIT_USAGE,
-        message: message.into(),
-    }
-}
-
-fn failure(message: impl Into<String>) -> Failure {
-    Failure {
-        code: 1,
-        message: message.into(),
-    }
-}
-
 /// The live room read with `--from`.
 #[derive(Debug)]
 struct Live {
@@ -217,10 +196,7 @@ struct Live {
 pub fn run(args: SimulateArgs) -> ExitCode {
     match run_inner(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(f) => {
-            eprintln!("sluice: simulate: {}", f.message);
-            ExitCode::from(f.code)
-        }
+        Err(f) => f.exit("simulate"),
     }
 }
 

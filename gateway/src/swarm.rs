@@ -81,8 +81,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use serde_json::{Map, Value, json};
 
-/// Exit status of bad flags (as a bad config).
-const EXIT_USAGE: u8 = 64;
+use crate::cli::{Failure, failure, usage};
+
 /// Exit status when the run shows overselling or a broken limit (2 is
 /// clap's for a flag it cannot parse).
 const EXIT_VIOLATION: u8 = 3;
@@ -160,35 +160,11 @@ pub struct SwarmArgs {
     pub allow_remote: bool,
 }
 
-/// A failure before or instead of a report, with its exit status.
-#[derive(Debug)]
-struct Failure {
-    code: u8,
-    message: String,
-}
-
-fn usage(message: impl Into<String>) -> Failure {
-    Failure {
-        code: EXIT_USAGE,
-        message: message.into(),
-    }
-}
-
-fn failure(message: impl Into<String>) -> Failure {
-    Failure {
-        code: 1,
-        message: message.into(),
-    }
-}
-
 /// Runs `sluice swarm`; returns the process exit code.
 pub fn run(args: SwarmArgs) -> ExitCode {
     match run_inner(args) {
         Ok(code) => code,
-        Err(f) => {
-            eprintln!("sluice: swarm: {}", f.message);
-            ExitCode::from(f.code)
-        }
+        Err(f) => f.exit("swarm"),
     }
 }
 
@@ -1570,7 +1546,7 @@ mod tests {
             "http://[::1]:9"
         );
         let e = check_target("http://192.0.2.1:8080", false).unwrap_err();
-        assert_eq!(e.code, EXIT_USAGE);
+        assert_eq!(e.code, crate::cli::EXIT_USAGE);
         assert!(e.message.contains("--allow-remote"), "{}", e.message);
         assert!(check_target("http://192.0.2.1:8080", true).is_ok());
         assert!(check_target("https://127.0.0.1", false).is_err());
