@@ -114,7 +114,13 @@ impl AppState {
         };
         let pow = match &config.pow_secret {
             Some(s) => {
-                Keyset::from_secret(s.as_bytes()).map_err(|e| anyhow::anyhow!("pow secret: {e}"))?
+                let older: Vec<&[u8]> = config
+                    .pow_previous_secrets
+                    .iter()
+                    .map(|p| p.as_bytes())
+                    .collect();
+                Keyset::from_secrets(s.as_bytes(), &older)
+                    .map_err(|e| anyhow::anyhow!("pow secret: {e}"))?
             }
             None => Keyset::random(),
         };

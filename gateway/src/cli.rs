@@ -79,6 +79,16 @@ pub struct ServeArgs {
     /// Shared proof-of-work HMAC secret [default: random at start].
     #[arg(long, env = "SLUICE_POW_SECRET", hide_env_values = true)]
     pub pow_secret: Option<String>,
+    /// An earlier proof-of-work secret, still accepted (not used to sign)
+    /// while challenges issued before a rotation live out their TTL;
+    /// repeat for two [default: none].
+    #[arg(
+        long = "pow-previous-secret",
+        env = "SLUICE_POW_PREVIOUS_SECRETS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub pow_previous_secrets: Vec<String>,
     /// Payment webhook HMAC secret [default: webhook refuses everything].
     #[arg(long, env = "SLUICE_WEBHOOK_SECRET", hide_env_values = true)]
     pub webhook_secret: Option<String>,
@@ -121,6 +131,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.pow_secret {
             c.pow_secret = Some(v.clone());
+        }
+        if !self.pow_previous_secrets.is_empty() {
+            c.pow_previous_secrets = self.pow_previous_secrets.clone();
         }
         if let Some(v) = &self.webhook_secret {
             c.webhook_secret = Some(v.clone());

@@ -77,6 +77,12 @@ pub struct Config {
     /// Shared HMAC secret for proof-of-work challenges (`--pow-secret`).
     /// None: random at start (only fine for a single gateway).
     pub pow_secret: Option<String>,
+    /// Earlier proof-of-work secrets, still accepted for challenges issued
+    /// before a rotation but never used to sign (`--pow-previous-secret`,
+    /// at most two). Rotating: add the new secret as `pow_secret` and the
+    /// old one here on every gateway; drop it once a challenge's lifetime
+    /// has passed.
+    pub pow_previous_secrets: Vec<String>,
     /// HMAC secret of the payment webhook (`--webhook-secret`). None: the
     /// webhook answers 400 `signature_invalid`.
     pub webhook_secret: Option<String>,
@@ -111,6 +117,7 @@ impl Default for Config {
             replication: Replication::default(),
             admin_token: None,
             pow_secret: None,
+            pow_previous_secrets: Vec::new(),
             webhook_secret: None,
             keys_dir: None,
             log_format: LogFormat::Text,
@@ -493,6 +500,50 @@ impl Config {
         {
             sluice_sentinel::SentinelUrl::parse(redis)
                 .map_err(|e| ConfigError::invalid("redis", e))?;
+        }
+        if let Some(current) = &self.pow_secret {
+            // Built here as the gateway will build it, so a short secret or
+            // two secrets sharing a key id exit 64 with one clear line.
+            let older: Vec<&[u8]> = self
+                .pow_previous_secrets
+                .iter()
+                .map(|p| p.as_bytes())
+                .collect();
+            sluice_pow::Keyset::from_secrets(current.as_bytes(), &older).map_err(|e| {
+                ConfigError::invalid(
+                    "pow_secret",
+                    match e {
+                        sluice_pow::KeysetError::DuplicateKid(_) => format!(
+                            "{e}: two secrets map to one key id (the first byte of their SHA-256); choose another new secret"
+                        ),
+                        _ => e.to_string(),
+                    },
+                )
+            })?;
+        }
+        if !self.pow_previous_secrets.is_empty() {
+            let Some(current) = &self.pow_secret else {
+                return Err(ConfigError::invalid(
+                    "pow_previous_secrets",
+                    "needs pow_secret (the secret that signs now)",
+                ));
+            };
+            if self.pow_previous_secrets.len() > 2 {
+                return Err(ConfigError::invalid(
+                    "pow_previous_secrets",
+                    "at most two earlier secrets",
+                ));
+            }
+            let mut all: Vec<&str> = vec![current];
+            for s in &self.pow_previous_secrets {
+                if s.is_empty() || all.contains(&s.as_str()) {
+                    return Err(ConfigError::invalid(
+                        "pow_previous_secrets",
+                        "each earlier secret must be non-empty and differ from the others",
+                    ));
+                }
+                all.push(s);
+            }
         }
         if self.replication.wait_replicas > 16 {
             return Err(ConfigError::invalid(

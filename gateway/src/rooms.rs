@@ -40,6 +40,10 @@ use crate::telemetry::Telemetry;
 /// snapshot.
 pub const TICK: Duration = Duration::from_millis(100);
 
+/// How often the ticker forgets rate-limit state of networks whose budget
+/// has refilled ([`Room::prune_rate_limits`]).
+pub const LIMITER_PRUNE_EVERY: Duration = Duration::from_secs(10);
+
 /// One room: its configuration and live state in this gateway.
 pub struct Room {
     /// As configured.
@@ -180,6 +184,21 @@ impl Room {
                 wait.as_secs().max(1)
             }),
         }
+    }
+
+    /// Forgets the rate-limit state of networks whose budget is full again,
+    /// so a spray of addresses (every /56 of an IPv6 block) cannot grow the
+    /// limiter without bound. Called by the ticker every few seconds.
+    pub fn prune_rate_limits(&self) {
+        if let Some(l) = self.limiter.load().as_ref() {
+            l.retain_recent();
+            l.shrink_to_fit();
+        }
+    }
+
+    /// Number of networks the rate limiter currently remembers.
+    pub fn rate_limited_networks(&self) -> usize {
+        self.limiter.load().as_ref().as_ref().map_or(0, |l| l.len())
     }
 
     /// The place (frontier position) of `seq`: its seq, unless it holds a
@@ -503,8 +522,15 @@ pub async fn run_ticker(
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut initialised = vec![false; rooms.all().len()];
     let mut stock_seen: Vec<Option<bool>> = vec![None; rooms.all().len()];
+    let mut last_prune = tokio::time::Instant::now();
     loop {
         interval.tick().await;
+        if last_prune.elapsed() >= LIMITER_PRUNE_EVERY {
+            last_prune = tokio::time::Instant::now();
+            for room in rooms.all() {
+                room.prune_rate_limits();
+            }
+        }
         for (i, room) in rooms.all().iter().enumerate() {
             if !initialised[i] {
                 match init_room(room, &store).await {

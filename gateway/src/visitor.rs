@@ -30,8 +30,7 @@ pub async fn challenge(
 ) -> Result<Response, Problem> {
     let room = state.room(&room_id)?;
     let prefix = network_prefix(client.ip);
-    room.check_rate_limit(prefix)
-        .map_err(Problem::rate_limited)?;
+    rate_limit(&state, room, prefix)?;
     let now = now_ms();
     let level = room.difficulty.observe_and_level(prefix, now);
     let spec = level.spec(room.id(), room.config.challenge_ttl);
@@ -49,6 +48,15 @@ pub async fn challenge(
         "min_solve_ms": spec.min_solve.as_millis() as u64,
     }))
     .into_response())
+}
+
+/// Takes one token of the room's per-network limit, or answers 429
+/// `rate_limited` (counted in `sluice_rate_limited_total`).
+fn rate_limit(state: &AppState, room: &Room, prefix: sluice_pow::NetPrefix) -> Result<(), Problem> {
+    room.check_rate_limit(prefix).map_err(|wait| {
+        state.telemetry().rate_limited(room.id());
+        Problem::rate_limited(wait)
+    })
 }
 
 /// The body of a join.
@@ -88,8 +96,7 @@ pub async fn join(
     }
 
     let JsonBody(body) = body?;
-    room.check_rate_limit(prefix)
-        .map_err(Problem::rate_limited)?;
+    rate_limit(&state, room, prefix)?;
     let snap = room.snapshot();
     if snap.closed {
         return Err(Problem::new(

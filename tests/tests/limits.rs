@@ -104,3 +104,98 @@ async fn bypass_paths_and_allow_listed_ranges_skip_the_queue() {
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
 }
+
+/// Behind a trusted load balancer the limit is keyed by the forwarded
+/// client's network, joins draw on it as challenges do, and every refusal
+/// is counted in `sluice_rate_limited_total`.
+#[tokio::test]
+async fn joins_are_limited_by_the_forwarded_network_and_counted() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            c.rooms = vec![room(3, vec![])];
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        })
+        .spawn()
+        .await;
+    let c = TestClient::new();
+    let challenge = format!("{}/_sluice/rooms/default/challenge", gw.url());
+    let join = format!("{}/_sluice/rooms/default/join", gw.url());
+    let fan = [("x-forwarded-for", "203.0.113.7")];
+    let neighbour = [("x-forwarded-for", "203.0.113.200")]; // same /24
+    let elsewhere = [("x-forwarded-for", "198.51.100.9")];
+    for _ in 0..3 {
+        assert_eq!(c.post_json(&challenge, &fan, &json!({})).await.status, 200);
+    }
+    // The budget of 203.0.113.0/24 is spent: a join (well formed, its proof
+    // never looked at) and a neighbour's challenge are refused.
+    let body = json!({"challenge": "x", "solutions": ["1"]});
+    let res = c.post_json(&join, &fan, &body).await;
+    assert_eq!(res.status, 429, "{}", res.text());
+    assert_eq!(res.json()["code"], "rate_limited");
+    assert!(res.header("retry-after").is_some());
+    assert_eq!(
+        c.post_json(&challenge, &neighbour, &json!({})).await.status,
+        429
+    );
+    // Another network behind the same balancer has its own budget.
+    let res = c.post_json(&challenge, &elsewhere, &json!({})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    let bearer = format!("Bearer {}", sluice_tests::ADMIN_TOKEN);
+    let res = c
+        .get(
+            &format!("{}/metrics", gw.url()),
+            &[("authorization", &bearer)],
+        )
+        .await;
+    let line = res
+        .text()
+        .lines()
+        .find(|l| l.starts_with("sluice_rate_limited_total{room=\"default\"}"))
+        .map(str::to_owned)
+        .expect("sluice_rate_limited_total recorded");
+    let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(n, 2.0, "{line}");
+}
+
+/// The limiter forgets networks whose budget has refilled, so a spray of
+/// addresses cannot grow it without bound.
+#[tokio::test]
+async fn the_limiter_forgets_refilled_networks() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            // 600 a minute: one token back every 100 ms.
+            c.rooms = vec![room(600, vec![])];
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+        })
+        .spawn()
+        .await;
+    let c = TestClient::new();
+    let challenge = format!("{}/_sluice/rooms/default/challenge", gw.url());
+    for i in 0..50 {
+        let xff = format!("10.{i}.0.1");
+        let res = c
+            .post_json(&challenge, &[("x-forwarded-for", &xff)], &json!({}))
+            .await;
+        assert_eq!(res.status, 200);
+    }
+    let room = gw.state().room("default").unwrap();
+    assert_eq!(room.rate_limited_networks(), 50);
+    // Every one of them took a single token, back within 100 ms; the
+    // ticker prunes every LIMITER_PRUNE_EVERY.
+    let deadline = std::time::Instant::now()
+        + sluice_gateway::rooms::LIMITER_PRUNE_EVERY
+        + Duration::from_secs(5);
+    while room.rate_limited_networks() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {} networks remembered",
+            room.rate_limited_networks()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
