@@ -189,13 +189,22 @@
       if (r.status !== 200) throw r;
       say(t('solving'));
       root.classList.add('working');
+      var received = Date.now();
       return window.SluicePow.solveChallenge(r.body, {
         workerUrl: '/_sluice/static/pow-worker.js',
         onProgress: function (p) {
           setProgress(SOLVE_SHARE * p.fraction);
           say(t('solving_progress', { done: p.solved, total: p.total }));
         }
-      }).then(function (solutions) { return submit(r.body.challenge, solutions, 0); });
+      }).then(function (solutions) {
+        // Under attack the gateway refuses proofs submitted sooner than
+        // min_solve_ms after the challenge was issued: a fast device waits
+        // out the rest (plus a margin for the trip) instead of being
+        // refused and starting over, forever.
+        var rest = minSolveWait(r.body.min_solve_ms, received, Date.now());
+        return new Promise(function (ok) { setTimeout(ok, rest); })
+          .then(function () { return submit(r.body.challenge, solutions, 0); });
+      });
     }).catch(function (err) {
       root.classList.remove('working');
       var wait = (err && err.res && Number(err.res.headers.get('retry-after'))) * 1000 || errorDelay;
@@ -203,6 +212,14 @@
       say(t('reconnecting'));
       setTimeout(join, jitter(wait));
     });
+  }
+
+  // Milliseconds still to wait before submitting a proof solved at `now`
+  // for a challenge received at `received`.
+  function minSolveWait(minSolveMs, received, now) {
+    var min = Number(minSolveMs) || 0;
+    if (min <= 0) return 0;
+    return Math.max(0, received + min + 250 - now);
   }
 
   // The same solution is resubmitted after a network error: it is only

@@ -384,3 +384,70 @@ async fn before_a_scheduled_opening_the_page_counts_down_then_admits() {
     b.close().await;
     gw.shutdown().await;
 }
+
+/// Under attack the gateway refuses proofs submitted sooner than the
+/// challenge's `min_solve_ms`: a fast browser must wait out the rest and
+/// join once, not be refused and start over forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_attack_a_fast_browser_waits_out_the_minimum_solve_time() {
+    let Some(mut b) = Browser::start("min-solve", WINDOW).await else {
+        return;
+    };
+    let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
+    let gw = TestGateway::builder()
+        .origin(shop.url())
+        .config(|c| {
+            c.rooms = vec![RoomConfig {
+                rate_per_sec: 0.0,
+                burst: 1.0,
+                puzzles: 4,
+                difficulty_floor_bits: 6,
+                difficulty_ceiling_bits: 6,
+                join_limit_per_prefix_per_min: 0,
+                attack_min_solve: Duration::from_secs(2),
+                ..RoomConfig::default()
+            }];
+        })
+        .spawn()
+        .await;
+    let base = gw.url();
+    // Spend the room's one credit, so the browser waits in line.
+    Visitor::new(&base, "default").join("/").await;
+    // A flood of challenges from this network (the browser's too: both are
+    // 127.0.0.1) lifts it past the ceiling: challenges now carry a minimum
+    // solve time, which the browser beats by far at 4 × 2^6 hashes.
+    let c = TestClient::new();
+    let url = format!("{base}/_sluice/rooms/default/challenge");
+    let mut last = json!(null);
+    for _ in 0..80 {
+        last = c.post_json(&url, &[], &json!({})).await.json();
+    }
+    assert_eq!(last["min_solve_ms"], 2000, "under attack: {last}");
+
+    let started = Instant::now();
+    b.c().goto(&format!("{base}/shop/demo")).await.unwrap();
+    let position: u64 = wait_for(
+        Duration::from_secs(20),
+        "a position on the page",
+        || async { b.text("#position").await.trim().parse().ok() },
+    )
+    .await;
+    assert!(position >= 1);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "joined before the minimum solve time"
+    );
+    b.close().await;
+    // The browser's proof was never refused as too fast.
+    let bearer = format!("Bearer {}", sluice_tests::ADMIN_TOKEN);
+    let metrics = c
+        .get(&format!("{base}/metrics"), &[("authorization", &bearer)])
+        .await
+        .text();
+    let refused: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_pow_rejections_total"))
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    gw.shutdown().await;
+}
