@@ -230,12 +230,19 @@
     }).then(function (r) {
       if (r.status === 200 || r.status === 201) { errorDelay = 1000; return show(r.body); }
       if (r.status === 423) { say(t('closed')); return; }
+      // After a network error the first submission may still be on its way
+      // (the gateway has not yet noted the place it bought): a little later
+      // the same solution gets that place back.
+      if (r.status === 409 && attempt > 0 && attempt <= 8) return retry();
       throw r;
     }, function () {
       if (attempt > 8) throw new Error('network');
+      return retry();
+    });
+    function retry() {
       return new Promise(function (ok) { setTimeout(ok, jitter(Math.min(1000 * Math.pow(2, attempt), 15000))); })
         .then(function () { return submit(challenge, solutions, attempt + 1); });
-    });
+    }
   }
 
   poll();

@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_admission::{AdmitClaims, QueueClaims, QueueStore, Snapshot, new_visitor_id};
-use sluice_pow::{PowError, network_prefix};
+use sluice_pow::{PowError, Redemption, ReplayStore, network_prefix};
 
 use crate::app::{AppState, JsonBody, now_ms, now_s};
 use crate::client_ip::ClientInfo;
@@ -109,7 +109,11 @@ pub async fn join(
         return Err(Problem::malformed("challenge or solutions too long"));
     }
     let return_to = safe_return_to(body.return_to.as_deref());
-    sluice_pow::redeem(
+    let rejected = |e: sluice_pow::PowError| {
+        state.telemetry().pow_rejected(room.id(), e.code());
+        pow_problem(e)
+    };
+    let redemption = sluice_pow::redeem_or_recall(
         state.pow(),
         state.replay_guard(),
         &body.challenge,
@@ -118,10 +122,43 @@ pub async fn join(
         now_ms(),
     )
     .await
-    .map_err(|e| {
-        state.telemetry().pow_rejected(room.id(), e.code());
-        pow_problem(e)
-    })?;
+    .map_err(rejected)?;
+    let verified = match redemption {
+        Redemption::New(v) => v,
+        Redemption::Replayed { note, .. } => {
+            // The same solution again: a client that lost the answer to its
+            // join (a dropped connection, a timeout) gets the place it bought
+            // back, never a second one. No note: the first join is still in
+            // flight, or it was admitted at once.
+            let Some(place) = note.as_deref().and_then(NotedPlace::parse) else {
+                return Err(rejected(sluice_pow::PowError::Replayed));
+            };
+            let mut claims = QueueClaims::new(
+                room.id(),
+                &place.sub,
+                place.seq,
+                place.epoch,
+                now_s(),
+                room.config.queue_token_ttl,
+            );
+            claims.ret = Some(return_to);
+            let token = state
+                .keyring()
+                .sign_queue(&claims)
+                .map_err(|e| Problem::internal().log_cause(&e))?;
+            let mut res = status_answer(
+                &state,
+                room,
+                &claims,
+                &client,
+                StatusCode::CREATED,
+                Some(&token),
+            )
+            .await?;
+            cookies::set_queue(res.headers_mut(), room, &token, &client);
+            return Ok(res);
+        }
+    };
 
     let outcome = match rooms::join(room, state.queue()).await {
         Ok(o) => o,
@@ -180,6 +217,17 @@ pub async fn join(
         .keyring()
         .sign_queue(&claims)
         .map_err(|e| Problem::internal().log_cause(&e))?;
+    let note = NotedPlace {
+        seq: outcome.seq,
+        epoch: outcome.epoch,
+        sub: sub.clone(),
+    }
+    .to_string();
+    if let Err(e) = state.replay_guard().note(&verified.id, &note).await {
+        // Only a resubmission after a lost answer is affected: it is
+        // refused as a replay, as before notes existed.
+        tracing::warn!(room = room.id(), error = %e, "place not noted on the replay guard");
+    }
     let snap = room.snapshot();
     let body = if outcome.prequeue {
         let mut b = prequeue_body(room, &snap, outcome.seq);
@@ -209,6 +257,31 @@ pub async fn join(
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
+}
+
+/// The place a solution bought, noted on the replay guard under the
+/// challenge's id as `seq:epoch:sub`.
+#[derive(Debug, PartialEq, Eq)]
+struct NotedPlace {
+    seq: u64,
+    epoch: u64,
+    sub: String,
+}
+
+impl NotedPlace {
+    fn parse(s: &str) -> Option<NotedPlace> {
+        let mut it = s.splitn(3, ':');
+        let seq = it.next()?.parse().ok()?;
+        let epoch = it.next()?.parse().ok()?;
+        let sub = it.next().filter(|s| !s.is_empty())?.to_owned();
+        Some(NotedPlace { seq, epoch, sub })
+    }
+}
+
+impl std::fmt::Display for NotedPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.seq, self.epoch, self.sub)
+    }
 }
 
 /// `GET /_sluice/rooms/{room}/status`.
@@ -584,5 +657,18 @@ mod tests {
             "/tickets/42?seat=a&x=%2F"
         );
         assert_eq!(safe_return_to(None), "/");
+    }
+
+    #[test]
+    fn a_noted_place_round_trips_and_junk_is_refused() {
+        let p = NotedPlace {
+            seq: 42,
+            epoch: 3,
+            sub: "v-abc:def".into(),
+        };
+        assert_eq!(NotedPlace::parse(&p.to_string()).unwrap(), p);
+        for junk in ["", "1", "x:1:a", "1:x:a", "1:2:", "1:2", "-1:2:a"] {
+            assert_eq!(NotedPlace::parse(junk), None, "{junk}");
+        }
     }
 }

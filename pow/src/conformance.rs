@@ -20,6 +20,7 @@ pub async fn run_all<G: ReplayStore + 'static>(guard: Arc<G>) {
     first_use_then_replay(&*guard).await;
     ids_are_independent(&*guard).await;
     expires_after_ttl(&*guard).await;
+    notes_live_and_die_with_the_id(&*guard).await;
     concurrent_redemption_accepts_once(guard.clone(), 64).await;
     many_ids_race(guard).await;
 }
@@ -67,6 +68,30 @@ pub async fn expires_after_ttl<G: ReplayStore>(guard: &G) {
         guard.consume_once(&id, ttl).await.unwrap(),
         "expired id must be accepted again"
     );
+}
+
+/// A note is kept only for a recorded id, read back as written, does not
+/// make the id consumable again, and goes when the id expires.
+pub async fn notes_live_and_die_with_the_id<G: ReplayStore>(guard: &G) {
+    let id = fresh_id();
+    let ttl = Duration::from_millis(300);
+    guard.note(&id, "before").await.unwrap();
+    assert_eq!(guard.noted(&id).await.unwrap(), None, "no note without the id");
+    assert!(guard.consume_once(&id, ttl).await.unwrap());
+    assert_eq!(guard.noted(&id).await.unwrap(), None, "no note yet");
+    guard.note(&id, "7:1:visitor-a").await.unwrap();
+    assert_eq!(
+        guard.noted(&id).await.unwrap().as_deref(),
+        Some("7:1:visitor-a")
+    );
+    assert!(
+        !guard.consume_once(&id, ttl).await.unwrap(),
+        "a noted id is still consumed"
+    );
+    let other = fresh_id();
+    assert_eq!(guard.noted(&other).await.unwrap(), None);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(guard.noted(&id).await.unwrap(), None, "gone with the id");
 }
 
 /// `tasks` tasks race to redeem one id: exactly one wins.

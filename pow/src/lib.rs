@@ -108,6 +108,45 @@ pub use hash::{leading_zero_bits, parse_canonical_u64};
 pub use prefix::{NetPrefix, network_prefix};
 pub use solver::{solve, solve_puzzle};
 
+/// What [`redeem_or_recall`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Redemption {
+    /// First use: the id is consumed now.
+    New(Verified),
+    /// A valid solution whose id was already consumed, with the note the
+    /// first redemption left ([`ReplayStore::note`]), if any: the caller
+    /// may answer with what the first one bought.
+    Replayed {
+        /// The challenge, verified again in full.
+        verified: Verified,
+        /// The first redemption's note.
+        note: Option<String>,
+    },
+}
+
+/// Like [`redeem`], but a replay of a fully verified solution is returned
+/// with the first redemption's note instead of [`PowError::Replayed`], so a
+/// client that lost the answer to its join can get its place back.
+pub async fn redeem_or_recall<G: ReplayStore, S: AsRef<str>>(
+    keyset: &Keyset,
+    guard: &G,
+    challenge: &str,
+    solutions: &[S],
+    room: &str,
+    now_ms: u64,
+) -> Result<Redemption, PowError> {
+    let verified = keyset.verify(challenge, solutions, room, now_ms)?;
+    if guard
+        .consume_once(&verified.id, verified.guard_ttl(now_ms))
+        .await?
+    {
+        Ok(Redemption::New(verified))
+    } else {
+        let note = guard.noted(&verified.id).await?;
+        Ok(Redemption::Replayed { verified, note })
+    }
+}
+
 /// Verifies a challenge completely, then consumes its id once.
 ///
 /// The replay guard is touched only after every check of

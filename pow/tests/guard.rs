@@ -98,6 +98,15 @@ impl ReplayStore for CountingGuard {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.consume_once(id, ttl).await
     }
+
+    async fn note(&self, id: &[u8; 16], note: &str) -> Result<(), GuardError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.note(id, note).await
+    }
+
+    async fn noted(&self, id: &[u8; 16]) -> Result<Option<String>, GuardError> {
+        self.inner.noted(id).await
+    }
 }
 
 #[tokio::test]

@@ -217,11 +217,24 @@ async fn a_place_is_kept_and_a_solution_buys_one_place_once() {
     assert!(res.status.is_success(), "{}", res.text());
     let seq = v.seq.unwrap();
 
-    // Another client replaying the same solution: refused.
-    let mut thief = Visitor::new(&gw.url(), "default");
-    let res = thief.join_with(&challenge, &solutions, "/").await;
-    assert_eq!(res.status, 409, "{}", res.text());
-    assert_eq!(res.json()["code"], "pow_replayed");
+    // The answer was lost (a dropped connection): the same solution sent
+    // again, without the cookie, gets the same place back — not a refusal
+    // that would send the visitor to the back of the line, and not a
+    // second place.
+    let mut again = Visitor::new(&gw.url(), "default");
+    let res = again.join_with(&challenge, &solutions, "/").await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    assert_eq!(res.json()["seq"], seq);
+    assert_eq!(again.seq, Some(seq));
+    assert!(
+        res.header("set-cookie")
+            .is_some_and(|c| c.starts_with("sluice_q_default=")),
+        "the queue cookie comes back too"
+    );
+    let status = again.status().await;
+    assert_eq!(status.json()["seq"], seq, "{}", status.text());
+    let room = sluice_tests::admin_room(&gw.url(), "default").await;
+    assert_eq!(room["tail"], seq, "no second place: {room}");
 
     // Joining again with the queue cookie: same seq, nothing new.
     let cookie = format!("sluice_q_default={}", v.queue_token.clone().unwrap());
@@ -355,4 +368,71 @@ async fn jwks_publishes_the_verifying_key() {
     assert_eq!(k["crv"], "Ed25519");
     assert_eq!(k["alg"], "EdDSA");
     assert!(k["kid"].is_string() && k["x"].is_string());
+}
+
+/// Rotating the proof-of-work secret is no flag day: a gateway signing
+/// with the new secret still accepts, for their lifetime, challenges
+/// issued under the one named in `pow_previous_secrets`; a gateway that
+/// does not list it refuses them.
+#[tokio::test]
+async fn a_rotated_pow_secret_still_accepts_challenges_issued_before() {
+    const OLD: &str = "pow-secret-before-rotation-0123";
+    const NEW: &str = "pow-secret-after-rotation-45678";
+    let origin = TestOrigin::start().await;
+    let before = builder(&origin, 10.0)
+        .config(|c| c.pow_secret = Some(OLD.into()))
+        .spawn()
+        .await;
+    let rotated = builder(&origin, 10.0)
+        .config(|c| {
+            c.pow_secret = Some(NEW.into());
+            c.pow_previous_secrets = vec![OLD.into()];
+        })
+        .spawn()
+        .await;
+    let forgot = builder(&origin, 10.0)
+        .config(|c| c.pow_secret = Some(NEW.into()))
+        .spawn()
+        .await;
+
+    let (old_challenge, old_solutions) = Visitor::new(&before.url(), "default").solved().await;
+    let res = Visitor::new(&forgot.url(), "default")
+        .join_with(&old_challenge, &old_solutions, "/")
+        .await;
+    assert_eq!(res.status, 403, "{}", res.text());
+    assert_eq!(res.json()["code"], "pow_invalid");
+    let res = Visitor::new(&rotated.url(), "default")
+        .join_with(&old_challenge, &old_solutions, "/")
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+    // And the rotated gateway's own challenges are signed with the new
+    // secret: the gateway that never heard of the old one accepts them.
+    let (new_challenge, new_solutions) = Visitor::new(&rotated.url(), "default").solved().await;
+    let res = Visitor::new(&forgot.url(), "default")
+        .join_with(&new_challenge, &new_solutions, "/")
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+
+    // Misconfigurations exit 64 with one line, before listening.
+    let bad = |f: fn(&mut sluice_gateway::config::Config)| {
+        let mut c = sluice_gateway::config::Config::default();
+        f(&mut c);
+        c.validate().unwrap_err().to_string()
+    };
+    assert!(bad(|c| c.pow_previous_secrets = vec![OLD.into()]).contains("needs pow_secret"));
+    assert!(
+        bad(|c| {
+            c.pow_secret = Some(NEW.into());
+            c.pow_previous_secrets = vec![NEW.into()];
+        })
+        .contains("pow_secret")
+    );
+    assert!(bad(|c| c.pow_secret = Some("short".into())).contains("16 bytes"));
+    assert!(
+        bad(|c| {
+            c.pow_secret = Some(NEW.into());
+            c.pow_previous_secrets = vec![OLD.into(), "x".repeat(16), "y".repeat(16)];
+        })
+        .contains("at most two")
+    );
 }

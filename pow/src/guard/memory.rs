@@ -40,16 +40,23 @@ struct Inner {
     live: AtomicUsize,
 }
 
+/// One consumed id: when it may be forgotten, and what it bought.
+#[derive(Debug)]
+struct Entry {
+    expiry: Instant,
+    note: Option<Box<str>>,
+}
+
 #[derive(Debug, Default)]
 struct Shard {
-    entries: HashMap<[u8; 16], Instant>,
+    entries: HashMap<[u8; 16], Entry>,
     sweep_at: usize,
 }
 
 impl Shard {
     fn sweep(&mut self, now: Instant) -> usize {
         let before = self.entries.len();
-        self.entries.retain(|_, exp| *exp > now);
+        self.entries.retain(|_, e| e.expiry > now);
         self.sweep_at = (self.entries.len() * 2).max(MIN_SWEEP_AT);
         before - self.entries.len()
     }
@@ -84,7 +91,7 @@ impl MemoryReplayGuard {
         let now = Instant::now();
         let shard = &self.inner.shards[usize::from(id[0]) % SHARDS];
         let mut s = shard.lock();
-        if s.entries.get(id).is_some_and(|exp| *exp > now) {
+        if s.entries.get(id).is_some_and(|e| e.expiry > now) {
             return Ok(false);
         }
         if s.entries.len() >= s.sweep_at || s.entries.len() >= self.inner.capacity_per_shard {
@@ -97,10 +104,31 @@ impl MemoryReplayGuard {
         let expiry = now
             .checked_add(ttl)
             .unwrap_or(now + Duration::from_secs(86_400 * 365));
-        if s.entries.insert(*id, expiry).is_none() {
+        if s.entries.insert(*id, Entry { expiry, note: None }).is_none() {
             self.inner.live.fetch_add(1, Ordering::Relaxed);
         }
         Ok(true)
+    }
+
+    /// The synchronous operation behind [`ReplayStore::note`].
+    pub fn note_sync(&self, id: &[u8; 16], note: &str) {
+        if note.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let shard = &self.inner.shards[usize::from(id[0]) % SHARDS];
+        if let Some(e) = shard.lock().entries.get_mut(id).filter(|e| e.expiry > now) {
+            e.note = Some(note.into());
+        }
+    }
+
+    /// The synchronous operation behind [`ReplayStore::noted`].
+    pub fn noted_sync(&self, id: &[u8; 16]) -> Option<String> {
+        let now = Instant::now();
+        let shard = &self.inner.shards[usize::from(id[0]) % SHARDS];
+        let s = shard.lock();
+        let e = s.entries.get(id).filter(|e| e.expiry > now)?;
+        e.note.as_deref().map(str::to_owned)
     }
 
     /// Drops every expired entry now; returns how many went.
@@ -128,6 +156,15 @@ impl MemoryReplayGuard {
 impl ReplayStore for MemoryReplayGuard {
     async fn consume_once(&self, id: &[u8; 16], ttl: Duration) -> Result<bool, GuardError> {
         self.consume_once_sync(id, ttl)
+    }
+
+    async fn note(&self, id: &[u8; 16], note: &str) -> Result<(), GuardError> {
+        self.note_sync(id, note);
+        Ok(())
+    }
+
+    async fn noted(&self, id: &[u8; 16]) -> Result<Option<String>, GuardError> {
+        Ok(self.noted_sync(id))
     }
 }
 

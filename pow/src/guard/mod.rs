@@ -30,6 +30,17 @@ pub trait ReplayStore: Send + Sync {
         id: &[u8; 16],
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, GuardError>> + Send;
+
+    /// Records what redeeming `id` bought (an opaque, non-empty note: the
+    /// gateway writes the place in line), kept as long as the id itself, so
+    /// a client that lost the answer and resubmits the same solution can be
+    /// given the same thing back instead of a refusal. Does nothing when
+    /// `id` is not (or no longer) recorded.
+    fn note(&self, id: &[u8; 16], note: &str)
+    -> impl Future<Output = Result<(), GuardError>> + Send;
+
+    /// The note recorded for `id`, if it is recorded and has one.
+    fn noted(&self, id: &[u8; 16]) -> impl Future<Output = Result<Option<String>, GuardError>> + Send;
 }
 
 /// The replay guard the gateway holds: one of the two backends.
@@ -55,6 +66,20 @@ impl ReplayStore for ReplayGuard {
             ReplayGuard::Redis(g) => g.consume_once(id, ttl).await,
         }
     }
+
+    async fn note(&self, id: &[u8; 16], note: &str) -> Result<(), GuardError> {
+        match self {
+            ReplayGuard::Memory(g) => g.note(id, note).await,
+            ReplayGuard::Redis(g) => g.note(id, note).await,
+        }
+    }
+
+    async fn noted(&self, id: &[u8; 16]) -> Result<Option<String>, GuardError> {
+        match self {
+            ReplayGuard::Memory(g) => g.noted(id).await,
+            ReplayGuard::Redis(g) => g.noted(id).await,
+        }
+    }
 }
 
 impl From<MemoryReplayGuard> for ReplayGuard {
@@ -76,6 +101,21 @@ impl<T: ReplayStore> ReplayStore for std::sync::Arc<T> {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, GuardError>> + Send {
         (**self).consume_once(id, ttl)
+    }
+
+    fn note(
+        &self,
+        id: &[u8; 16],
+        note: &str,
+    ) -> impl Future<Output = Result<(), GuardError>> + Send {
+        (**self).note(id, note)
+    }
+
+    fn noted(
+        &self,
+        id: &[u8; 16],
+    ) -> impl Future<Output = Result<Option<String>, GuardError>> + Send {
+        (**self).noted(id)
     }
 }
 

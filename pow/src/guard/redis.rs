@@ -99,4 +99,30 @@ impl ReplayStore for RedisReplayGuard {
         };
         Ok(reply.is_some())
     }
+
+    async fn note(&self, id: &[u8; 16], note: &str) -> Result<(), GuardError> {
+        if note.is_empty() || note == "1" {
+            return Ok(()); // "1" is the bare mark of a consumed id
+        }
+        // XX: only an id still recorded; KEEPTTL: forgotten with it.
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.key(id)).arg(note).arg("XX").arg("KEEPTTL");
+        let _: Option<String> = match &self.conn {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
+        };
+        Ok(())
+    }
+
+    async fn noted(&self, id: &[u8; 16]) -> Result<Option<String>, GuardError> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.key(id));
+        let reply: Option<String> = match &self.conn {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
+        };
+        Ok(reply.filter(|v| v != "1"))
+    }
 }
