@@ -76,7 +76,11 @@ pub async fn notes_live_and_die_with_the_id<G: ReplayStore>(guard: &G) {
     let id = fresh_id();
     let ttl = Duration::from_millis(300);
     guard.note(&id, "before").await.unwrap();
-    assert_eq!(guard.noted(&id).await.unwrap(), None, "no note without the id");
+    assert_eq!(
+        guard.noted(&id).await.unwrap(),
+        None,
+        "no note without the id"
+    );
     assert!(guard.consume_once(&id, ttl).await.unwrap());
     assert_eq!(guard.noted(&id).await.unwrap(), None, "no note yet");
     guard.note(&id, "7:1:visitor-a").await.unwrap();

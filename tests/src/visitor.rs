@@ -53,10 +53,18 @@ impl Visitor {
         let challenge = v["challenge"].as_str().expect("challenge").to_owned();
         let k = v["puzzles"].as_u64().expect("puzzles") as u8;
         let b = v["difficulty_bits"].as_u64().expect("bits") as u8;
+        let min_solve = v["min_solve_ms"].as_u64().unwrap_or(0);
+        let received = std::time::Instant::now();
         let ch = challenge.clone();
         let solutions = tokio::task::spawn_blocking(move || sluice_pow::solve(&ch, k, b, 1))
             .await
             .expect("solver");
+        // Under attack a proof is refused sooner than min_solve_ms after
+        // the challenge: wait out the rest, as the page does.
+        let floor = std::time::Duration::from_millis(min_solve + 50 * u64::from(min_solve > 0));
+        if let Some(rest) = floor.checked_sub(received.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
         (challenge, solutions)
     }
 

@@ -339,7 +339,11 @@ async fn pow_replay_across_gateways_tampering_and_oversized_counters() {
         assert_eq!(res.status, 201, "{}", res.text());
         assert_eq!(res.json()["seq"], seq, "{}", res.text());
     }
-    assert_eq!(settled_tail(&a.url(), "default").await, tail, "no new place");
+    assert_eq!(
+        settled_tail(&a.url(), "default").await,
+        tail,
+        "no new place"
+    );
 
     // A fresh solved challenge, then every way of spoiling it.
     let (fresh, good) = Visitor::new(&b.url(), "default").solved().await;

@@ -199,3 +199,75 @@ async fn the_limiter_forgets_refilled_networks() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Join pressure against a room that admits nobody raises its global
+/// level, step by step, up to the ceiling and then past it (under attack:
+/// a minimum solve time), and the level shows in the admin state and in
+/// the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_pressure_raises_the_level_visibly() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            let mut r = room(0, vec![]);
+            r.difficulty_floor_bits = 4;
+            r.difficulty_ceiling_bits = 6;
+            r.attack_min_solve = Duration::from_millis(1);
+            c.rooms = vec![r];
+        })
+        .spawn()
+        .await;
+    let state = admin_room(&gw.url(), "default").await;
+    assert_eq!(state["difficulty_bits"], 4, "{state}");
+    assert_eq!(state["under_attack"], false);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let state = loop {
+        // Eight visitors joining at once, again and again: far above the
+        // 20 joins/s the policy ignores and twice the (zero) admission rate.
+        let joins = (0..8).map(|_| async {
+            let mut v = Visitor::new(&gw.url(), "default");
+            v.join("/").await.status
+        });
+        for s in futures_util::future::join_all(joins).await {
+            assert!(s.is_success(), "join: {s}");
+        }
+        let state = admin_room(&gw.url(), "default").await;
+        if state["under_attack"] == true {
+            break state;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never under attack: {state}"
+        );
+    };
+    assert_eq!(
+        state["difficulty_bits"], 6,
+        "capped at the ceiling: {state}"
+    );
+    let res = Visitor::new(&gw.url(), "default").challenge().await.json();
+    assert_eq!(res["difficulty_bits"], 6, "{res}");
+    assert!(res["min_solve_ms"].as_u64().unwrap() >= 1, "{res}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await; // a tick records it
+    let bearer = format!("Bearer {}", sluice_tests::ADMIN_TOKEN);
+    let metrics = TestClient::new()
+        .get(
+            &format!("{}/metrics", gw.url()),
+            &[("authorization", &bearer)],
+        )
+        .await
+        .text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "sluice_pow_difficulty_bits{room=\"default\"} 6"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("difficulty"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -104,7 +104,10 @@ impl MemoryReplayGuard {
         let expiry = now
             .checked_add(ttl)
             .unwrap_or(now + Duration::from_secs(86_400 * 365));
-        if s.entries.insert(*id, Entry { expiry, note: None }).is_none() {
+        if s.entries
+            .insert(*id, Entry { expiry, note: None })
+            .is_none()
+        {
             self.inner.live.fetch_add(1, Ordering::Relaxed);
         }
         Ok(true)

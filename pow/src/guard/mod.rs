@@ -36,11 +36,17 @@ pub trait ReplayStore: Send + Sync {
     /// a client that lost the answer and resubmits the same solution can be
     /// given the same thing back instead of a refusal. Does nothing when
     /// `id` is not (or no longer) recorded.
-    fn note(&self, id: &[u8; 16], note: &str)
-    -> impl Future<Output = Result<(), GuardError>> + Send;
+    fn note(
+        &self,
+        id: &[u8; 16],
+        note: &str,
+    ) -> impl Future<Output = Result<(), GuardError>> + Send;
 
     /// The note recorded for `id`, if it is recorded and has one.
-    fn noted(&self, id: &[u8; 16]) -> impl Future<Output = Result<Option<String>, GuardError>> + Send;
+    fn noted(
+        &self,
+        id: &[u8; 16],
+    ) -> impl Future<Output = Result<Option<String>, GuardError>> + Send;
 }
 
 /// The replay guard the gateway holds: one of the two backends.
