@@ -666,7 +666,7 @@ mod tests {
             epoch: 3,
             sub: "v-abc:def".into(),
         };
-        assert_eq!(NotedPlace::parse(&p.to_string()).unwrap(), p);
+        assert_eq!(NotedPlace::parse(&p.to_string()), Some(p));
         for junk in ["", "1", "x:1:a", "1:x:a", "1:2:", "1:2", "-1:2:a"] {
             assert_eq!(NotedPlace::parse(junk), None, "{junk}");
         }

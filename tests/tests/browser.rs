@@ -390,7 +390,7 @@ async fn before_a_scheduled_opening_the_page_counts_down_then_admits() {
 /// join once, not be refused and start over forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_attack_a_fast_browser_waits_out_the_minimum_solve_time() {
-    let Some(mut b) = Browser::start("min-solve", WINDOW).await else {
+    let Some(b) = Browser::start("min-solve", WINDOW).await else {
         return;
     };
     let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
