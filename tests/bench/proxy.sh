@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Proxy throughput and tail latency, in one run, on this machine:
-#   origin  — nginx `return 200` answering directly (the ceiling)
-#   nginx   — nginx `proxy_pass` (keepalive upstream) in front of that origin
-#   sluice  — `sluice serve --release` in front of the same origin
+#   origin  — an nginx `return 200` in a process of its own (the ceiling)
+#   nginx   — another nginx, `proxy_pass` (keepalive upstream) to that origin
+#   sluice  — `sluice serve` (release build) in front of the same origin
+# The origin runs in its own process for both proxies: an nginx proxying
+# to a server block of its own worker would skip the cross-process wakeup
+# every real proxy pays (and that sluice paid in earlier versions of this
+# bench). The proxying nginx gets as many workers as sluice gets threads
+# (SLUICE_BENCH_WORKERS, default: every core).
 # Load: wrk over loopback, closed loop, fixed connections and duration.
-# Prints requests/s and p99 for each, and sluice/nginx ratios.
+# Prints requests/s, p99 and CPU per request for each, and sluice/nginx ratios.
 #
 # Usage: tests/bench/proxy.sh [seconds=10] [connections=64]
 # Needs: nginx, wrk (apt-get install nginx-light wrk). Loopback only; stops by itself.
@@ -13,13 +18,14 @@ cd "$(dirname "$0")/../.."
 DUR="${1:-10}"
 CONNS="${2:-64}"
 THREADS=1
+WORKERS="${SLUICE_BENCH_WORKERS:-$(nproc)}"
 command -v nginx >/dev/null || { echo "nginx missing: apt-get install nginx-light" >&2; exit 2; }
 command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk" >&2; exit 2; }
 
 cargo build --release -q -p sluice-gateway
 work=$(mktemp -d)
 cleanup() {
-  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  for pid in "$work"/*.pid; do [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null; done
   [ -n "${SLUICE_PID:-}" ] && kill "$SLUICE_PID" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -28,15 +34,25 @@ trap cleanup EXIT
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 ORIGIN=$(port); NGINX=$(port); SLUICE=$(port)
 
-cat > "$work/nginx.conf" <<CONF
+mkdir -p "$work/origin" "$work/proxy"
+cat > "$work/origin.conf" <<CONF
 worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/error.log warn;
+pid $work/origin.pid;
+error_log $work/origin/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  server { listen 127.0.0.1:$ORIGIN; location / { return 200 "hello from the origin\n"; } }
+}
+CONF
+cat > "$work/proxy.conf" <<CONF
+worker_processes $WORKERS;
+pid $work/proxy.pid;
+error_log $work/proxy/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
   upstream origin { server 127.0.0.1:$ORIGIN; keepalive 256; }
-  server { listen 127.0.0.1:$ORIGIN; location / { return 200 "hello from the origin\n"; } }
   server {
     listen 127.0.0.1:$NGINX;
     location / {
@@ -48,7 +64,8 @@ http {
   }
 }
 CONF
-nginx -c "$work/nginx.conf" -p "$work"
+nginx -c "$work/origin.conf" -p "$work/origin"
+nginx -c "$work/proxy.conf" -p "$work/proxy"
 
 # sluice guards only /queue, so the benchmarked path is proxied straight through.
 cat > "$work/sluice.toml" <<CONF
@@ -56,38 +73,40 @@ cat > "$work/sluice.toml" <<CONF
 id = "default"
 paths = ["/queue"]
 CONF
-SLUICE_LOG=warn ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" \
-  --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml" >/dev/null &
+SLUICE_LOG=warn TOKIO_WORKER_THREADS="$WORKERS" ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" \
+  --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml" >/dev/null 2>&1 &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/healthz" >/dev/null && break; sleep 0.1; done
 
-# CPU time (user + system, in clock ticks) of a process: stable under a
+# CPU time (user + system, in clock ticks) of processes: stable under a
 # noisy machine where req/s is not, so the bench also reports CPU per request.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
-run() { # name url pid-of-the-measured-proxy
-  wrk -t"$THREADS" -c"$CONNS" -d2s "$2" >/dev/null 2>&1 # warm-up
-  local c0; c0=$(cpu_ticks "$3")
-  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" --latency "$2")
-  local c1; c1=$(cpu_ticks "$3")
+run() { # name url pids-of-the-measured-server...
+  local name=$1 url=$2; shift 2
+  wrk -t"$THREADS" -c"$CONNS" -d2s "$url" >/dev/null 2>&1 # warm-up
+  local c0; c0=$(cpu_ticks "$@")
+  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" --latency "$url")
+  local c1; c1=$(cpu_ticks "$@")
   local rps p99 total us
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   total=$(awk '/requests in/ {print $1}' <<<"$out")
   us=$(awk -v t="$(( (c1 - c0) * TICK_US ))" -v n="$total" 'BEGIN { printf "%.1f", t / n }')
-  printf '%-8s %12s req/s   p99 %-9s %s µs CPU/request\n' "$1" "$rps" "$p99" "$us" >&2
+  printf '%-8s %12s req/s   p99 %-9s %s µs CPU/request\n' "$name" "$rps" "$p99" "$us" >&2
   echo "$rps $p99 $us"
 }
 to_ms() { awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v); print v} else {sub(/s/,"",v); print v*1000} }'; }
 
-echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers" >&2
-NGINX_WORKER=$(pgrep -P "$(cat "$work/nginx.pid")" | head -1)
-read -r o_rps o_p99 o_us < <(run origin "http://127.0.0.1:$ORIGIN/" "$NGINX_WORKER")
-read -r n_rps n_p99 n_us < <(run nginx "http://127.0.0.1:$NGINX/" "$NGINX_WORKER")
+echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers; nginx workers = sluice threads = $WORKERS" >&2
+ORIGIN_WORKER=$(pgrep -P "$(cat "$work/origin.pid")" | head -1)
+PROXY_WORKERS=$(pgrep -P "$(cat "$work/proxy.pid")" | tr '\n' ' ')
+read -r o_rps o_p99 o_us < <(run origin "http://127.0.0.1:$ORIGIN/" "$ORIGIN_WORKER")
+# shellcheck disable=SC2086 # one pid per worker
+read -r n_rps n_p99 n_us < <(run nginx "http://127.0.0.1:$NGINX/" $PROXY_WORKERS)
 read -r s_rps s_p99 s_us < <(run sluice "http://127.0.0.1:$SLUICE/" "$SLUICE_PID")
-echo "(nginx's CPU per request includes its own origin's; subtract the origin line for the proxy alone)" >&2
 awk -v s="$s_rps" -v n="$n_rps" -v sp="$(to_ms "$s_p99")" -v np="$(to_ms "$n_p99")" \
-    -v su="$s_us" -v nu="$n_us" -v ou="$o_us" 'BEGIN {
+    -v su="$s_us" -v nu="$n_us" 'BEGIN {
   printf "sluice/nginx throughput: %.2f   p99: sluice %.2f ms vs nginx %.2f ms (ratio %.2f)\n", s/n, sp, np, sp/np
-  printf "CPU per proxied request: sluice %.1f µs, nginx proxy_pass %.1f µs (ratio %.2f)\n", su, nu - ou, su/(nu - ou) }'
+  printf "CPU per proxied request: sluice %.1f µs, nginx proxy_pass %.1f µs (ratio %.2f)\n", su, nu, su/nu }'
