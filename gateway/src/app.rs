@@ -9,8 +9,13 @@
 //!    the client sent one), forwarded to the origin and logged.
 //! 3. `TraceLayer` — one span per request with method, path and request id.
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
-//! 5. The router: `/_sluice/…` handlers (bodies limited, no-store, admin
-//!    calls behind [`admin_guard`]), and as fallback the guarded proxy.
+//! 5. The router: `/_sluice/…` handlers (bodies limited, no-store, the
+//!    store-bound ones behind [`store_bound`], admin calls behind
+//!    [`admin_guard`]), and as fallback the guarded proxy (whose forwards
+//!    to the origin are bounded by `limits.max_origin_requests`).
+//!
+//! The accept loop ([`crate::server`]) bounds open connections
+//! (`limits.max_connections`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,6 +68,9 @@ struct Inner {
     telemetry: Telemetry,
     shutting_down: AtomicBool,
     admin_failures: AdminFailures,
+    /// Permits of the requests that may touch the stores
+    /// (`limits.max_store_requests`, see [`store_bound`]).
+    store_slots: Arc<tokio::sync::Semaphore>,
     background: Vec<tokio::task::AbortHandle>,
 }
 
@@ -99,7 +107,13 @@ impl AppState {
             .clone()
             .ok_or_else(|| anyhow::anyhow!("no origin configured"))?;
         let telemetry = Telemetry::new();
-        let proxy = Proxy::new(&origin, &config.proxy, &config.timeouts, telemetry.clone())?;
+        let proxy = Proxy::new(
+            &origin,
+            &config.proxy,
+            &config.timeouts,
+            config.limits.max_origin_requests,
+            telemetry.clone(),
+        )?;
         let rooms = Arc::new(Rooms::from_config(&config)?);
         let stores = crate::stores::connect(&config).await?;
         let keyring = match &config.keys_dir {
@@ -153,6 +167,9 @@ impl AppState {
                 .abort_handle(),
             );
         }
+        let store_slots = Arc::new(tokio::sync::Semaphore::new(
+            config.limits.max_store_requests,
+        ));
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
@@ -168,6 +185,7 @@ impl AppState {
                 telemetry,
                 shutting_down: AtomicBool::new(false),
                 admin_failures: AdminFailures::default(),
+                store_slots,
                 background,
             }),
         })
@@ -354,6 +372,10 @@ pub fn build(state: AppState) -> Router {
             state.clone(),
             admin_guard,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            store_bound,
+        ))
         .layer(axum::middleware::map_response(no_store));
 
     Router::new()
@@ -495,6 +517,45 @@ async fn method_not_allowed() -> Problem {
     Problem::method_not_allowed()
 }
 
+// === bounded in-flight ===
+
+/// Whether a control-plane request may touch the admission or reservation
+/// store: the challenge (per-network limiter, difficulty), join and status
+/// of a room, events, holds, the payment webhook and the admin API. The
+/// rest (health, readiness, JWKS, the OpenAPI document, static files, the
+/// public room state, metrics) answers from memory and is never shed.
+pub fn touches_store(path: &str) -> bool {
+    if let Some(rest) = path.strip_prefix("/_sluice/rooms/") {
+        return rest.ends_with("/challenge")
+            || rest.ends_with("/join")
+            || rest.ends_with("/status");
+    }
+    ["/_sluice/events/", "/_sluice/holds/", "/_sluice/webhooks/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+        || path == "/_sluice/admin"
+        || path.starts_with("/_sluice/admin/")
+}
+
+/// Bounds the store-bound requests in flight at `limits.max_store_requests`:
+/// one past it is answered at once with 503 `store_unavailable`
+/// (`"reason": "overloaded"`, `Retry-After`), so a slow store makes quick
+/// refusals instead of an ever-growing pile of waiting requests.
+async fn store_bound(
+    State(state): State<AppState>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !touches_store(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let Ok(_permit) = state.inner.store_slots.clone().try_acquire_owned() else {
+        state.telemetry().shed("store");
+        return Problem::store_overloaded().into_response();
+    };
+    next.run(req).await
+}
+
 // === admin ===
 
 /// Failed admin authentications a client network (its /24 or /56, as for
@@ -502,18 +563,41 @@ async fn method_not_allowed() -> Problem {
 /// answer 429 until the minute is over.
 pub const ADMIN_FAILURES_PER_MIN: u32 = 20;
 
+/// Most client networks whose failed admin authentications are tracked at
+/// once.
+const ADMIN_FAILURES_TRACKED: usize = 100_000;
+
 /// Failed admin authentications per client network, in fixed one-minute
 /// windows. The admin token is compared in constant time; this bounds how
 /// many guesses a network gets. While a network is over the limit its
 /// calls are refused *without* comparing the token, so a guess made then
 /// teaches nothing (a locked-out operator waits out the minute, or calls
 /// from another network).
-#[derive(Default)]
+///
+/// Memory is bounded: at [`ADMIN_FAILURES_TRACKED`] networks, the windows
+/// that ended are dropped; if the map is still full, a network not yet
+/// tracked is not tracked (its failures are not counted until room frees
+/// up, at the latest a minute later). A tracked network is never reset
+/// early, so a blocked one stays blocked however many other networks fail.
 struct AdminFailures {
+    cap: usize,
     windows: std::sync::Mutex<std::collections::HashMap<sluice_pow::NetPrefix, (u64, u32)>>,
 }
 
+impl Default for AdminFailures {
+    fn default() -> Self {
+        AdminFailures::with_cap(ADMIN_FAILURES_TRACKED)
+    }
+}
+
 impl AdminFailures {
+    fn with_cap(cap: usize) -> AdminFailures {
+        AdminFailures {
+            cap,
+            windows: std::sync::Mutex::default(),
+        }
+    }
+
     /// Seconds to wait when `net` is over the limit at `now_s`.
     fn blocked(&self, net: sluice_pow::NetPrefix, now_s: u64) -> Option<u64> {
         let map = self.windows.lock().unwrap_or_else(|e| e.into_inner());
@@ -524,11 +608,15 @@ impl AdminFailures {
 
     fn record(&self, net: sluice_pow::NetPrefix, now_s: u64) {
         let mut map = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= 100_000 {
-            // Bounded memory under a spray of networks: old windows go first.
+        if !map.contains_key(&net) && map.len() >= self.cap {
+            // Only windows that are over go: they count nothing any more.
             map.retain(|_, (start, _)| now_s < *start + 60);
-            if map.len() >= 100_000 {
-                map.clear();
+            if map.len() >= self.cap {
+                tracing::warn!(
+                    tracked = map.len(),
+                    "admin failures: too many networks tracked; this one is not counted"
+                );
+                return;
             }
         }
         let w = map.entry(net).or_insert((now_s, 0));
@@ -641,5 +729,84 @@ where
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| Problem::malformed(format!("invalid JSON body: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn net(i: u32) -> sluice_pow::NetPrefix {
+        sluice_pow::network_prefix(std::net::IpAddr::from(std::net::Ipv4Addr::from(
+            0x0a00_0000 + (i << 8),
+        )))
+    }
+
+    #[test]
+    fn a_full_admin_failure_map_never_resets_a_blocked_network() {
+        let f = AdminFailures::with_cap(4);
+        let attacker = net(0);
+        for _ in 0..ADMIN_FAILURES_PER_MIN {
+            f.record(attacker, 1000);
+        }
+        assert_eq!(f.blocked(attacker, 1000), Some(60));
+        // A spray of other networks fills the map and goes on past it.
+        for i in 1..50 {
+            f.record(net(i), 1010);
+        }
+        assert_eq!(f.windows.lock().unwrap().len(), 4);
+        assert_eq!(
+            f.blocked(attacker, 1010),
+            Some(50),
+            "the attacker was reset"
+        );
+        // The attacker's own further failures keep counting in its window.
+        f.record(attacker, 1020);
+        assert_eq!(f.blocked(attacker, 1020), Some(40));
+        // Networks tracked before the map filled keep their counts.
+        let early = net(1);
+        for _ in 1..ADMIN_FAILURES_PER_MIN {
+            f.record(early, 1030);
+        }
+        assert!(f.blocked(early, 1030).is_some());
+        // Once windows have ended they make room, and a new network counts.
+        let late = net(99);
+        f.record(late, 1075);
+        assert!(f.windows.lock().unwrap().contains_key(&late));
+        assert_eq!(f.blocked(attacker, 1075), None, "its minute is over");
+        // The early network's window (started at 1010) is over too.
+        assert_eq!(f.blocked(early, 1075), None);
+    }
+
+    #[test]
+    fn store_bound_paths() {
+        for p in [
+            "/_sluice/rooms/default/challenge",
+            "/_sluice/rooms/default/join",
+            "/_sluice/rooms/default/status",
+            "/_sluice/events/demo",
+            "/_sluice/events/demo/holds",
+            "/_sluice/holds/abc",
+            "/_sluice/webhooks/payment",
+            "/_sluice/admin",
+            "/_sluice/admin/rooms/default",
+            "/_sluice/admin/events/demo",
+        ] {
+            assert!(touches_store(p), "{p}");
+        }
+        for p in [
+            "/_sluice/healthz",
+            "/_sluice/readyz",
+            "/_sluice/jwks.json",
+            "/_sluice/openapi.json",
+            "/_sluice/rooms/default",
+            "/_sluice/static/app.js",
+            "/_sluice/administrator",
+            "/metrics",
+            "/shop",
+        ] {
+            assert!(!touches_store(p), "{p}");
+        }
     }
 }

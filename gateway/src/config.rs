@@ -220,6 +220,21 @@ pub struct Limits {
     pub max_headers: usize,
     /// Largest total size of a request head (request line and headers).
     pub max_header_bytes: usize,
+    /// Most client connections open at once (default 10 000). A connection
+    /// accepted past it is closed at once, before anything is read: the
+    /// client sees a reset or an empty reply and may retry, while the
+    /// connections already open keep being served.
+    pub max_connections: usize,
+    /// Most requests in flight at once on the endpoints that may touch the
+    /// stores (challenge, join, status, events, holds, the payment webhook,
+    /// admin; default 1024). One past it is answered at once with 503
+    /// `store_unavailable`, `"reason": "overloaded"` and `Retry-After`,
+    /// instead of queueing behind a slow store.
+    pub max_store_requests: usize,
+    /// Most requests forwarded to the origin at once (default 4096). One
+    /// past it is answered at once with 503 `overloaded` and `Retry-After`
+    /// instead of piling onto an origin that is already slow.
+    pub max_origin_requests: usize,
 }
 
 impl Default for Limits {
@@ -228,6 +243,9 @@ impl Default for Limits {
             control_body_bytes: 64 * 1024,
             max_headers: 100,
             max_header_bytes: 64 * 1024,
+            max_connections: 10_000,
+            max_store_requests: 1024,
+            max_origin_requests: 4096,
         }
     }
 }
@@ -585,6 +603,18 @@ impl Config {
                 "must be above zero",
             ));
         }
+        for (name, n) in [
+            ("limits.max_connections", self.limits.max_connections),
+            ("limits.max_store_requests", self.limits.max_store_requests),
+            (
+                "limits.max_origin_requests",
+                self.limits.max_origin_requests,
+            ),
+        ] {
+            if n == 0 || n > 1_000_000 {
+                return Err(ConfigError::invalid(name, "must be from 1 to 1000000"));
+            }
+        }
         let mut seen = std::collections::HashSet::new();
         for (i, room) in self.rooms.iter().enumerate() {
             let field = format!("rooms[{i}]");
@@ -839,6 +869,39 @@ mod tests {
                 .to_string()
                 .contains("admin_token")
         );
+    }
+
+    #[test]
+    fn in_flight_limits_are_read_and_checked() {
+        let c = Config::from_toml(
+            "[limits]\nmax_connections = 50\nmax_store_requests = 8\nmax_origin_requests = 9\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.limits.max_connections, 50);
+        assert_eq!(c.limits.max_store_requests, 8);
+        assert_eq!(c.limits.max_origin_requests, 9);
+        let d = Limits::default();
+        assert_eq!(
+            (
+                d.max_connections,
+                d.max_store_requests,
+                d.max_origin_requests
+            ),
+            (10_000, 1024, 4096)
+        );
+        for key in [
+            "max_connections",
+            "max_store_requests",
+            "max_origin_requests",
+        ] {
+            for n in ["0", "1000001"] {
+                let toml = format!("[limits]\n{key} = {n}\n");
+                let err = Config::from_toml(&toml).unwrap().validate().unwrap_err();
+                assert!(err.to_string().contains(&format!("limits.{key}")), "{err}");
+            }
+        }
+        assert!(Config::from_toml("[limits]\nmax_conections = 5\n").is_err());
     }
 
     #[test]

@@ -175,6 +175,31 @@ impl Problem {
         .retry_after(2)
     }
 
+    /// 503 `store_unavailable` with `"reason": "overloaded"`: the gateway
+    /// already has `limits.max_store_requests` store-bound requests in
+    /// flight (a slow store); this one is refused at once.
+    pub fn store_overloaded() -> Problem {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            "Too many requests are waiting for the store; try again shortly",
+        )
+        .with("reason", "overloaded")
+        .retry_after(1)
+    }
+
+    /// 503 `overloaded`: the gateway already forwards
+    /// `limits.max_origin_requests` requests to the origin; this one is
+    /// refused at once.
+    pub fn origin_overloaded() -> Problem {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Too many requests are in flight to the origin; try again shortly",
+        )
+        .retry_after(1)
+    }
+
     /// 500 `internal_error` (a bug; the cause is logged).
     pub fn internal() -> Problem {
         Problem::new(

@@ -52,14 +52,19 @@ pub struct Proxy {
     preserve_host: bool,
     response_timeout: Duration,
     telemetry: Telemetry,
+    /// Permits of the requests waiting for the origin
+    /// (`limits.max_origin_requests`).
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Proxy {
-    /// A proxy to `origin` (an `http://host:port[/base]` URL).
+    /// A proxy to `origin` (an `http://host:port[/base]` URL) with at most
+    /// `max_in_flight` requests waiting for it at once.
     pub fn new(
         origin: &str,
         cfg: &ProxyConfig,
         timeouts: &Timeouts,
+        max_in_flight: usize,
         telemetry: Telemetry,
     ) -> anyhow::Result<Proxy> {
         let origin: Uri = origin.parse()?;
@@ -78,6 +83,7 @@ impl Proxy {
             preserve_host: cfg.preserve_host,
             response_timeout: timeouts.upstream_response,
             telemetry,
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
         })
     }
 
@@ -88,12 +94,20 @@ impl Proxy {
 
     /// Forwards one request. `extra` headers (the gateway's own `Sluice-*`)
     /// are added after the client's `Sluice-*` headers were removed.
+    ///
+    /// At most `limits.max_origin_requests` requests wait for the origin's
+    /// response headers at once; one past it is answered at once with 503
+    /// `overloaded` and `Retry-After`, without reaching the origin.
     pub async fn forward(
         &self,
         mut req: Request<Body>,
         client: &ClientInfo,
         extra: HeaderMap,
     ) -> Response {
+        let Ok(_permit) = self.slots.clone().try_acquire_owned() else {
+            self.telemetry.shed("origin");
+            return Problem::origin_overloaded().into_response();
+        };
         let upgrade = wants_upgrade(&req);
         let downstream_upgrade = if upgrade.is_some() {
             Some(hyper::upgrade::on(&mut req))

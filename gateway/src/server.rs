@@ -2,6 +2,12 @@
 //! (cleartext, prior knowledge) on the same port, passes upgrades through,
 //! and drains in-flight requests on shutdown.
 //!
+//! Open connections are bounded by `limits.max_connections`: a connection
+//! accepted past it is closed at once, unread (the client sees an empty reply
+//! or a reset), and counted in `sluice_shed_total{what="connection"}`.
+//! Closing rather than leaving it in the listen backlog keeps the answer
+//! immediate and keeps the connections already open served.
+//!
 //! [`serve`] takes its listener and a shutdown future, so `main` and the
 //! tests run exactly the same code.
 
@@ -87,6 +93,8 @@ pub async fn serve(
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let graceful = GracefulShutdown::new();
     let trusted = std::sync::Arc::new(config.trusted_proxies.clone());
+    let connections =
+        std::sync::Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections));
     tokio::pin!(shutdown);
 
     loop {
@@ -102,6 +110,12 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            state.telemetry().shed("connection");
+            tracing::debug!(%peer, "closed: limits.max_connections reached");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let trusted = trusted.clone();
         let svc = router
@@ -115,6 +129,8 @@ pub async fn serve(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            // Held while the connection lives.
+            let _permit = permit;
             if !first_bytes_within(&stream, header_timeout).await {
                 tracing::debug!(%peer, "closed: no request within the header timeout");
                 return;

@@ -180,6 +180,13 @@ impl Telemetry {
             .increment(1);
     }
 
+    /// A connection or request was refused at once because `what`
+    /// (`connection`, `store` or `origin`) was at its in-flight bound.
+    pub fn shed(&self, what: &'static str) {
+        self.counter("sluice_shed_total", &[("what", what.to_owned())])
+            .increment(1);
+    }
+
     /// A hold attempt ended with `outcome`.
     pub fn hold(&self, outcome: &'static str) {
         self.counter("sluice_holds_total", &[("outcome", outcome.to_owned())])

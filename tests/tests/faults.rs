@@ -57,10 +57,21 @@ async fn admin_event(base: &str) -> Value {
 /// A gateway on `redis` selling event `demo` (`total` units) to the
 /// admitted visitors of room `default` (fast: everyone is admitted).
 async fn sale_gateway(origin: &TestOrigin, redis: &RedisServer, total: u64) -> TestGateway {
+    sale_gateway_bounded(origin, redis, total, 1024).await
+}
+
+/// [`sale_gateway`] with `limits.max_store_requests = max_store`.
+async fn sale_gateway_bounded(
+    origin: &TestOrigin,
+    redis: &RedisServer,
+    total: u64,
+    max_store: usize,
+) -> TestGateway {
     let gw = TestGateway::builder()
         .origin(origin.url())
         .redis(redis.url())
         .config(move |c| {
+            c.limits.max_store_requests = max_store;
             c.rooms = vec![
                 room("default", 10_000.0, &[]),
                 room("line", 0.0, &["/line"]),
@@ -342,7 +353,7 @@ async fn slow_redis_sheds_load_with_quick_503s_then_recovers() {
             calls.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let res = v.join_with(&challenge, &solutions, "/").await;
-                ("join", res.status.as_u16(), t.elapsed())
+                ("join", res, t.elapsed())
             }));
         }
         for _ in 0..8 {
@@ -350,7 +361,7 @@ async fn slow_redis_sheds_load_with_quick_503s_then_recovers() {
             calls.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let res = hold(&TestClient::new(), &base, &token, 1).await;
-                ("hold", res.status.as_u16(), t.elapsed())
+                ("hold", res, t.elapsed())
             }));
         }
         for path in [
@@ -362,7 +373,7 @@ async fn slow_redis_sheds_load_with_quick_503s_then_recovers() {
             calls.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let res = TestClient::new().get(&url, &[]).await;
-                ("read", res.status.as_u16(), t.elapsed())
+                (path, res, t.elapsed())
             }));
         }
         let t = Instant::now();
@@ -379,7 +390,8 @@ async fn slow_redis_sheds_load_with_quick_503s_then_recovers() {
             t.elapsed()
         );
         for call in calls {
-            let (kind, status, took) = call.await.unwrap();
+            let (kind, res, took) = call.await.unwrap();
+            let status = res.status.as_u16();
             assert!(
                 took < Duration::from_millis(2500),
                 "{what}: {kind} took {took:?} (status {status})"
@@ -388,6 +400,27 @@ async fn slow_redis_sheds_load_with_quick_503s_then_recovers() {
                 [200, 201, 503].contains(&status),
                 "{what}: {kind} answered {status}"
             );
+            if status != 503 {
+                continue;
+            }
+            let body = res.json();
+            if kind == "/_sluice/readyz" {
+                // Readiness is not a problem document: it names the cause.
+                assert_eq!(body["status"], "store_unavailable", "{what}: {body}");
+                continue;
+            }
+            // A shed request is the store's problem, with a time to retry.
+            assert_eq!(
+                body["code"], "store_unavailable",
+                "{what}: {kind} answered 503 {body}"
+            );
+            assert_eq!(body["status"], 503, "{what}: {body}");
+            let retry: u64 = res
+                .header("retry-after")
+                .unwrap_or_else(|| panic!("{what}: {kind} 503 without Retry-After: {body}"))
+                .parse()
+                .unwrap();
+            assert!((1..=60).contains(&retry), "{what}: Retry-After {retry}");
         }
         assert!(
             stalled_at.elapsed() < Duration::from_millis(2900),
@@ -413,6 +446,112 @@ async fn slow_redis_sheds_load_with_quick_503s_then_recovers() {
         let res = v.join("/").await;
         assert!(res.status.is_success(), "{what}: {}", res.text());
     }
+    let e = admin_event(&base).await;
+    assert_eq!(e["invariant_holds"], true, "{e}");
+    gw.shutdown().await;
+}
+
+/// The value of `sluice_shed_total{what="…"}` on `/metrics` (0 before the
+/// first refusal).
+async fn shed_total(base: &str, what: &str) -> u64 {
+    let res = TestClient::new()
+        .get(&format!("{base}/metrics"), &[("authorization", &admin())])
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let prefix = format!("sluice_shed_total{{what=\"{what}\"}} ");
+    res.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_bound_requests_past_the_limit_are_refused_at_once_then_recover() {
+    const BOUND: usize = 4;
+    const JOINS: usize = 32;
+    const HOLDS: usize = 8;
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let redis = Arc::new(redis);
+    let origin = TestOrigin::start().await;
+    let gw = sale_gateway_bounded(&origin, &redis, 1000, BOUND).await;
+    let base = gw.url();
+    let mut buyers: Vec<String> = Vec::new();
+    for _ in 0..=HOLDS {
+        buyers.push(admitted(&base, "default").await);
+    }
+    // Solved before the pause (one at a time: the bound is small).
+    let mut joiners = Vec::new();
+    for _ in 0..JOINS + 1 {
+        let v = Visitor::new(&base, "default");
+        joiners.push((v.solved().await, v));
+    }
+    let ((challenge, solutions), mut after) = joiners.pop().unwrap();
+    assert_eq!(shed_total(&base, "store").await, 0);
+
+    // Redis stops answering for 3 s; each store call gives up after 1 s.
+    let r = redis.clone();
+    let stall = tokio::task::spawn_blocking(move || r.command("CLIENT PAUSE 3000"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut calls = Vec::new();
+    for ((challenge, solutions), mut v) in joiners {
+        calls.push(tokio::spawn(async move {
+            v.join_with(&challenge, &solutions, "/").await
+        }));
+    }
+    for token in buyers.drain(..HOLDS) {
+        let base = base.clone();
+        calls.push(tokio::spawn(async move {
+            hold(&TestClient::new(), &base, &token, 1).await
+        }));
+    }
+    let mut overloaded = 0u64;
+    let mut waited = 0u64;
+    for call in calls {
+        let res = call.await.unwrap();
+        // Every answer is the store's 503 (nothing panicked: no 500, no
+        // dropped connection), with a time to retry.
+        assert_eq!(res.status, 503, "{}", res.text());
+        let body = res.json();
+        assert_eq!(body["code"], "store_unavailable", "{body}");
+        let retry: u64 = res
+            .header("retry-after")
+            .unwrap_or_else(|| panic!("503 without Retry-After: {body}"))
+            .parse()
+            .unwrap();
+        assert!(retry >= 1, "{body}");
+        if body["reason"] == "overloaded" {
+            overloaded += 1;
+        } else {
+            waited += 1;
+        }
+    }
+    // At most BOUND requests waited on the store at a time. Each of them
+    // held its slot for the store timeout (1 s) of a 3 s pause, so at most
+    // 3 × BOUND reached the store; all the others were refused unread.
+    let total = (JOINS + HOLDS) as u64;
+    assert!(
+        waited <= 3 * BOUND as u64 && waited >= 1,
+        "{waited} of {total} requests waited on the store"
+    );
+    assert_eq!(overloaded + waited, total);
+    assert_eq!(shed_total(&base, "store").await, overloaded);
+    stall.await.unwrap();
+
+    // After the pause everything works again, without a restart.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let token = buyers.pop().unwrap();
+    loop {
+        let res = hold(&TestClient::new(), &base, &token, 1).await;
+        if res.status == 201 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never recovered: {}", res.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let res = after.join_with(&challenge, &solutions, "/").await;
+    assert!(res.status.is_success(), "{}", res.text());
     let e = admin_event(&base).await;
     assert_eq!(e["invariant_holds"], true, "{e}");
     gw.shutdown().await;

@@ -271,3 +271,161 @@ async fn join_pressure_raises_the_level_visibly() {
             .join("\n")
     );
 }
+
+/// The value of `sluice_shed_total{what="…"}` on `/metrics`.
+async fn shed_total(base: &str, what: &str) -> u64 {
+    let res = TestClient::new()
+        .get(
+            &format!("{base}/metrics"),
+            &[(
+                "authorization",
+                &format!("Bearer {}", sluice_tests::ADMIN_TOKEN),
+            )],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let prefix = format!("sluice_shed_total{{what=\"{what}\"}} ");
+    res.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// One raw HTTP/1.1 request on a fresh connection: what came back (empty
+/// when the gateway closed the connection unanswered).
+async fn raw_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    // A refused connection may already be closed: writing or reading then
+    // fails, which counts as no answer.
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Sends `GET /_sluice/healthz` on a keep-alive connection: whether the
+/// answer came.
+async fn healthz_on(s: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if s.write_all(b"GET /_sluice/healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&out).contains("\"ok\"}") {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200")
+}
+
+/// A connection the gateway serves (kept open).
+async fn served_connection(addr: &str) -> tokio::net::TcpStream {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        if healthz_on(&mut s).await {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "never served");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn connections_past_max_connections_are_closed_and_room_comes_back() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| c.limits.max_connections = 2)
+        .spawn()
+        .await;
+    let addr = gw.url().trim_start_matches("http://").to_owned();
+    // Two keep-alive connections take both slots (retried while the
+    // readiness probe's connection may still hold one).
+    let mut first = served_connection(&addr).await;
+    let mut second = served_connection(&addr).await;
+    let refused = raw_get(&addr, "/_sluice/healthz").await;
+    assert_eq!(refused, "", "a third connection must be closed unanswered");
+    let refused = raw_get(&addr, "/_sluice/healthz").await;
+    assert_eq!(refused, "");
+    // The connections already open are still served.
+    assert!(healthz_on(&mut first).await);
+    assert!(healthz_on(&mut second).await);
+    drop(first);
+    // Both slots come back once their connections end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let res = raw_get(&addr, "/_sluice/healthz").await;
+        if res.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert_eq!(res, "", "refused connections get no answer");
+        assert!(std::time::Instant::now() < deadline, "no slot came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(shed_total(&gw.url(), "connection").await >= 2);
+}
+
+#[tokio::test]
+async fn requests_past_max_origin_requests_get_503_overloaded_not_the_origin() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .unguarded()
+        .config(|c| c.limits.max_origin_requests = 2)
+        .spawn()
+        .await;
+    let base = gw.url();
+    // Two slow requests hold both slots.
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let url = format!("{base}/slow/4000");
+            tokio::spawn(async move { TestClient::new().get(&url, &[]).await })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while origin.requests() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slow requests never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let reached = origin.requests();
+    let c = TestClient::new();
+    for _ in 0..5 {
+        let res = c.get(&format!("{base}/echo/x"), &[]).await;
+        assert_eq!(res.status, 503, "{}", res.text());
+        assert_eq!(res.json()["code"], "overloaded", "{}", res.text());
+        let retry: u64 = res.header("retry-after").unwrap().parse().unwrap();
+        assert!(retry >= 1);
+    }
+    // The gateway's own endpoints are not behind the origin's bound.
+    assert_eq!(
+        c.get(&format!("{base}/_sluice/healthz"), &[]).await.status,
+        200
+    );
+    for s in slow {
+        let res = s.await.unwrap();
+        assert_eq!(res.status, 200, "{}", res.text());
+        assert_eq!(res.text(), "slept");
+    }
+    assert_eq!(
+        origin.requests(),
+        reached,
+        "a refused request reached the origin"
+    );
+    let res = c.get(&format!("{base}/echo/x"), &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(shed_total(&base, "origin").await, 5);
+}

@@ -96,7 +96,8 @@ async fn metrics_parse_and_name_everything_documented() {
         scrape.samples.iter().map(|s| s.metric.clone()).collect();
     // Metrics only a particular situation records, each checked where it
     // happens: a lagging replica (tests/failover.rs), adaptive admission
-    // (tests/adaptive.rs), the per-network limit (tests/limits.rs), an
+    // (tests/adaptive.rs), the per-network limit and the in-flight bounds
+    // (tests/limits.rs, tests/faults.rs), an
     // unreachable origin (the other gateway, below).
     let elsewhere = [
         "sluice_hold_replication_lagged_total",
@@ -106,6 +107,7 @@ async fn metrics_parse_and_name_everything_documented() {
         "sluice_origin_error_ratio",
         "sluice_rate_limited_total",
         "sluice_upstream_errors_total",
+        "sluice_shed_total",
     ];
     let documented = documented_metrics();
     assert!(documented.len() >= 20, "{documented:?}");
