@@ -150,6 +150,102 @@ fn csv_and_chart_are_written() {
     assert!(svg.contains("origin requests/s") && svg.contains("capacity"));
 }
 
+/// `--chart x.png` is a real PNG (not an SVG under another name), with the
+/// chart's pixels in it; an extension it cannot honour is refused (64)
+/// before anything is simulated or written.
+#[test]
+fn chart_as_png_and_other_extensions_refused() {
+    let png = tmp("chart.png");
+    let _ = std::fs::remove_file(&png);
+    let out = sluice()
+        .args([
+            "simulate",
+            "--visitors",
+            "2000",
+            "--arrivals",
+            "ramp:10",
+            "--rate",
+            "100",
+            "--capacity-rps",
+            "150",
+            "--chart",
+        ])
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(
+        &bytes[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "PNG signature, got {:?}",
+        &bytes[..bytes.len().min(16)]
+    );
+    // IHDR: 1100 × 760, 8-bit RGB
+    assert_eq!(&bytes[12..16], b"IHDR");
+    assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 1100);
+    assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), 760);
+    assert_eq!((bytes[24], bytes[25]), (8, 2));
+    assert!(bytes.ends_with(b"IEND\xaeB`\x82"));
+    // lines and text, not a blank page: a white 1100 × 760 picture
+    // deflates to a few kB
+    assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
+
+    // upper case is fine
+    let upper = tmp("CHART.PNG");
+    let out = sluice()
+        .args(["simulate", "--visitors", "100", "--rate", "50", "--chart"])
+        .arg(&upper)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(std::fs::read(&upper).unwrap().starts_with(b"\x89PNG"));
+
+    for name in ["chart.gif", "chart.jpg", "chart"] {
+        let path = tmp(name);
+        let _ = std::fs::remove_file(&path);
+        let out = sluice()
+            .args(["simulate", "--visitors", "100", "--rate", "50", "--chart"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(".svg or .png"), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}: nothing simulated");
+        assert!(!path.exists(), "{name}: nothing written");
+    }
+}
+
+/// A drain under a minute is printed once ("19.9s"), not "19.9s (19.9 s)";
+/// a longer one keeps the exact seconds beside the rounded figure.
+#[test]
+fn drain_line_says_it_once() {
+    let drain_line = |rate: &str| {
+        let out = sluice()
+            .args(["simulate", "--visitors", "2000", "--rate", rate])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.trim_start().starts_with("drain"))
+            .unwrap()
+            .to_owned()
+    };
+    let short = drain_line("100"); // ≈ 20 s
+    let value = short.trim_start().trim_start_matches("drain").trim();
+    assert!(value.ends_with('s') && !value.contains('('), "{short}");
+    let secs: f64 = value.trim_end_matches('s').parse().unwrap();
+    assert!((15.0..=25.0).contains(&secs), "{short}");
+    let long = drain_line("10"); // ≈ 200 s
+    assert!(long.contains("3m ") && long.contains(" s)"), "{long}");
+}
+
 #[test]
 fn same_seed_same_answer() {
     let args = [
