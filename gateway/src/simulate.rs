@@ -19,8 +19,12 @@
 //!
 //! With `--from URL` the room's live state (`GET
 //! /_sluice/admin/rooms/{room}` with the admin token) is the starting point:
-//! its line (`queue_length`, already solved) and its settings, any flag on
-//! top; the answer is when that line drains, e.g. at `--rate X`. Only
+//! its line (`queue_length`, already solved), its sessions on the origin
+//! (`active_sessions`) and its admitted places not yet claimed
+//! (`pending_claims`), which hold slots under a cap, and its settings, any
+//! flag on top; the answer is when that line drains, e.g. at `--rate X`. A
+//! cap derived from the rate (Little's, `max_active_derived`) is derived
+//! again from the new rate; an explicit one is kept. Only
 //! `http://` URLs (the binary carries no TLS client): reach a TLS-only
 //! gateway through a port-forward.
 
@@ -189,6 +193,10 @@ struct Live {
     url: String,
     room: String,
     queue_length: u64,
+    /// Sessions on the origin and admitted places not yet claimed: with a
+    /// cap they hold slots, so the what-if starts with them.
+    active_sessions: u64,
+    pending_claims: u64,
     paused: bool,
 }
 
@@ -242,6 +250,8 @@ fn run_inner(args: &SimulateArgs) -> Result<(), Failure> {
                     "url": live.url,
                     "room": live.room,
                     "queue_length": live.queue_length,
+                    "active_sessions": live.active_sessions,
+                    "pending_claims": live.pending_claims,
                     "paused": live.paused,
                 }),
             );
@@ -274,6 +284,8 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
             url: url.clone(),
             room: args.room.clone(),
             queue_length: v["queue_length"].as_u64().unwrap_or(0),
+            active_sessions: v["active_sessions"].as_u64().unwrap_or(0),
+            pending_claims: v["pending_claims"].as_u64().unwrap_or(0),
             paused,
         });
     }
@@ -333,6 +345,8 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
             .visitors
             .unwrap_or(if live.is_some() { 0 } else { 50_000 }),
         initial_queue: live.as_ref().map_or(0, |l| l.queue_length),
+        initial_active: live.as_ref().map_or(0, |l| l.active_sessions),
+        initial_pending: live.as_ref().map_or(0, |l| l.pending_claims),
         arrivals,
         room,
         session_seconds: args.session_length,
@@ -365,8 +379,22 @@ fn apply_live(room: &mut RoomSettings, v: &Value) {
     if let Some(b) = v["burst"].as_f64() {
         room.burst = b;
     }
-    // the cap in force (explicit or Little's), kept as explicit
-    room.max_active = v["max_active"].as_u64();
+    // The cap in force: Little's (derived from the rate and the session
+    // length) follows the rate, so a --rate on top re-derives it; an
+    // explicit one is kept. A gateway that does not say which is taken as
+    // explicit.
+    let little = v["max_active_derived"].as_bool() == Some(true);
+    match v["session_length_secs"]
+        .as_f64()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+    {
+        Some(d) if little => {
+            room.max_active = None;
+            room.session_length = Some(d);
+        }
+        _ => room.max_active = v["max_active"].as_u64(),
+    }
     room.capacity_rps = v["capacity_rps"].as_f64();
     if let Some(m) = v["safety_margin"].as_f64() {
         room.safety_margin = m;
@@ -503,10 +531,12 @@ fn summary(cfg: &SimConfig, r: &SimReport, live: Option<&Live>) -> String {
             &mut s,
             "live room",
             format!(
-                "{} at {}: {} in line{}",
+                "{} at {}: {} in line, {} active, {} admitted not yet claimed{}",
                 l.room,
                 l.url,
                 thousands(l.queue_length),
+                thousands(l.active_sessions),
+                thousands(l.pending_claims),
                 if l.paused {
                     " (paused: simulated as resumed)"
                 } else {
