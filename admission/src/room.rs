@@ -361,6 +361,28 @@ impl RoomCore {
         }
     }
 
+    /// Seeds `n` places admitted at `now_ms` and not yet claimed (the
+    /// simulator starting from a live room's pending claims): tail and
+    /// frontier move up by `n` in one batch, so the places hold slots under
+    /// the cap until claimed, or come back as credit when the claim window
+    /// ends. Returns the first seq of the batch.
+    pub fn seed_pending(&mut self, now_ms: u64, n: u64) -> u64 {
+        let from = self.bucket.frontier + 1;
+        if n == 0 {
+            return from;
+        }
+        let to = self.bucket.frontier + n;
+        self.bucket.frontier = to;
+        self.bucket.tail = self.bucket.tail.max(to);
+        self.batches.push_back(Batch {
+            from,
+            to,
+            at_ms: now_ms,
+        });
+        self.pending += n;
+        from
+    }
+
     /// Raises tail and frontier. Seqs admitted this way are in no batch:
     /// they are treated as settled.
     pub fn reseed(&mut self, min_tail: u64, min_frontier: u64) {

@@ -115,6 +115,10 @@ const Z95: f64 = 1.644_853_626_951_472_2;
 pub const MAX_HORIZON_SECONDS: f64 = 40.0 * 86_400.0;
 /// A "never" deadline (infinite patience).
 const NEVER: u32 = u32::MAX;
+/// The arrival time of a visitor carried over from a live room (a pending
+/// claim): it reaches the origin like the others, but its wait is unknown,
+/// so it is left out of the waits and the admitted count.
+const CARRIED: u32 = u32::MAX;
 
 /// When visitors arrive.
 #[derive(Clone, Debug, PartialEq)]
@@ -224,6 +228,18 @@ pub struct SimConfig {
     /// they join first, already solved, and the bucket starts with no
     /// credit (a room with a line has spent its credit).
     pub initial_queue: u64,
+    /// Sessions already on the origin at t = 0 (a live room's
+    /// `active_sessions`): they hold slots under the cap and load the
+    /// origin as if each had just started (they last `session_seconds`,
+    /// then their session expires `session_ttl` later, or at once with
+    /// `revoke_at_end`): a cautious guess, since their real ages are not
+    /// known. Not counted as visitors.
+    pub initial_active: u64,
+    /// Places already admitted and not yet claimed at t = 0 (a live room's
+    /// `pending_claims`): they hold slots under the cap, and their visitors
+    /// claim at their next poll and stay like the others. Not counted as
+    /// visitors (their waits are not known).
+    pub initial_pending: u64,
     /// When the `visitors` arrive.
     pub arrivals: Arrivals,
     /// The room, as the gateway would configure it (rate or capacity
@@ -256,6 +272,8 @@ impl Default for SimConfig {
         Self {
             visitors: 50_000,
             initial_queue: 0,
+            initial_active: 0,
+            initial_pending: 0,
             arrivals: Arrivals::Spike,
             room: RoomSettings::default(),
             session_seconds: 1.0,
@@ -303,10 +321,14 @@ impl SimConfig {
                 "horizon must be between 0 and {MAX_HORIZON_SECONDS} s"
             ));
         }
-        let total = self.initial_queue.saturating_add(match &self.arrivals {
-            Arrivals::Times(t) => t.len() as u64,
-            _ => self.visitors,
-        });
+        let total = self
+            .initial_queue
+            .saturating_add(self.initial_pending)
+            .saturating_add(self.initial_active)
+            .saturating_add(match &self.arrivals {
+                Arrivals::Times(t) => t.len() as u64,
+                _ => self.visitors,
+            });
         if total >= u64::from(u32::MAX) {
             return bad(format!("at most {} visitors", u32::MAX - 1));
         }
@@ -563,11 +585,14 @@ impl Engine {
                 self.count_session(t, deadline.div_ceil(1000).saturating_sub(1));
             }
         }
+        self.add_origin(t, t + self.session_ms);
+        if arrival == CARRIED {
+            return;
+        }
         let wait = t.saturating_sub(u64::from(arrival));
         self.waits_ms.push(wait.min(u64::from(u32::MAX)) as u32);
         self.wait_sum_ms += u128::from(wait);
         self.admitted += 1;
-        self.add_origin(t, t + self.session_ms);
     }
 
     /// Counts a session started at `start` in the rows of the seconds from
@@ -810,6 +835,28 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         origin_part: Vec::new(),
     };
 
+    // a live room's state beyond its line: sessions on the origin and
+    // places admitted but not yet claimed (see `initial_active`,
+    // `initial_pending`)
+    if cfg.initial_active > 0 || cfg.initial_pending > 0 {
+        store.inspect(ROOM, |core, _| {
+            for i in 0..cfg.initial_active {
+                // session ids above every seq
+                e.reach_origin(core, 0, (1 << 40) + i, CARRIED);
+            }
+            let from = core.seed_pending(0, cfg.initial_pending);
+            for seq in from..from + cfg.initial_pending {
+                let w = Waiting {
+                    at: 0,
+                    seq: seq as u32,
+                    arrival: CARRIED,
+                    deadline: NEVER,
+                };
+                e.schedule_poll(0, w, 1);
+            }
+            e.frontier = core.bucket.frontier;
+        })?;
+    }
     let tick = cfg.tick_ms;
     let horizon_ms = (cfg.horizon_seconds * 1000.0).ceil() as u64;
     let mut meter = RateMeter::new(5_000); // as the gateway's rooms

@@ -225,6 +225,70 @@ fn initial_line_from_a_live_room() {
     assert!(r.completed);
 }
 
+/// A live room's sessions and pending claims hold slots under the cap: a
+/// what-if that left them out would be optimistic.
+#[test]
+fn live_sessions_and_pending_claims_hold_slots() {
+    // cap 100, 10 s visits ended by revoke: at most 10/s get through
+    let base = SimConfig {
+        visitors: 0,
+        initial_queue: 1_000,
+        room: RoomSettings {
+            rate_per_sec: 50.0,
+            burst: 50.0,
+            max_active: Some(100),
+            ..Default::default()
+        },
+        session_seconds: 10.0,
+        revoke_at_end: true,
+        ..Default::default()
+    };
+    let empty = sim(&base);
+    let d0 = empty.drain_seconds.unwrap();
+    assert!((85.0..=115.0).contains(&d0), "drain {d0}");
+
+    // the cap already full of sessions: nobody in for their 10 s
+    let busy = sim(&SimConfig {
+        initial_active: 100,
+        ..base.clone()
+    });
+    let d1 = busy.drain_seconds.unwrap();
+    assert!(d1 >= d0 + 8.0, "drain {d1} with a full cap vs {d0}");
+    assert_eq!(busy.visitors, 1_000, "carried sessions are not visitors");
+    assert_eq!(busy.admitted, 1_000);
+    assert_eq!(busy.series[0].admitted_per_sec, 0, "{:?}", busy.series[0]);
+    // their origin load is there from the start
+    assert!(busy.series[0].origin_rps >= 99.0, "{:?}", busy.series[0]);
+
+    // the cap full of admitted places not yet claimed: they claim, stay
+    // 10 s, and only then make room
+    let pending = sim(&SimConfig {
+        initial_pending: 100,
+        ..base.clone()
+    });
+    let d2 = pending.drain_seconds.unwrap();
+    assert!(d2 >= d0 + 8.0, "drain {d2} with a full cap vs {d0}");
+    assert_eq!(pending.admitted, 1_000, "carried places are not counted");
+    assert_eq!(pending.series[0].admitted_per_sec, 0);
+
+    // without a cap they change nothing in the line
+    let uncapped = RoomSettings {
+        max_active: None,
+        ..base.room.clone()
+    };
+    let free = sim(&SimConfig {
+        room: uncapped.clone(),
+        ..base.clone()
+    });
+    let free_busy = sim(&SimConfig {
+        room: uncapped,
+        initial_active: 100,
+        initial_pending: 100,
+        ..base
+    });
+    assert_eq!(free.drain_seconds, free_busy.drain_seconds);
+}
+
 #[test]
 fn invalid_configs_are_refused() {
     for cfg in [

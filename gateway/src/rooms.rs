@@ -762,6 +762,10 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         "active_sessions": snap.active_sessions,
         "pending_claims": snap.pending_claims,
         "max_active": snap.max_active,
+        // extension: whether that cap is Little's, derived from the rate
+        // and session_length_secs (it follows the rate), or set explicitly
+        "max_active_derived": settings.max_active.is_none() && snap.max_active.is_some(),
+        "session_length_secs": settings.session_length.map(|d| d.as_secs_f64()),
         "difficulty_bits": diff.level.difficulty_bits,
         "puzzles": diff.level.puzzles,
         "difficulty_floor_bits": diff.floor_bits,

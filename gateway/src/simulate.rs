@@ -15,12 +15,16 @@
 //! (arrivals, proof-of-work solve time, patience, session length, requests
 //! per second) is the operator's guess. The output is a summary table (or
 //! one JSON object with `--json`), optionally the per-second series as CSV
-//! and an SVG chart.
+//! and a chart (SVG or PNG, by the file name).
 //!
 //! With `--from URL` the room's live state (`GET
 //! /_sluice/admin/rooms/{room}` with the admin token) is the starting point:
-//! its line (`queue_length`, already solved) and its settings, any flag on
-//! top; the answer is when that line drains, e.g. at `--rate X`. Only
+//! its line (`queue_length`, already solved), its sessions on the origin
+//! (`active_sessions`) and its admitted places not yet claimed
+//! (`pending_claims`), which hold slots under a cap, and its settings, any
+//! flag on top; the answer is when that line drains, e.g. at `--rate X`. A
+//! cap derived from the rate (Little's, `max_active_derived`) is derived
+//! again from the new rate; an explicit one is kept. Only
 //! `http://` URLs (the binary carries no TLS client): reach a TLS-only
 //! gateway through a port-forward.
 
@@ -168,8 +172,9 @@ pub struct SimulateArgs {
     /// Write the per-second series as CSV.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// Write an SVG chart of queue length, admissions and origin load.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Write a chart of queue length, admissions and origin load: SVG or
+    /// PNG, by the file name's extension (.svg or .png).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub chart: Option<PathBuf>,
     /// Start from a live gateway's room (http:// base URL).
     #[arg(long, value_name = "URL")]
@@ -188,6 +193,10 @@ struct Live {
     url: String,
     room: String,
     queue_length: u64,
+    /// Sessions on the origin and admitted places not yet claimed: with a
+    /// cap they hold slots, so the what-if starts with them.
+    active_sessions: u64,
+    pending_claims: u64,
     paused: bool,
 }
 
@@ -201,6 +210,11 @@ pub fn run(args: SimulateArgs) -> ExitCode {
 }
 
 fn run_inner(args: &SimulateArgs) -> Result<(), Failure> {
+    let chart = args
+        .chart
+        .as_deref()
+        .map(|p| chart_format(p).map(|f| (p, f)))
+        .transpose()?;
     let (cfg, live) = build_config(args)?;
     let show_bar = !args.json && std::io::stderr().is_terminal();
     let bar = if show_bar {
@@ -222,8 +236,8 @@ fn run_inner(args: &SimulateArgs) -> Result<(), Failure> {
         write_csv(path, &report.series)
             .map_err(|e| failure(format!("cannot write {}: {e}", path.display())))?;
     }
-    if let Some(path) = &args.chart {
-        write_chart(path, &report)
+    if let Some((path, format)) = chart {
+        write_chart(path, format, &report)
             .map_err(|e| failure(format!("cannot draw the chart {}: {e}", path.display())))?;
     }
     let mut out = std::io::stdout().lock();
@@ -236,6 +250,8 @@ fn run_inner(args: &SimulateArgs) -> Result<(), Failure> {
                     "url": live.url,
                     "room": live.room,
                     "queue_length": live.queue_length,
+                    "active_sessions": live.active_sessions,
+                    "pending_claims": live.pending_claims,
                     "paused": live.paused,
                 }),
             );
@@ -268,6 +284,8 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
             url: url.clone(),
             room: args.room.clone(),
             queue_length: v["queue_length"].as_u64().unwrap_or(0),
+            active_sessions: v["active_sessions"].as_u64().unwrap_or(0),
+            pending_claims: v["pending_claims"].as_u64().unwrap_or(0),
             paused,
         });
     }
@@ -327,6 +345,8 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
             .visitors
             .unwrap_or(if live.is_some() { 0 } else { 50_000 }),
         initial_queue: live.as_ref().map_or(0, |l| l.queue_length),
+        initial_active: live.as_ref().map_or(0, |l| l.active_sessions),
+        initial_pending: live.as_ref().map_or(0, |l| l.pending_claims),
         arrivals,
         room,
         session_seconds: args.session_length,
@@ -359,8 +379,22 @@ fn apply_live(room: &mut RoomSettings, v: &Value) {
     if let Some(b) = v["burst"].as_f64() {
         room.burst = b;
     }
-    // the cap in force (explicit or Little's), kept as explicit
-    room.max_active = v["max_active"].as_u64();
+    // The cap in force: Little's (derived from the rate and the session
+    // length) follows the rate, so a --rate on top re-derives it; an
+    // explicit one is kept. A gateway that does not say which is taken as
+    // explicit.
+    let little = v["max_active_derived"].as_bool() == Some(true);
+    match v["session_length_secs"]
+        .as_f64()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+    {
+        Some(d) if little => {
+            room.max_active = None;
+            room.session_length = Some(d);
+        }
+        _ => room.max_active = v["max_active"].as_u64(),
+    }
     room.capacity_rps = v["capacity_rps"].as_f64();
     if let Some(m) = v["safety_margin"].as_f64() {
         room.safety_margin = m;
@@ -497,10 +531,12 @@ fn summary(cfg: &SimConfig, r: &SimReport, live: Option<&Live>) -> String {
             &mut s,
             "live room",
             format!(
-                "{} at {}: {} in line{}",
+                "{} at {}: {} in line, {} active, {} admitted not yet claimed{}",
                 l.room,
                 l.url,
                 thousands(l.queue_length),
+                thousands(l.active_sessions),
+                thousands(l.pending_claims),
                 if l.paused {
                     " (paused: simulated as resumed)"
                 } else {
@@ -544,6 +580,8 @@ fn summary(cfg: &SimConfig, r: &SimReport, live: Option<&Live>) -> String {
         &mut s,
         "drain",
         match r.drain_seconds {
+            // under a minute `human` already says "19.9s": once is enough
+            Some(d) if d < 60.0 => human(d),
             Some(d) => format!("{} ({d:.1} s)", human(d)),
             None => format!("not within {}", human(r.simulated_seconds)),
         },
@@ -634,9 +672,87 @@ fn write_csv(path: &Path, rows: &[SecondRow]) -> std::io::Result<()> {
     w.flush()
 }
 
-/// An SVG chart: queue length above; admissions per second, origin
-/// requests per second and the capacity line below.
-fn write_chart(path: &Path, r: &SimReport) -> Result<(), String> {
+/// The format of `--chart`, from the file's extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChartFormat {
+    Svg,
+    Png,
+}
+
+/// `.svg` or `.png` (any case); anything else is a usage error, refused
+/// before the simulation runs.
+fn chart_format(path: &Path) -> Result<ChartFormat, Failure> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("svg") => Ok(ChartFormat::Svg),
+        Some("png") => Ok(ChartFormat::Png),
+        _ => Err(usage(format!(
+            "--chart {}: the file name must end in .svg or .png",
+            path.display()
+        ))),
+    }
+}
+
+/// Chart size, pixels.
+const CHART_SIZE: (u32, u32) = (1100, 760);
+
+/// Writes the chart as SVG or PNG (by `format`).
+fn write_chart(path: &Path, format: ChartFormat, r: &SimReport) -> Result<(), String> {
+    use plotters::prelude::*;
+    register_chart_font()?;
+    match format {
+        ChartFormat::Svg => {
+            let root = SVGBackend::new(path, CHART_SIZE).into_drawing_area();
+            draw_chart(&root, r)?;
+            root.present().map_err(|x| x.to_string())
+        }
+        ChartFormat::Png => {
+            let (w, h) = CHART_SIZE;
+            let mut rgb = vec![0u8; w as usize * h as usize * 3];
+            {
+                let root = BitMapBackend::with_buffer(&mut rgb, CHART_SIZE).into_drawing_area();
+                draw_chart(&root, r)?;
+                root.present().map_err(|x| x.to_string())?;
+            }
+            let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
+            let mut enc = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+            enc.set_color(png::ColorType::Rgb);
+            enc.set_depth(png::BitDepth::Eight);
+            let mut writer = enc.write_header().map_err(|e| e.to_string())?;
+            writer.write_image_data(&rgb).map_err(|e| e.to_string())?;
+            writer.finish().map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Plotters draws text with ab_glyph, which knows only registered fonts:
+/// "sans-serif" is Ubuntu Light, carried in the binary (no system fonts).
+fn register_chart_font() -> Result<(), String> {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *REGISTERED.get_or_init(|| {
+        plotters::style::register_font(
+            "sans-serif",
+            plotters::style::FontStyle::Normal,
+            epaint_default_fonts::UBUNTU_LIGHT,
+        )
+        .is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("the bundled chart font could not be loaded".into())
+    }
+}
+
+/// The chart: queue length above; admissions per second, origin requests
+/// per second and the capacity line below.
+fn draw_chart<DB: plotters::prelude::DrawingBackend>(
+    root: &plotters::drawing::DrawingArea<DB, plotters::coord::Shift>,
+    r: &SimReport,
+) -> Result<(), String> {
     use plotters::prelude::*;
     let e = |e: &dyn std::fmt::Display| e.to_string();
 
@@ -655,7 +771,6 @@ fn write_chart(path: &Path, r: &SimReport) -> Result<(), String> {
         .max(1.0)
         * 1.1;
 
-    let root = SVGBackend::new(path, (1100, 760)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (top, bottom) = root.split_vertically(360);
 
@@ -722,7 +837,6 @@ fn write_chart(path: &Path, r: &SimReport) -> Result<(), String> {
         .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
     Ok(())
 }
 

@@ -546,12 +546,31 @@ struct LiveHold {
     confirmed: bool,
     /// A release was sent: the server may already have put the stock back.
     releasing: bool,
+    /// Counted in [`Ledger::outstanding`] (and, unless confirmed, listed in
+    /// [`Ledger::expiring`]).
+    counted: bool,
+}
+
+impl LiveHold {
+    /// What the store must be backing at `now`: a confirmed hold, or a held
+    /// one not (possibly) back in stock. A hold within a second of its
+    /// expiry may already be reclaimed, so it is not counted.
+    fn counts(&self, now: u64) -> bool {
+        self.confirmed || (!self.releasing && self.expires_at > now + 1)
+    }
 }
 
 /// Every hold granted by a successful answer, and what became of it.
 #[derive(Debug, Default)]
 struct Ledger {
     live: HashMap<String, LiveHold>,
+    /// Units of the live holds that count (see [`LiveHold::counts`]), kept
+    /// as a running total: a grant costs O(log n), not a pass over every
+    /// hold.
+    outstanding: u64,
+    /// Counted, unconfirmed holds by expiry, to drop them from
+    /// `outstanding` when they lapse.
+    expiring: std::collections::BTreeSet<(u64, String)>,
     holds: u64,
     units_held: u64,
     units_confirmed: u64,
@@ -572,6 +591,10 @@ impl Ledger {
     /// Records a 201; returns whether the hold is new (not an idempotent
     /// repeat).
     fn grant(&mut self, id: &str, qty: u64, expires_at: u64) -> bool {
+        self.grant_at(id, qty, expires_at, now_unix())
+    }
+
+    fn grant_at(&mut self, id: &str, qty: u64, expires_at: u64, now: u64) -> bool {
         if self.live.contains_key(id) {
             return false;
         }
@@ -582,27 +605,62 @@ impl Ledger {
                 expires_at,
                 confirmed: false,
                 releasing: false,
+                counted: false,
             },
         );
         self.holds += 1;
         self.units_held += qty;
-        // What the store must be backing right now: confirmed holds, and
-        // held ones not (possibly) back in stock. A hold within a second of
-        // its expiry may already be reclaimed, so it is not counted.
-        let now = now_unix();
-        let outstanding: u64 = self
-            .live
-            .values()
-            .filter(|h| h.confirmed || (!h.releasing && h.expires_at > now + 1))
-            .map(|h| h.qty)
-            .sum();
-        self.peak_outstanding = self.peak_outstanding.max(outstanding);
+        self.recount(id, now);
+        // holds that lapsed since the last grant no longer count
+        while let Some((at, _)) = self.expiring.first() {
+            if *at > now + 1 {
+                break;
+            }
+            if let Some((_, lapsed)) = self.expiring.pop_first() {
+                self.recount(&lapsed, now);
+            }
+        }
+        self.peak_outstanding = self.peak_outstanding.max(self.outstanding);
         true
+    }
+
+    /// Brings one hold's share of `outstanding` (and its place in
+    /// `expiring`) in line with its state at `now`.
+    fn recount(&mut self, id: &str, now: u64) {
+        let Some(h) = self.live.get_mut(id) else {
+            return;
+        };
+        let counts = h.counts(now);
+        if counts != h.counted {
+            if counts {
+                self.outstanding += h.qty;
+            } else {
+                self.outstanding = self.outstanding.saturating_sub(h.qty);
+            }
+            h.counted = counts;
+        }
+        let key = (h.expires_at, id.to_owned());
+        if h.counted && !h.confirmed {
+            self.expiring.insert(key);
+        } else {
+            self.expiring.remove(&key);
+        }
+    }
+
+    /// Forgets a hold (released or lapsed); returns its quantity.
+    fn remove(&mut self, id: &str) -> Option<u64> {
+        let h = self.live.remove(id)?;
+        if h.counted {
+            self.outstanding = self.outstanding.saturating_sub(h.qty);
+        }
+        self.expiring.remove(&(h.expires_at, id.to_owned()));
+        Some(h.qty)
     }
 
     fn set_releasing(&mut self, id: &str, on: bool) {
         if let Some(h) = self.live.get_mut(id) {
             h.releasing = on;
+            self.recount(id, now_unix());
         }
     }
 
@@ -612,18 +670,19 @@ impl Ledger {
         {
             h.confirmed = true;
             self.units_confirmed += h.qty;
+            self.recount(id, now_unix());
         }
     }
 
     fn released(&mut self, id: &str) {
-        if let Some(h) = self.live.remove(id) {
-            self.units_released += h.qty;
+        if let Some(qty) = self.remove(id) {
+            self.units_released += qty;
         }
     }
 
     fn lapsed(&mut self, id: &str) {
-        if let Some(h) = self.live.remove(id) {
-            self.units_lapsed_before_payment += h.qty;
+        if let Some(qty) = self.remove(id) {
+            self.units_lapsed_before_payment += qty;
         }
     }
 }
@@ -744,22 +803,20 @@ async fn visit(sh: &Shared, i: u64) -> Result<Outcome, Stop> {
     let info = event_info(sh, &admission).await?;
     let max_qty = sh.s.max_qty.map_or(info.cart_limit, u64::from).max(1);
 
-    let mut mine: Vec<String> = Vec::new();
-    let mut mine_units = 0;
+    let mut cart = Cart::default();
     let qty = rng.random_range(1..=max_qty);
     let key = format!("swarm-{:x}-{i}-1", sh.run_id);
     let Some((id, granted)) = hold(sh, &admission, qty, &key).await? else {
         return Ok(Outcome::SoldOut);
     };
-    mine.push(id.clone());
-    mine_units += granted;
+    cart.add(&id, granted);
     if rng.random_bool(0.25) {
-        // the same key again must name the same hold
-        if let Some((again, _)) = hold(sh, &admission, qty, &key).await?
-            && again != id
+        // the same key again must name the same hold; another one is a
+        // second hold after all, and its units count toward the cart
+        if let Some((again, granted_again)) = hold(sh, &admission, qty, &key).await?
+            && cart.add(&again, granted_again)
         {
             sh.ledger.lock().idempotency_mismatches += 1;
-            mine.push(again);
         }
     }
     if rng.random_bool(0.5) {
@@ -768,13 +825,13 @@ async fn visit(sh: &Shared, i: u64) -> Result<Outcome, Stop> {
         let qty2 = rng.random_range(1..=max_qty);
         let key2 = format!("swarm-{:x}-{i}-2", sh.run_id);
         if let Some((id2, granted2)) = hold(sh, &admission, qty2, &key2).await? {
-            mine.push(id2);
-            mine_units += granted2;
+            cart.add(&id2, granted2);
         }
     }
-    if mine_units > info.cart_limit {
+    if cart.units > info.cart_limit {
         sh.ledger.lock().above_cart_limit += 1;
     }
+    let mine = cart.ids;
 
     for (n, id) in mine.iter().enumerate() {
         let pay = sh.s.webhook_secret.is_some() && rng.random_bool(sh.s.pay_ratio);
@@ -786,6 +843,26 @@ async fn visit(sh: &Shared, i: u64) -> Result<Outcome, Stop> {
         // else: left to expire
     }
     Ok(Outcome::Bought)
+}
+
+/// The distinct holds one visitor was granted, and their units.
+#[derive(Debug, Default)]
+struct Cart {
+    ids: Vec<String>,
+    units: u64,
+}
+
+impl Cart {
+    /// Adds a granted hold; returns whether it is new to this visitor (a
+    /// hold named again, e.g. by an idempotent replay, is counted once).
+    fn add(&mut self, id: &str, units: u64) -> bool {
+        if self.ids.iter().any(|x| x == id) {
+            return false;
+        }
+        self.ids.push(id.to_owned());
+        self.units += units;
+        true
+    }
 }
 
 enum Joined {
@@ -1573,6 +1650,68 @@ mod tests {
         // a lapsed hold no longer counts
         assert!(l.grant("d", 4, 0));
         assert_eq!(l.peak_outstanding, 5);
+        assert_eq!(l.outstanding, 3, "b (confirmed) and c");
+    }
+
+    /// The running total against a recount of every hold, through grants,
+    /// expiries, releases (also ones that fail) and confirmations.
+    #[test]
+    fn ledger_running_total_matches_a_recount() {
+        let recount = |l: &Ledger, now: u64| -> u64 {
+            l.live
+                .values()
+                .filter(|h| h.counts(now))
+                .map(|h| h.qty)
+                .sum()
+        };
+        // confirm and set_releasing read the wall clock: the grants' clock
+        // starts there and only moves ahead of it
+        let base = now_unix();
+        let mut l = Ledger::default();
+        let mut peak = 0;
+        for i in 0..5_000u64 {
+            let now = base + i / 10; // time moves on
+            let id = format!("h{i}");
+            assert!(l.grant_at(&id, 1 + i % 4, now + 5 + i % 30, now));
+            assert_eq!(l.outstanding, recount(&l, now), "after grant {i}");
+            peak = peak.max(l.outstanding);
+            match i % 7 {
+                0 => l.confirm(&format!("h{}", i / 2)),
+                1 => {
+                    let old = format!("h{}", i - 1);
+                    l.set_releasing(&old, true);
+                    l.released(&old);
+                }
+                2 => {
+                    // a release that failed: counts again
+                    l.set_releasing(&id, true);
+                    l.set_releasing(&id, false);
+                }
+                3 => l.lapsed(&format!("h{}", i / 3)),
+                _ => {}
+            }
+        }
+        assert_eq!(l.peak_outstanding, peak);
+        // a confirmed hold outlives its expiry; the others lapse
+        let mut l = Ledger::default();
+        l.grant_at("x", 2, base + 110, base + 100);
+        l.grant_at("y", 3, base + 110, base + 100);
+        l.confirm("x");
+        l.grant_at("z", 1, base + 500, base + 200);
+        assert_eq!(l.outstanding, 3, "x (confirmed) and z; y lapsed");
+        assert!(l.expiring.iter().all(|(_, id)| id == "z"));
+    }
+
+    #[test]
+    fn a_replay_naming_another_hold_counts_toward_the_cart() {
+        let mut c = Cart::default();
+        assert!(c.add("h1", 3));
+        assert!(!c.add("h1", 3), "the same hold again is not counted twice");
+        assert_eq!(c.units, 3);
+        // an idempotent replay that came back with a different hold
+        assert!(c.add("h2", 3));
+        assert_eq!(c.units, 6, "both holds are the visitor's");
+        assert_eq!(c.ids, ["h1", "h2"]);
     }
 
     #[test]

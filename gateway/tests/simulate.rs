@@ -11,6 +11,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+// the end-to-end harness's JSON visitor (challenge, native solve, join)
+#[allow(dead_code)]
+#[path = "../../tests/src/client.rs"]
+mod client;
+#[allow(dead_code)]
+#[path = "../../tests/src/visitor.rs"]
+mod visitor;
+
 fn sluice() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
 }
@@ -148,6 +156,220 @@ fn csv_and_chart_are_written() {
     assert!(svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("<polyline") || svg.contains("<path"));
     assert!(svg.contains("origin requests/s") && svg.contains("capacity"));
+}
+
+/// `--chart x.png` is a real PNG (not an SVG under another name), with the
+/// chart's pixels in it; an extension it cannot honour is refused (64)
+/// before anything is simulated or written.
+#[test]
+fn chart_as_png_and_other_extensions_refused() {
+    let png = tmp("chart.png");
+    let _ = std::fs::remove_file(&png);
+    let out = sluice()
+        .args([
+            "simulate",
+            "--visitors",
+            "2000",
+            "--arrivals",
+            "ramp:10",
+            "--rate",
+            "100",
+            "--capacity-rps",
+            "150",
+            "--chart",
+        ])
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(
+        &bytes[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "PNG signature, got {:?}",
+        &bytes[..bytes.len().min(16)]
+    );
+    // IHDR: 1100 × 760, 8-bit RGB
+    assert_eq!(&bytes[12..16], b"IHDR");
+    assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 1100);
+    assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), 760);
+    assert_eq!((bytes[24], bytes[25]), (8, 2));
+    assert!(bytes.ends_with(b"IEND\xaeB`\x82"));
+    // lines and text, not a blank page: a white 1100 × 760 picture
+    // deflates to a few kB
+    assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
+
+    // upper case is fine
+    let upper = tmp("CHART.PNG");
+    let out = sluice()
+        .args(["simulate", "--visitors", "100", "--rate", "50", "--chart"])
+        .arg(&upper)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(std::fs::read(&upper).unwrap().starts_with(b"\x89PNG"));
+
+    for name in ["chart.gif", "chart.jpg", "chart"] {
+        let path = tmp(name);
+        let _ = std::fs::remove_file(&path);
+        let out = sluice()
+            .args(["simulate", "--visitors", "100", "--rate", "50", "--chart"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(".svg or .png"), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}: nothing simulated");
+        assert!(!path.exists(), "{name}: nothing written");
+    }
+}
+
+/// A drain under a minute is printed once ("19.9s"), not "19.9s (19.9 s)";
+/// a longer one keeps the exact seconds beside the rounded figure.
+#[test]
+fn drain_line_says_it_once() {
+    let drain_line = |rate: &str| {
+        let out = sluice()
+            .args(["simulate", "--visitors", "2000", "--rate", rate])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.trim_start().starts_with("drain"))
+            .unwrap()
+            .to_owned()
+    };
+    let short = drain_line("100"); // ≈ 20 s
+    let value = short.trim_start().trim_start_matches("drain").trim();
+    assert!(value.ends_with('s') && !value.contains('('), "{short}");
+    let secs: f64 = value.trim_end_matches('s').parse().unwrap();
+    assert!((15.0..=25.0).contains(&secs), "{short}");
+    let long = drain_line("10"); // ≈ 200 s
+    assert!(long.contains("3m ") && long.contains(" s)"), "{long}");
+}
+
+/// `--capacity-rps` without `--rate`: the rate is capacity × (1 − margin)
+/// / requests per visitor, and the line drains at it.
+#[test]
+fn rate_derived_from_capacity() {
+    let v = json_of(&[
+        "--visitors",
+        "10000",
+        "--capacity-rps",
+        "500",
+        "--safety-margin",
+        "0.2",
+        "--requests-per-visitor",
+        "2",
+        "--json",
+    ]);
+    // 500 × 0.8 / 2
+    assert_eq!(v["rate_per_sec"], 200.0);
+    assert_eq!(v["capacity_rps"], 500.0);
+    let drain = v["drain_seconds"].as_f64().unwrap();
+    assert!((drain - 50.0).abs() <= 3.0, "drain {drain}");
+    // an explicit --rate wins over the capacity
+    let v = json_of(&[
+        "--visitors",
+        "1000",
+        "--capacity-rps",
+        "500",
+        "--rate",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(v["rate_per_sec"], 20.0);
+}
+
+/// `--max-active`: never more admitted at once than the cap, and the line
+/// drains at cap / visit length when that is below the rate.
+#[test]
+fn max_active_from_the_command_line() {
+    let csv = tmp("max-active.csv");
+    let out = sluice()
+        .args([
+            "simulate",
+            "--visitors",
+            "500",
+            "--rate",
+            "100",
+            "--max-active",
+            "50",
+            "--session-length",
+            "10s",
+            "--revoke",
+            "--json",
+            "--csv",
+        ])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["max_active"], 50);
+    assert_eq!(v["admitted"], 500);
+    // 50 at a time for 10 s: 5/s, so ≈ 100 s, far from 500 / 100 = 5 s
+    let drain = v["drain_seconds"].as_f64().unwrap();
+    assert!((80.0..=125.0).contains(&drain), "drain {drain}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let col = |name| header.iter().position(|h| *h == name).unwrap();
+    let (active, pending) = (col("active_sessions"), col("pending_claims"));
+    let mut peak = 0;
+    for line in text.lines().skip(1) {
+        let r: Vec<u64> = line
+            .split(',')
+            .map(|x| x.parse::<f64>().unwrap() as u64)
+            .collect();
+        assert!(r[active] + r[pending] <= 50, "over the cap: {line}");
+        peak = peak.max(r[active]);
+    }
+    assert!(peak >= 40, "the cap is used: peak {peak}");
+}
+
+/// `--claim-window`: an admitted place nobody claims holds its slot under
+/// the cap for the whole window, so a short window drains a line of
+/// impatient visitors much sooner than a long one.
+#[test]
+fn claim_window_from_the_command_line() {
+    let run = |window: &str| {
+        json_of(&[
+            "--visitors",
+            "400",
+            "--rate",
+            "50",
+            "--max-active",
+            "20",
+            "--session-length",
+            "1s",
+            "--revoke",
+            "--patience-median",
+            "3s",
+            "--claim-window",
+            window,
+            "--json",
+        ])
+    };
+    let short = run("1s");
+    let long = run("60s");
+    let (ds, dl) = (
+        short["drain_seconds"].as_f64().unwrap(),
+        long["drain_seconds"].as_f64().unwrap(),
+    );
+    assert!(short["refunded"].as_u64().unwrap() > 0, "{short}");
+    assert!(dl > ds * 3.0, "drain {dl} (60 s window) vs {ds} (1 s)");
+    // a window out of range is refused
+    let out = sluice()
+        .args(["simulate", "--visitors", "10", "--claim-window", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
 }
 
 #[test]
@@ -300,4 +522,148 @@ fn what_if_from_a_live_gateway() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+}
+
+/// A gateway from a config file (easy proof of work), for the what-ifs
+/// with a line.
+fn start_gateway_with(token: &str, room: &str) -> (Server, u16) {
+    let config = tmp(&format!("gw-{}.toml", free_port()));
+    std::fs::write(
+        &config,
+        format!(
+            "[[rooms]]\nid = \"default\"\njoin_limit_per_prefix_per_min = 0\n\
+             puzzles = 1\ndifficulty_floor_bits = 1\ndifficulty_ceiling_bits = 2\n\
+             attack_min_solve = \"0s\"\n{room}"
+        ),
+    )
+    .unwrap();
+    for _ in 0..5 {
+        let port = free_port();
+        let child = sluice()
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--admin-token", token, "--config"])
+            .arg(&config)
+            .env("SLUICE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut server = Server(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if http_status(port, "/_sluice/readyz") == Some(200) {
+                return (server, port);
+            }
+            if let Ok(Some(_)) = server.0.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    panic!("the gateway did not become ready");
+}
+
+/// Joins `n` visitors; returns how many were admitted at once (the burst)
+/// and how many wait.
+fn join_visitors(url: &str, n: usize) -> (u64, u64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (mut admitted, mut waiting) = (0, 0);
+        for _ in 0..n {
+            let mut v = visitor::Visitor::new(url, "default");
+            let a = v.join("/").await;
+            match a.status.as_u16() {
+                200 => admitted += 1,
+                201 => waiting += 1,
+                s => panic!("join: {s} {}", a.text()),
+            }
+        }
+        (admitted, waiting)
+    })
+}
+
+/// A line that is really there: a room admitting nobody (rate 0) with
+/// visitors joined; `--from` carries the line over and drains it at
+/// `--rate X` in about N / X.
+#[test]
+fn what_if_from_a_gateway_with_a_line() {
+    let token = "sim-test-token-line-0123456789";
+    let (_server, port) = start_gateway_with(token, "rate_per_sec = 0\nburst = 1\n");
+    let url = format!("http://127.0.0.1:{port}");
+    let (admitted, waiting) = join_visitors(&url, 9);
+    assert!(waiting >= 8, "admitted {admitted}, waiting {waiting}");
+
+    let v = json_of(&["--from", &url, "--token", token, "--rate", "2", "--json"]);
+    assert_eq!(v["from"]["queue_length"], waiting, "{v}");
+    assert_eq!(v["from"]["pending_claims"], 0);
+    assert_eq!(v["visitors"], waiting);
+    assert_eq!(v["admitted"], waiting);
+    assert_eq!(v["rate_per_sec"], 2.0);
+    let drain = v["drain_seconds"].as_f64().unwrap();
+    let expect = waiting as f64 / 2.0;
+    assert!(
+        (drain - expect).abs() <= 1.5,
+        "drain {drain}, expected ≈ {expect}"
+    );
+
+    // the human answer names the line
+    let out = sluice()
+        .args(["simulate", "--from", &url, "--token", token, "--rate", "2"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("The line of {waiting} drains in")),
+        "{text}"
+    );
+}
+
+/// With a cap, the live sessions count: a room whose (Little's) cap is full
+/// of sessions. The cap follows a new `--rate` when it was derived from the
+/// rate; an explicit one (`--max-active`) is kept, and then the carried
+/// session blocks the line until it ends.
+#[test]
+fn what_if_carries_sessions_and_rederives_little_cap() {
+    let token = "sim-test-token-cap-0123456789";
+    // rate 0, session length 5 s: Little's cap is 1 (never below one)
+    let (_server, port) = start_gateway_with(
+        token,
+        "rate_per_sec = 0\nburst = 1\nsession_length = \"5s\"\n",
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let (admitted, waiting) = join_visitors(&url, 5);
+    assert_eq!(
+        admitted, 1,
+        "the burst lets one in: its session fills the cap"
+    );
+    assert_eq!(waiting, 4);
+
+    let v = json_of(&["--from", &url, "--token", token, "--rate", "2", "--json"]);
+    assert_eq!(v["from"]["active_sessions"], 1, "{v}");
+    assert_eq!(v["from"]["queue_length"], 4);
+    // re-derived at the new rate: ceil(2 × 5)
+    assert_eq!(v["max_active"], 10, "{v}");
+    let drain = v["drain_seconds"].as_f64().unwrap();
+    assert!((drain - 2.0).abs() <= 1.5, "drain {drain}");
+
+    // an explicit cap of 1 is kept, and the live session holds it: nobody
+    // gets in before that session ends (its visit, then the session TTL)
+    let v = json_of(&[
+        "--from",
+        &url,
+        "--token",
+        token,
+        "--rate",
+        "2",
+        "--max-active",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(v["max_active"], 1);
+    let first_admission = v["wait_seconds"]["max"].as_f64().unwrap();
+    assert!(
+        v["drain_seconds"].as_f64().is_none_or(|d| d > 300.0),
+        "the full cap must hold the line: {v}"
+    );
+    assert!(first_admission > 300.0, "{v}");
 }

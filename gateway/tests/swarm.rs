@@ -234,6 +234,99 @@ fn swarm_against_a_gateway_on_redis() {
     check_report(code, &v);
 }
 
+/// `--duration` stops a run by itself: far more visitors than can finish,
+/// polls capped, and the report says it was the duration (in-flight
+/// visitors abandoned, counted as unfinished). The global `--rate` caps the
+/// crowd's requests: counted from the report, against rate × elapsed with
+/// generous slack (no timing asserted). The human report once.
+#[test]
+fn duration_stops_the_run_and_the_rate_cap_holds() {
+    let gw = start_gateway("duration.toml", None);
+    let rate = 40.0;
+    let started = Instant::now();
+    let out = sluice()
+        .args([
+            "swarm",
+            "--url",
+            &gw.url,
+            "--visitors",
+            "100000",
+            "--concurrency",
+            "16",
+            "--rate",
+            "40",
+            "--duration",
+            "3s",
+            "--max-poll-ms",
+            "200",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let wall = started.elapsed();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    eprintln!("{v:#}\n(in {wall:?})");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(v["stopped_by"], "duration");
+    // bounded: stopped long before 100,000 visitors could be served (a
+    // loose bound, only there so a run that never stops fails)
+    assert!(wall < Duration::from_secs(60), "{wall:?}");
+    let started_visitors = v["started"].as_u64().unwrap();
+    assert!(started_visitors < 100_000);
+    assert!(v["finished"].as_u64().unwrap() <= started_visitors);
+
+    // the cap: no more than rate × elapsed (+1 slot), with slack
+    let requests = v["requests"].as_u64().unwrap();
+    let elapsed = v["elapsed_seconds"].as_f64().unwrap();
+    assert!(requests > 0);
+    let allowed = rate * elapsed + 1.0;
+    assert!(
+        (requests as f64) <= allowed * 1.25 + 5.0,
+        "{requests} requests in {elapsed} s at --rate {rate}"
+    );
+
+    // the human report
+    let out = sluice()
+        .args([
+            "swarm",
+            "--url",
+            &gw.url,
+            "--visitors",
+            "100000",
+            "--concurrency",
+            "4",
+            "--rate",
+            "40",
+            "--duration",
+            "2s",
+            "--max-poll-ms",
+            "200",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("sluice swarm: "), "{text}");
+    assert!(text.contains("stopped by --duration"), "{text}");
+    for needle in [
+        "visitors",
+        "joined / admitted",
+        "holds (201)",
+        "oversold",
+        "above cart limit",
+        "errors",
+        "latency (ms)",
+        "verdict                 ok",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+    assert!(
+        serde_json::from_str::<Value>(text.trim()).is_err(),
+        "not JSON"
+    );
+}
+
 #[test]
 fn a_remote_target_is_refused_before_any_traffic() {
     // 192.0.2.1 (TEST-NET-1) is not routed: a connection attempt would hang
