@@ -425,10 +425,14 @@ impl Default for RequestIds {
 
 impl MakeRequestId for RequestIds {
     fn make_request_id<B>(&mut self, _req: &http::Request<B>) -> Option<RequestId> {
+        use std::fmt::Write as _;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("{}-{n:x}", self.prefix))
-            .ok()
-            .map(RequestId::new)
+        // prefix (8 hex digits), '-', the counter in hex: at most 25 bytes.
+        let mut id = String::with_capacity(25);
+        id.push_str(&self.prefix);
+        id.push('-');
+        let _ = write!(id, "{n:x}");
+        HeaderValue::from_str(&id).ok().map(RequestId::new)
     }
 }
 

@@ -39,24 +39,29 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             .log_cause(&"request without client info")
             .into_response();
     };
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()));
-    let path = req.uri().path().to_owned();
+    let room = {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| req.uri().authority().map(|a| a.as_str()));
+        let path = req.uri().path();
+        match state.rooms().route(host, path) {
+            // No room guards the path, or the room lets it by: straight
+            // through, without a copy of anything.
+            None => None,
+            Some(room) if rooms::bypasses(room, path, client.ip) => None,
+            Some(room) => Some(room.clone()),
+        }
+    };
+    let Some(room) = room else {
+        return state.proxy().forward(req, &client, HeaderMap::new()).await;
+    };
     let ret = req
         .uri()
         .path_and_query()
         .map(|pq| visitor::safe_return_to(Some(pq.as_str())))
         .unwrap_or_else(|| "/".to_owned());
-    let Some(room) = state.rooms().route(host.as_deref(), &path).cloned() else {
-        return state.proxy().forward(req, &client, HeaderMap::new()).await;
-    };
-    if rooms::bypasses(&room, &path, client.ip) {
-        return state.proxy().forward(req, &client, HeaderMap::new()).await;
-    }
 
     if let Some((token, claims)) = visitor::admission_from(&state, req.headers(), &room, &client) {
         // Sliding session: past half its life, the token is renewed.

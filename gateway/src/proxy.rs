@@ -154,13 +154,18 @@ impl Proxy {
         }
 
         // Notes whether the downstream body failed, so that failure is
-        // answered as the client's (400), not as the origin's (502).
+        // answered as the client's (400), not as the origin's (502). A
+        // request without a body (most GETs) has nothing to watch.
         let body_failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = body_failed.clone();
-        let body = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
-            e
-        }));
+        let body = if http_body::Body::is_end_stream(&body) {
+            body
+        } else {
+            let flag = body_failed.clone();
+            Body::new(http_body_util::BodyExt::map_err(body, move |e| {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                e
+            }))
+        };
         let upstream_req = Request::from_parts(parts, body);
         let started = std::time::Instant::now();
         let result =
@@ -238,10 +243,6 @@ impl Proxy {
     }
 
     fn upstream_uri(&self, downstream: &Uri) -> Result<Uri, http::Error> {
-        let pq = downstream
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .unwrap_or("/");
         let base = self.origin.path().trim_end_matches('/');
         let mut builder = Uri::builder();
         if let Some(s) = self.origin.scheme() {
@@ -250,7 +251,15 @@ impl Proxy {
         if let Some(a) = self.origin.authority() {
             builder = builder.authority(a.clone());
         }
-        builder.path_and_query(format!("{base}{pq}")).build()
+        match downstream.path_and_query() {
+            // An origin at its root (the usual case): the target as it came.
+            Some(pq) if base.is_empty() => builder.path_and_query(pq.clone()),
+            pq => {
+                let pq = pq.map(|pq| pq.as_str()).unwrap_or("/");
+                builder.path_and_query(format!("{base}{pq}"))
+            }
+        }
+        .build()
     }
 }
 
@@ -350,21 +359,21 @@ fn set_forwarding_headers(h: &mut HeaderMap, client: &ClientInfo, host: Option<&
             h.remove("x-forwarded-host");
         }
     }
-    let mut fwd = format!("for={}", forwarded_node(client.ip));
+    use std::fmt::Write as _;
+    let mut fwd = String::with_capacity(64);
+    let _ = match client.ip {
+        IpAddr::V4(v4) => write!(fwd, "for={v4}"),
+        IpAddr::V6(v6) => write!(fwd, "for=\"[{v6}]\""),
+    };
     if let Some(host) = host.filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b'"')) {
-        fwd.push_str(&format!(";host=\"{host}\""));
+        fwd.push_str(";host=\"");
+        fwd.push_str(host);
+        fwd.push('"');
     }
-    fwd.push_str(&format!(";proto={}", client.proto));
+    fwd.push_str(";proto=");
+    fwd.push_str(client.proto);
     if let Ok(v) = HeaderValue::from_str(&fwd) {
         h.insert(header::FORWARDED, v);
-    }
-}
-
-/// An address as an RFC 7239 node: IPv6 quoted and bracketed.
-fn forwarded_node(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("\"[{v6}]\""),
     }
 }
 
@@ -414,7 +423,22 @@ mod tests {
 
     #[test]
     fn forwarded_is_rfc7239() {
-        assert_eq!(forwarded_node("::1".parse().unwrap()), "\"[::1]\"");
-        assert_eq!(forwarded_node("1.2.3.4".parse().unwrap()), "1.2.3.4");
+        for (peer, host, want) in [
+            (
+                "1.2.3.4:5",
+                Some("shop.example"),
+                "for=1.2.3.4;host=\"shop.example\";proto=http",
+            ),
+            ("[::1]:5", None, "for=\"[::1]\";proto=http"),
+            // a host that cannot be quoted is left out
+            ("1.2.3.4:5", Some("a\"b"), "for=1.2.3.4;proto=http"),
+        ] {
+            let peer: std::net::SocketAddr = peer.parse().unwrap();
+            let client = ClientInfo::resolve(peer, &HeaderMap::new(), &[]);
+            let mut h = HeaderMap::new();
+            set_forwarding_headers(&mut h, &client, host);
+            assert_eq!(h[header::FORWARDED], want);
+            assert_eq!(h["x-forwarded-for"], peer.ip().to_string());
+        }
     }
 }

@@ -452,15 +452,14 @@ impl Rooms {
     /// (or that name none), the longest matching path prefix wins; a room
     /// naming the host beats one that does not at equal length.
     pub fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<Room>> {
-        let host = host.map(|h| h.split(':').next().unwrap_or(h).to_ascii_lowercase());
+        // Hosts compare case-insensitively below: no lowercased copy.
+        let host = host.map(|h| h.split(':').next().unwrap_or(h));
         let mut best: Option<(&Arc<Room>, (usize, bool))> = None;
         for room in &self.rooms {
             let c = &room.config;
             let host_specific = !c.hosts.is_empty();
             if host_specific
-                && !host
-                    .as_deref()
-                    .is_some_and(|h| c.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)))
+                && !host.is_some_and(|h| c.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)))
             {
                 continue;
             }
