@@ -549,10 +549,9 @@ impl RedisInventory {
         if let Some(k) = idempotency_key {
             extra.push(keys.idem(visitor, k));
         }
+        // The suffix and the visitor travel in KEYS[6] and KEYS[7] only.
         let args = [
-            visitor.to_owned(),
             qty.to_string(),
-            suffix.to_owned(),
             LAZY_REAP_MAX.to_string(),
             ms(IDEMPOTENCY_TTL).to_string(),
             ms(HOLD_RETENTION).to_string(),
