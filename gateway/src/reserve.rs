@@ -653,6 +653,7 @@ async fn admin_put_event(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
