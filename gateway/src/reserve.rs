@@ -27,6 +27,11 @@
 //! - `PUT` of an existing event without `room` keeps the event's room; a
 //!   new event defaults to `default`.
 //! - An empty webhook secret counts as none: every signature is refused.
+//! - A `payment_event_id` already applied to another hold of the event
+//!   answers 409 `payment_event_reused` and changes nothing (a provider's
+//!   payment event is about one payment, so one hold).
+//! - The signature's `t` is hashed exactly as sent; it must be 1 to 20
+//!   ASCII digits (no sign, no spaces), else the signature is refused.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -331,16 +336,23 @@ pub fn verify_signature(
     body: &[u8],
     now: u64,
 ) -> Result<(), &'static str> {
-    let mut t = None;
+    let mut t_raw: Option<&str> = None;
     let mut sigs = Vec::new();
     for part in header.split(',') {
         match part.trim().split_once('=') {
-            Some(("t", v)) => t = v.parse::<u64>().ok(),
+            Some(("t", v)) => t_raw = Some(v),
             Some(("v1", v)) => sigs.push(v.to_owned()),
             _ => {}
         }
     }
-    let t = t.ok_or("no timestamp")?;
+    // `t` is signed exactly as sent: it is parsed only for the tolerance
+    // check, and only plain digits are accepted (no sign, no spaces), so
+    // `+1700…` can never pass for `1700…`.
+    let t_raw = t_raw.ok_or("no timestamp")?;
+    if t_raw.is_empty() || t_raw.len() > 20 || !t_raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("timestamp must be 1 to 20 ASCII digits");
+    }
+    let t: u64 = t_raw.parse().map_err(|_| "timestamp out of range")?;
     if t.abs_diff(now) > WEBHOOK_TOLERANCE_S {
         return Err("timestamp outside the tolerance");
     }
@@ -354,7 +366,7 @@ pub fn verify_signature(
         let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
             return Err("bad secret");
         };
-        mac.update(t.to_string().as_bytes());
+        mac.update(t_raw.as_bytes());
         mac.update(b".");
         mac.update(body);
         if mac.verify_slice(&given).is_ok() {
@@ -463,6 +475,12 @@ async fn payment_webhook(
             StatusCode::CONFLICT,
             "hold_expired",
             "The hold lapsed before payment; its stock went back: refund the payment",
+        )
+        .with("hold_id", hold_id)),
+        ConfirmOutcome::PaymentReused => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "payment_event_reused",
+            "This payment_event_id was already applied to another hold; nothing changed",
         )
         .with("hold_id", hold_id)),
         ConfirmOutcome::NotFound => Err(hold_not_found()),
@@ -635,6 +653,7 @@ async fn admin_put_event(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -649,5 +668,52 @@ mod tests {
         assert!(verify_signature(b"s3cret", "t=1000", body, 1_000).is_err());
         assert!(verify_signature(b"s3cret", "garbage", body, 1_000).is_err());
         assert!(verify_signature(b"s3cret", "t=1000,v1=zz", body, 1_000).is_err());
+    }
+
+    /// The HMAC over `t.body` with `t` exactly as given (for forms
+    /// `sign_webhook` would never print).
+    fn sign_raw(secret: &[u8], t: &str, body: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+        mac.update(t.as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        let hex: String = mac
+            .finalize()
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("t={t},v1={hex}")
+    }
+
+    #[test]
+    fn webhook_timestamp_is_hashed_as_sent() {
+        let body = br#"{"payment_event_id":"p1"}"#;
+        let good = sign_webhook(b"s3cret", 1_000, body);
+        let v1 = good.split_once(",v1=").unwrap().1;
+        // The signature of "1000" presented under other spellings of 1000:
+        // before, `t` was parsed and re-printed, so these passed.
+        for t in ["+1000", "01000", "0001000"] {
+            let forged = format!("t={t},v1={v1}");
+            assert!(
+                verify_signature(b"s3cret", &forged, body, 1_000).is_err(),
+                "{forged} accepted"
+            );
+        }
+        // Signed over the exact text: leading zeros are digits, accepted
+        // (the HMAC covers what was sent); a sign is refused outright.
+        let zero = sign_raw(b"s3cret", "01000", body);
+        assert_eq!(verify_signature(b"s3cret", &zero, body, 1_000), Ok(()));
+        for t in ["+1000", "-1000", " 1000", "1e3", "", "1_000", "１０００"] {
+            let h = sign_raw(b"s3cret", t, body);
+            assert_eq!(
+                verify_signature(b"s3cret", &h, body, 1_000),
+                Err("timestamp must be 1 to 20 ASCII digits"),
+                "{t:?}"
+            );
+        }
+        // Digits beyond u64: refused, not wrapped.
+        let huge = sign_raw(b"s3cret", "99999999999999999999", body);
+        assert!(verify_signature(b"s3cret", &huge, body, 1_000).is_err());
     }
 }

@@ -2,34 +2,54 @@
 # Drives reservation/lua/hold.lua directly with redis-benchmark (EVALSHA),
 # the baseline the gateway's HTTP holds are compared against.
 #
-# Usage: reservation/bench/hold_script.sh [host] [port] [requests] [clients] [pipeline]
-#   defaults: 127.0.0.1 6379 200000 50 1
+# Usage: reservation/bench/hold_script.sh [host] [port] [requests] [clients] [pipeline] [stock]
+#   defaults: 127.0.0.1 6379 200000 50 1 requests/2
 # Needs redis-cli and redis-benchmark. Uses the event `bench` (its keys are
-# deleted first). Every request is a distinct visitor (__rand_int__), qty 1,
-# on stock that never runs out and a cart limit that never trips: the same
-# script path as a successful hold through RedisInventory.
+# deleted first) with a finite stock (default: half the requests), so the
+# run sells it out: the first calls take the successful-hold path, the rest
+# the sold-out path, as in a real sale. Every request is a hold of qty 1 by
+# a random visitor (`visitor-` + 12 digits) with a random hold suffix
+# (`AAAAAAAAAA` + 12 digits: 22 base64url characters, the shape of a real
+# one). hold.lua reads the suffix from the hold key (KEYS[6]) and the
+# visitor from the visitor key (KEYS[7]), so each is one `__rand_int__` and
+# they cannot disagree (redis-benchmark draws every placeholder on its own).
+#
+# Prints redis-benchmark's CSV on stdout, then on stderr one line
+# `STATE total=… available=… held=… confirmed=… oversold=…` from read.lua
+# (oversold = held + confirmed - total, must be 0).
 set -euo pipefail
 HOST=${1:-127.0.0.1}
 PORT=${2:-6379}
 N=${3:-200000}
 C=${4:-50}
 P=${5:-1}
+STOCK=${6:-$((N / 2))}
 LUA="$(cd "$(dirname "$0")/../lua" && pwd)"
 CLI=(redis-cli -h "$HOST" -p "$PORT")
 EV=bench
 K=("sluice:{$EV}:stock" "sluice:{$EV}:meta" "sluice:{$EV}:deadlines" "sluice:{$EV}:visitors" "sluice:{$EV}:stream")
 
 "${CLI[@]}" DEL "${K[@]}" >/dev/null
-# Stock: 10^12 units, cart limit 10^6, hold TTL 10 min, version now.
+# Stock: $STOCK units, cart limit 4, hold TTL 10 min, version now.
 "${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/set_stock.lua")" 5 "${K[@]}" \
-  100000 "$EV" 1000000000000 1000000 600000 "$(date +%s)" default >/dev/null
+  100000 "$EV" "$STOCK" 4 600000 "$(date +%s)" default >/dev/null
 SHA=$("${CLI[@]}" SCRIPT LOAD "$(cat "$LUA/common.lua" "$LUA/hold.lua")")
 echo "hold.lua sha1 $SHA" >&2
 
-# KEYS: the five event keys + the hold hash; ARGV: maxlen, event, visitor,
-# qty, suffix, lazy-reap max, idempotency TTL ms, retention ms.
+# KEYS: the five event keys, the hold hash, the visitor's hold index
+# (`vholds:{len}:{visitor}`, len 20 = "visitor-" + 12 digits); ARGV:
+# maxlen, event, qty, lazy-reap max, idempotency TTL ms, retention ms.
 redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
-  EVALSHA "$SHA" 6 "${K[@]}" "sluice:{$EV}:hold:__rand_int__" \
-  100000 "$EV" "visitor-__rand_int__" 1 "h__rand_int__" 64 86400000 604800000
+  EVALSHA "$SHA" 7 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
+  "sluice:{$EV}:vholds:20:visitor-__rand_int__" \
+  100000 "$EV" 1 64 86400000 604800000
 
-"${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 5 "${K[@]}" 100000 "$EV" 0 >&2
+STATE=$("${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 5 "${K[@]}" 100000 "$EV" 1000000)
+python3 - "$STATE" >&2 <<'PY'
+import sys
+# redis-cli prints one array element per line: STATE total cart ttl version room held confirmed available
+f = sys.argv[1].split("\n")
+total, held, confirmed, available = int(f[1]), int(f[6]), int(f[7]), int(f[8])
+print(f"STATE total={total} available={available} held={held} confirmed={confirmed} "
+      f"oversold={held + confirmed - total}")
+PY

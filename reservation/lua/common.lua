@@ -76,6 +76,21 @@ local function reap_expired(now, max)
   return n
 end
 
+-- Expires lapsed holds oldest first, one at a time, until `available`
+-- reaches `need` or none lapsed is left. Each expired hold returns at
+-- least one unit, so this expires at most `need` holds (`need` is at most
+-- the cart limit). Returns the stock counter afterwards.
+local function reap_until_available(now, need)
+  local available = tonumber(redis.call('GET', K_STOCK))
+  while available < need do
+    local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, 1)
+    if #due == 0 then break end
+    expire_member(due[1], now)
+    available = tonumber(redis.call('GET', K_STOCK))
+  end
+  return available
+end
+
 -- Compares two canonical decimal strings (no sign, no leading zeros)
 -- without going through Lua's doubles: versions are u64.
 local function dec_gt(a, b)

@@ -2,7 +2,9 @@
 --
 -- KEYS[1..5] as in common.lua
 -- KEYS[6] sluice:{ev}:hold:{suffix}
--- KEYS[7] sluice:{ev}:pay:{suffix}:{payment_event_id}   the recorded answer
+-- KEYS[7] sluice:{ev}:pay:{len(payment_event_id)}:{payment_event_id}
+--         "{suffix}:{answer}": the hold this payment event was applied to
+--         and the answer it got
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] payment_event_id
 -- ARGV[4] '1' payment succeeded, '0' failed
@@ -10,15 +12,22 @@
 -- ARGV[6] how long the answer to this payment event is kept, ms
 --
 -- Returns {answer} with answer one of 'confirmed', 'released', 'expired',
--- 'not_found', 'not_ready'. The same payment event id for the same hold
--- returns the recorded answer and changes nothing. A hold past its deadline
+-- 'not_found', 'not_ready', 'payment_reused'. The same payment event id
+-- for the same hold returns the recorded answer and changes nothing; for
+-- another hold of the event it answers 'payment_reused' and changes nothing
+-- (a provider's payment event is about one payment, so one hold). A hold past its deadline
 -- (by TIME) is never confirmed: its units go back once, answer 'expired'.
 -- A failed payment releases a held hold. 'not_found' and 'not_ready' are
 -- not recorded.
 -- Writes: the hold's status, counters, XADD type=confirmed|released|expired.
 local K_HOLD, K_PAY = KEYS[6], KEYS[7]
+local this = string.match(K_HOLD, ':hold:(.*)$')
 local prior = redis.call('GET', K_PAY)
-if prior then return {prior} end
+if prior then
+  local for_hold, prior_answer = string.match(prior, '^(.*):([^:]*)$')
+  if for_hold ~= this then return {'payment_reused'} end
+  return {prior_answer}
+end
 local h = redis.call('HMGET', K_HOLD, 'visitor', 'qty', 'status', 'deadline_ms', 'member')
 if not h[1] then return {'not_found'} end
 
@@ -48,5 +57,5 @@ if answer == 'held' then
   redis.call('HSET', K_HOLD, 'status', answer, 'ended_ms', int(now))
   redis.call('PEXPIRE', K_HOLD, ARGV[5])
 end
-redis.call('SET', K_PAY, answer, 'PX', ARGV[6])
+redis.call('SET', K_PAY, this .. ':' .. answer, 'PX', ARGV[6])
 return {answer}

@@ -1,16 +1,19 @@
 -- hold.lua: take `qty` units for a visitor (common.lua prepended).
 --
 -- KEYS[1..5] as in common.lua
--- KEYS[6] sluice:{ev}:hold:{suffix}   the new hold's hash (or the replayed one)
--- KEYS[7] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
+-- KEYS[6] sluice:{ev}:hold:{suffix}   the new hold's hash (or the replayed
+--         one). The hold's suffix (22 base64url chars; the Rust side
+--         generates it, or passes the one a REDIRECT named) is read from
+--         this key, so the hash and the hold id can never disagree.
+-- KEYS[7] sluice:{ev}:vholds:{len(visitor)}:{visitor}   zset: this visitor's
+--         deadline-index members, score = deadline (see "Lapsed holds").
+--         The visitor is read from this key (its length must match).
+-- KEYS[8] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
 -- ARGV[1..2] as in common.lua
--- ARGV[3] visitor
--- ARGV[4] qty (integer)
--- ARGV[5] hold suffix (22 base64url chars; the Rust side generates it, or
---         passes the suffix a REDIRECT named)
--- ARGV[6] how many expired holds to reap first (LAZY_REAP_MAX)
--- ARGV[7] idempotency key TTL, ms
--- ARGV[8] hold retention after its deadline, ms
+-- ARGV[3] qty (integer)
+-- ARGV[4] how many expired holds to reap first, whoever's (LAZY_REAP_MAX)
+-- ARGV[5] idempotency key TTL, ms
+-- ARGV[6] hold retention after its deadline, ms
 --
 -- Returns one of:
 --   {'NOT_READY'}                      stock counter or settings missing
@@ -22,18 +25,43 @@
 --   {'SOLD_OUT', available}
 --   {'HELD', qty, 'held', deadline_ms, available}
 -- Writes on HELD: DECRBY stock, meta.held += qty, visitors[visitor] += qty,
--- the hold hash (PEXPIREAT deadline + retention), ZADD deadlines, the
--- idempotency key (PX ttl), XADD type=held.
+-- the hold hash (PEXPIREAT deadline + retention), ZADD deadlines, ZADD the
+-- visitor's index, the idempotency key (PX ttl), XADD type=held.
+--
+-- Lapsed holds: a hold past its deadline counts as expired before any
+-- reaper saw it, so no answer may depend on whether one did. Besides the
+-- LAZY_REAP_MAX oldest lapsed holds of anyone, this script expires:
+--   * every lapsed hold of this visitor (from KEYS[7]) before the cart
+--     check; the visitor's index holds only members of holds taken within
+--     one TTL (lapsed entries are dropped here, released ones by
+--     release.lua), i.e. at most cart_limit out or confirmed holds plus
+--     holds a failed payment ended: a short list;
+--   * before answering SOLD_OUT, further lapsed holds oldest first until
+--     qty units are available: each returns at least one unit, so at most
+--     qty (<= cart_limit) more.
+-- So each call does O(LAZY_REAP_MAX + cart_limit + failed payments of the
+-- visitor within one TTL) work, and a refusal never stands where lapsed
+-- holds would have freed the units or the cart room.
 
 if not redis.call('GET', K_STOCK) then return {'NOT_READY'} end
 local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms')
 if not meta[1] or not meta[2] then return {'NOT_READY'} end
 local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
 local now = now_ms()
-reap_expired(now, tonumber(ARGV[6]))
+local K_HOLD, K_VHOLDS, K_IDEM = KEYS[6], KEYS[7], KEYS[8]
+local suffix = string.match(K_HOLD, ':hold:([^:]*)$')
+local vlen, visitor = string.match(K_VHOLDS, ':vholds:(%d+):(.*)$')
+if not suffix or not visitor or #visitor ~= tonumber(vlen) then
+  return redis.error_reply('hold.lua: malformed hold or visitor key')
+end
+local qty = tonumber(ARGV[3])
+reap_expired(now, tonumber(ARGV[4]))
 
-local visitor, qty, suffix = ARGV[3], tonumber(ARGV[4]), ARGV[5]
-local K_HOLD, K_IDEM = KEYS[6], KEYS[7]
+-- This visitor's lapsed holds no longer count against the cart.
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', now)) do
+  expire_member(member, now)
+end
+redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', now)
 
 if K_IDEM then
   local prior = redis.call('GET', K_IDEM)
@@ -52,7 +80,7 @@ end
 if qty < 1 or qty > limit then return {'INVALID_QTY', limit} end
 local have = tonumber(redis.call('HGET', K_VISITORS, visitor) or '0')
 if have + qty > limit then return {'CART_LIMIT', limit, have} end
-local available = tonumber(redis.call('GET', K_STOCK))
+local available = reap_until_available(now, qty)
 if available < qty then return {'SOLD_OUT', available} end
 
 available = redis.call('DECRBY', K_STOCK, qty)
@@ -62,8 +90,13 @@ local deadline = now + ttl
 local member = suffix .. ':' .. qty .. ':' .. visitor
 redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', qty, 'status', 'held',
   'deadline_ms', int(deadline), 'created_ms', int(now), 'member', member)
-redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[8])))
+redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[6])))
 redis.call('ZADD', K_DEADLINES, int(deadline), member)
-if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[7]) end
+redis.call('ZADD', K_VHOLDS, int(deadline), member)
+local vttl = redis.call('PTTL', K_VHOLDS)
+if vttl < 0 or now + vttl < deadline then
+  redis.call('PEXPIREAT', K_VHOLDS, int(deadline + 1000))
+end
+if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
 emit('held', suffix, visitor, qty, available, now, {'expires_at_ms', int(deadline)})
 return {'HELD', qty, 'held', deadline, available}

@@ -6,13 +6,21 @@
 --
 -- Returns one of:
 --   {'UNKNOWN'}   no settings stored
+--   {'MORE'}      it reaped ARGV[3] lapsed holds and more are left: call
+--                 again (the caller loops, so each call stays bounded and
+--                 the counters it finally reports count every lapsed hold
+--                 as expired)
 --   {'STATE', total, cart_limit, hold_ttl_ms, version, room, held,
 --    confirmed, available}   available is nil (false) when the stock
 --                            counter is missing: not ready
 -- All numbers as decimal strings.
 local m = redis.call('HMGET', K_META, 'total', 'cart_limit', 'hold_ttl_ms', 'version', 'room', 'held', 'confirmed')
 if not m[1] then return {'UNKNOWN'} end
-if redis.call('GET', K_STOCK) then reap_expired(now_ms(), tonumber(ARGV[3])) end
+if redis.call('GET', K_STOCK) then
+  local now = now_ms()
+  reap_expired(now, tonumber(ARGV[3]))
+  if redis.call('ZCOUNT', K_DEADLINES, '-inf', now) > 0 then return {'MORE'} end
+end
 m = redis.call('HMGET', K_META, 'total', 'cart_limit', 'hold_ttl_ms', 'version', 'room', 'held', 'confirmed')
 local stock = redis.call('GET', K_STOCK)
 return {'STATE', m[1], m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '', m[6] or '0', m[7] or '0', stock}

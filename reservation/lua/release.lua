@@ -2,6 +2,7 @@
 --
 -- KEYS[1..5] as in common.lua
 -- KEYS[6] sluice:{ev}:hold:{suffix}
+-- KEYS[7] sluice:{ev}:vholds:{len(visitor)}:{visitor} (see hold.lua)
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] visitor (must own the hold)
 -- ARGV[4] retention after the hold ends, ms
@@ -13,7 +14,8 @@
 --   {'EXPIRED'}           deadline passed; its units went back (now or before)
 --   {'NOT_READY'}         stock counter missing: nothing changed
 --   {'RELEASED'}          units back to stock, XADD type=released
-local K_HOLD = KEYS[6]
+-- A released or expired hold's member leaves the visitor's index.
+local K_HOLD, K_VHOLDS = KEYS[6], KEYS[7]
 local h = redis.call('HMGET', K_HOLD, 'visitor', 'qty', 'status', 'deadline_ms', 'member')
 if not h[1] or h[1] ~= ARGV[3] then return {'NOT_FOUND'} end
 local status = h[3]
@@ -27,6 +29,7 @@ local qty, deadline, member = tonumber(h[2]), tonumber(h[4]), h[5]
 if deadline <= now or redis.call('ZREM', K_DEADLINES, member) == 0 then
   -- Lapsed: return its units if a reaper has not already (once either way).
   expire_member(member, now)
+  redis.call('ZREM', K_VHOLDS, member)
   redis.call('HSET', K_HOLD, 'status', 'expired', 'ended_ms', int(now))
   redis.call('PEXPIRE', K_HOLD, ARGV[4])
   return {'EXPIRED'}
@@ -34,6 +37,7 @@ end
 local available = redis.call('INCRBY', K_STOCK, qty)
 redis.call('HINCRBY', K_META, 'held', -qty)
 visitor_sub(h[1], qty)
+redis.call('ZREM', K_VHOLDS, member)
 redis.call('HSET', K_HOLD, 'status', 'released', 'ended_ms', int(now))
 redis.call('PEXPIRE', K_HOLD, ARGV[4])
 emit('released', string.match(member, '^([^:]*)'), h[1], qty, available, now, {'reason', 'visitor'})

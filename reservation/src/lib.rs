@@ -22,11 +22,16 @@
 //! - **idempotency key**: the `Idempotency-Key` a client sends with a hold;
 //!   the same key from the same visitor returns the same hold (for 24 h).
 //! - **payment event id**: the webhook's id; the same id for the same hold
-//!   answers the same and changes nothing (for 7 days).
+//!   answers the same and changes nothing (for 7 days); the same id for
+//!   another hold of the event is refused ([`ConfirmOutcome::PaymentReused`]).
+//!   A provider's payment event is about one payment, so one hold.
 //! - **reaper**: returns the stock of expired holds; any number of gateways
 //!   may run it at once ([`Inventory::reap`]). Holds, reads and releases
 //!   also reap what they meet, so the reaper is a sweeper, not a
-//!   precondition.
+//!   precondition: no answer depends on whether it came by (a hold expires
+//!   the visitor's own lapsed holds before its cart check, and lapsed holds
+//!   until enough units are back before answering sold out; a read reaps
+//!   every lapsed hold, in bounded steps, before it counts).
 //! - **stream**: the event's log of transitions (`held`, `confirmed`,
 //!   `released`, `expired`, `stock`), a Redis Stream an origin consumes with
 //!   a consumer group (fields in `STREAM.md`), a bounded ring in memory.
@@ -78,8 +83,10 @@ pub use types::{
 
 use std::time::Duration;
 
-/// How many expired holds an ordinary operation (hold, read) reaps on the
-/// way, at most. Keeps each script short; the reaper does the bulk.
+/// How many expired holds of anyone a hold reaps on the way (besides the
+/// visitor's own and those needed to answer; see `lua/hold.lua`), and how
+/// many one step of a read reaps. Keeps each script short; the reaper does
+/// the bulk.
 pub const LAZY_REAP_MAX: usize = 64;
 /// How long an idempotency key is remembered.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -139,7 +146,9 @@ pub trait Inventory: Send + Sync {
     fn reap(&self, event: &EventId, max: usize) -> impl Future<Output = Result<usize>> + Send;
 
     /// The event's counters and settings; `None` when the store knows
-    /// nothing of it. Reaps up to [`LAZY_REAP_MAX`] expired holds first.
+    /// nothing of it. Reaps every lapsed hold first (in steps of
+    /// [`LAZY_REAP_MAX`] on Redis, one script call each), so the counters
+    /// count a hold past its deadline as expired.
     fn read(&self, event: &EventId) -> impl Future<Output = Result<Option<EventState>>> + Send;
 
     /// Events whose stock was ever set (the reaper's work list).

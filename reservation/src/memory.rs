@@ -7,9 +7,11 @@
 //!
 //! It mirrors the Redis store closely, down to the details that decide
 //! outcomes: the deadline index is ordered by `(deadline, member)` with the
-//! same member encoding (`{suffix}:{qty}:{visitor}`), ordinary operations
-//! reap at most [`LAZY_REAP_MAX`] expired holds on the way, and a hold is
-//! "out" (its units taken) exactly while its member is in the index.
+//! same member encoding (`{suffix}:{qty}:{visitor}`), a hold reaps at most
+//! [`LAZY_REAP_MAX`] expired holds of anyone on the way plus the visitor's
+//! own lapsed holds and those needed before a sold-out answer, a read reaps
+//! every lapsed hold, and a hold is "out" (its units taken) exactly while
+//! its member is in the index.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -65,8 +67,8 @@ struct EventData {
     visitors: HashMap<String, u32>,
     /// `sluice:{ev}:idem:…`: (visitor, key) → (suffix, expires_ms).
     idem: HashMap<(String, String), (String, u64)>,
-    /// `sluice:{ev}:pay:…`: (suffix, payment id) → (answer, expires_ms).
-    payments: HashMap<(String, String), (ConfirmOutcome, u64)>,
+    /// `sluice:{ev}:pay:…`: payment id → (suffix, answer, expires_ms).
+    payments: HashMap<String, (String, ConfirmOutcome, u64)>,
     /// `sluice:{ev}:stream`, bounded.
     log: VecDeque<Transition>,
     last_purge_ms: u64,
@@ -120,6 +122,16 @@ impl MemoryInventory {
 
     fn now(&self) -> u64 {
         self.inner.clock.now_ms()
+    }
+
+    /// `(available, held, confirmed)` as stored, without reaping anything:
+    /// lapsed holds a reaper has not met still count as held (for tests
+    /// comparing a store with a model step by step).
+    pub fn stored_counters(&self, event: &EventId) -> Option<(u64, u64, u64)> {
+        let events = self.inner.events.lock();
+        events
+            .get(event)
+            .map(|e| (e.available, e.held, e.confirmed))
     }
 }
 
@@ -205,6 +217,33 @@ impl EventData {
         n
     }
 
+    /// Expires every lapsed hold of `visitor` (hold.lua's visitor index).
+    fn reap_visitor(&mut self, event: &EventId, cap: usize, now: u64, visitor: &str) {
+        let due: Vec<(u64, String)> = self
+            .deadlines
+            .iter()
+            .take_while(|(d, _)| *d <= now)
+            .filter(|(_, m)| m.splitn(3, ':').nth(2) == Some(visitor))
+            .cloned()
+            .collect();
+        for (deadline, member) in due {
+            self.expire_member(event, cap, deadline, &member, now);
+        }
+    }
+
+    /// Expires lapsed holds oldest first until `need` units are available
+    /// or none lapsed is left.
+    fn reap_until_available(&mut self, event: &EventId, cap: usize, now: u64, need: u64) {
+        while self.available < need {
+            let Some((deadline, member)) =
+                self.deadlines.first().filter(|(d, _)| *d <= now).cloned()
+            else {
+                break;
+            };
+            self.expire_member(event, cap, deadline, &member, now);
+        }
+    }
+
     fn purge(&mut self, now: u64) {
         if now.saturating_sub(self.last_purge_ms) < PURGE_EVERY_MS {
             return;
@@ -212,7 +251,7 @@ impl EventData {
         self.last_purge_ms = now;
         self.holds.retain(|_, h| h.purge_at_ms > now);
         self.idem.retain(|_, (_, exp)| *exp > now);
-        self.payments.retain(|_, (_, exp)| *exp > now);
+        self.payments.retain(|_, (_, _, exp)| *exp > now);
     }
 
     fn view(&self, event: &EventId, suffix: &str, h: &HoldRec, now: u64) -> HoldView {
@@ -381,6 +420,7 @@ impl Inventory for MemoryInventory {
             return Ok(HoldOutcome::NotReady);
         };
         e.reap(event, cap, now, LAZY_REAP_MAX);
+        e.reap_visitor(event, cap, now, visitor);
         let idem_key = idempotency_key.map(|k| (visitor.to_owned(), k.to_owned()));
         if let Some(k) = &idem_key
             && let Some((suffix, exp)) = e.idem.get(k)
@@ -399,6 +439,7 @@ impl Inventory for MemoryInventory {
             return Ok(HoldOutcome::CartLimitExceeded { limit, held: have });
         }
         let q = u64::from(qty);
+        e.reap_until_available(event, cap, now, q);
         if e.available < q {
             return Ok(HoldOutcome::SoldOut {
                 available: e.available,
@@ -506,10 +547,12 @@ impl Inventory for MemoryInventory {
         let Some(e) = events.get_mut(&event) else {
             return Ok(ConfirmOutcome::NotFound);
         };
-        let pay_key = (suffix.to_owned(), payment_event_id.to_owned());
-        if let Some((answer, exp)) = e.payments.get(&pay_key)
+        if let Some((for_hold, answer, exp)) = e.payments.get(payment_event_id)
             && *exp > now
         {
+            if for_hold != suffix {
+                return Ok(ConfirmOutcome::PaymentReused);
+            }
             return Ok(*answer);
         }
         let Some(h) = e.holds.get(suffix) else {
@@ -546,8 +589,14 @@ impl Inventory for MemoryInventory {
                 ConfirmOutcome::Released
             }
         };
-        e.payments
-            .insert(pay_key, (answer, now.saturating_add(ms(PAYMENT_TTL))));
+        e.payments.insert(
+            payment_event_id.to_owned(),
+            (
+                suffix.to_owned(),
+                answer,
+                now.saturating_add(ms(PAYMENT_TTL)),
+            ),
+        );
         Ok(answer)
     }
 
@@ -570,7 +619,7 @@ impl Inventory for MemoryInventory {
         let Some(e) = events.get_mut(event) else {
             return Ok(None);
         };
-        e.reap(event, cap, now, LAZY_REAP_MAX);
+        e.reap(event, cap, now, usize::MAX);
         Ok(Some(EventState {
             event: event.clone(),
             total: e.total,

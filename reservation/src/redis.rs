@@ -14,8 +14,9 @@
 //! | `sluice:{ev}:hold:{suffix}` | hash | one hold: `visitor`, `qty`, `status` (`held`/`confirmed`/`released`/`expired`), `deadline_ms`, `created_ms`, `ended_ms`, `member`; expires [`HOLD_RETENTION`] after its deadline or end |
 //! | `sluice:{ev}:deadlines` | sorted set | member `{suffix}:{qty}:{visitor}`, score = deadline (ms). A hold's units are out exactly while its member is here; whoever removes it books them, once |
 //! | `sluice:{ev}:visitors` | hash | visitor → held + confirmed units (the cart limit's count) |
+//! | `sluice:{ev}:vholds:{len}:{visitor}` | sorted set | the visitor's deadline-index members taken within one TTL (lapsed ones are expired and dropped by the visitor's next hold, released ones by the release), so a hold can expire the visitor's lapsed holds before its cart check; expires after its last deadline |
 //! | `sluice:{ev}:idem:{len}:{visitor}:{key}` | string | hold suffix for an `Idempotency-Key` (`len` = the visitor's byte length, so visitor and key cannot run into each other); PX [`IDEMPOTENCY_TTL`] |
-//! | `sluice:{ev}:pay:{suffix}:{payment_event_id}` | string | the answer given to that payment event for that hold; PX [`PAYMENT_TTL`] |
+//! | `sluice:{ev}:pay:{len}:{payment_event_id}` | string | `{suffix}:{answer}`: the hold that payment event was applied to and the answer it got (the same id for another hold answers `payment_reused`); PX [`PAYMENT_TTL`] |
 //! | `sluice:{ev}:stream` | stream | transitions (`STREAM.md`), `MAXLEN ~` [`RedisConfig::stream_maxlen`] |
 //! | `sluice:events` | set | every event whose stock was set (for the reaper's loop). Outside any hash tag and never touched by a script |
 //!
@@ -23,7 +24,12 @@
 //! and read derives that from `deadline_ms`, so it holds "everywhere at once"
 //! even before a reaper removed its member. The scripts that meet expired
 //! members (hold, read, reap) return their units on the way; only hold
-//! hashes named in `KEYS` are ever rewritten (Cluster rule).
+//! hashes named in `KEYS` are ever rewritten (Cluster rule). No answer
+//! depends on whether a reaper came by: a hold expires the visitor's own
+//! lapsed holds before its cart check and, before answering sold out,
+//! lapsed holds oldest first until enough units are back (at most the
+//! quantity asked for); a read reaps in bounded batches of
+//! [`LAZY_REAP_MAX`], one script call each, until none lapsed is left.
 //!
 //! # Scripts
 //!
@@ -246,8 +252,15 @@ impl Keys {
     fn idem(&self, visitor: &str, key: &str) -> String {
         format!("{}idem:{}:{visitor}:{key}", self.prefix, visitor.len())
     }
-    fn pay(&self, suffix: &str, payment_event_id: &str) -> String {
-        format!("{}pay:{suffix}:{payment_event_id}", self.prefix)
+    fn vholds(&self, visitor: &str) -> String {
+        format!("{}vholds:{}:{visitor}", self.prefix, visitor.len())
+    }
+    fn pay(&self, payment_event_id: &str) -> String {
+        format!(
+            "{}pay:{}:{payment_event_id}",
+            self.prefix,
+            payment_event_id.len()
+        )
     }
 }
 
@@ -532,14 +545,13 @@ impl RedisInventory {
         idempotency_key: Option<&str>,
         suffix: &str,
     ) -> Result<(Vec<Value>, u32)> {
-        let mut extra = vec![keys.hold(suffix)];
+        let mut extra = vec![keys.hold(suffix), keys.vholds(visitor)];
         if let Some(k) = idempotency_key {
             extra.push(keys.idem(visitor, k));
         }
+        // The suffix and the visitor travel in KEYS[6] and KEYS[7] only.
         let args = [
-            visitor.to_owned(),
             qty.to_string(),
-            suffix.to_owned(),
             LAZY_REAP_MAX.to_string(),
             ms(IDEMPOTENCY_TTL).to_string(),
             ms(HOLD_RETENTION).to_string(),
@@ -548,6 +560,29 @@ impl RedisInventory {
             .run_durable(&self.scripts.hold, event, keys, &extra, &args)
             .await?;
         Ok((items(v)?, acked))
+    }
+
+    /// `(available, held, confirmed)` as stored (one `MULTI`), without
+    /// reaping anything: lapsed holds no script has met still count as
+    /// held (for tests comparing a store with a model step by step).
+    /// `None` when the stock counter or the settings are missing.
+    pub async fn stored_counters(&self, event: &EventId) -> Result<Option<(u64, u64, u64)>> {
+        let keys = Keys::new(event);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("GET")
+            .arg(keys.key("stock"))
+            .cmd("HMGET")
+            .arg(keys.key("meta"))
+            .arg("held")
+            .arg("confirmed");
+        let mut conn = self.conn.clone();
+        let (stock, meta): (Option<u64>, (Option<u64>, Option<u64>)) =
+            self.bounded(pipe.query_async(&mut conn)).await?;
+        Ok(match (stock, meta) {
+            (Some(a), (Some(h), Some(c))) => Some((a, h, c)),
+            _ => None,
+        })
     }
 
     /// Takes back a hold `WAIT` could not vouch for, and its idempotency key
@@ -564,7 +599,7 @@ impl RedisInventory {
             &self.scripts.release,
             event,
             keys,
-            &[keys.hold(suffix)],
+            &[keys.hold(suffix), keys.vholds(visitor)],
             &[visitor.to_owned(), ms(HOLD_RETENTION).to_string()],
         )
         .await?;
@@ -731,7 +766,7 @@ impl Inventory for RedisInventory {
                 &self.scripts.release,
                 &event,
                 &keys,
-                &[keys.hold(hold_id.suffix())],
+                &[keys.hold(hold_id.suffix()), keys.vholds(visitor)],
                 &[visitor.to_owned(), ms(HOLD_RETENTION).to_string()],
             )
             .await?,
@@ -761,7 +796,7 @@ impl Inventory for RedisInventory {
                 &self.scripts.confirm,
                 &event,
                 &keys,
-                &[keys.hold(suffix), keys.pay(suffix, payment_event_id)],
+                &[keys.hold(suffix), keys.pay(payment_event_id)],
                 &[
                     payment_event_id.to_owned(),
                     if succeeded { "1" } else { "0" }.to_owned(),
@@ -794,16 +829,26 @@ impl Inventory for RedisInventory {
 
     async fn read(&self, event: &EventId) -> Result<Option<EventState>> {
         let keys = Keys::new(event);
-        let r = items(
-            self.run_common(
-                &self.scripts.read,
-                event,
-                &keys,
-                &[],
-                &[LAZY_REAP_MAX.to_string()],
-            )
-            .await?,
-        )?;
+        // Each call reaps at most LAZY_REAP_MAX lapsed holds and answers
+        // MORE while any is left; the state finally answered counts every
+        // lapsed hold as expired. Every call makes progress, so the loop
+        // ends once the lapsed holds are gone (a cap guards the impossible).
+        let mut r = Vec::new();
+        for _ in 0..1_000_000 {
+            r = items(
+                self.run_common(
+                    &self.scripts.read,
+                    event,
+                    &keys,
+                    &[],
+                    &[LAZY_REAP_MAX.to_string()],
+                )
+                .await?,
+            )?;
+            if text(r.first())? != "MORE" {
+                break;
+            }
+        }
         if text(r.first())? != "STATE" {
             return Ok(None);
         }

@@ -321,11 +321,17 @@ pub enum ConfirmOutcome {
     /// changed, nothing recorded (HTTP 503 `inventory_not_ready`). Only the
     /// Redis store can answer this.
     NotReady,
+    /// This payment event id was already applied to another hold of the
+    /// event: a provider's payment event is about one payment, so this is
+    /// a provider or shop bug. Nothing changed (HTTP 409
+    /// `payment_event_reused`).
+    PaymentReused,
 }
 
 impl ConfirmOutcome {
     /// The lower-case name (`confirmed`, `released`, `expired`,
-    /// `not_found`, `not_ready`), as recorded per payment event.
+    /// `not_found`, `not_ready`, `payment_reused`), as recorded per payment
+    /// event.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Confirmed => "confirmed",
@@ -333,6 +339,7 @@ impl ConfirmOutcome {
             Self::Expired => "expired",
             Self::NotFound => "not_found",
             Self::NotReady => "not_ready",
+            Self::PaymentReused => "payment_reused",
         }
     }
 
@@ -343,6 +350,7 @@ impl ConfirmOutcome {
             "expired" => Self::Expired,
             "not_found" => Self::NotFound,
             "not_ready" => Self::NotReady,
+            "payment_reused" => Self::PaymentReused,
             _ => return None,
         })
     }

@@ -15,7 +15,7 @@ sluice_reservation::conformance_tests!(harness());
 async fn race_10k_attempts_100_tickets_20_times() {
     let h = Harness::memory();
     for _ in 0..20 {
-        let r = conformance::race(&h, 100, 10_000, 2_000, 64).await;
+        let r = conformance::race(&h, 100, 10_000, 2_000).await;
         assert_eq!(r.held_units, 100);
     }
 }

@@ -55,7 +55,7 @@ async fn race_10k_attempts_100_tickets_20_times() {
     let Some(h) = harness().await else { return };
     let mut total = Duration::ZERO;
     for _ in 0..20 {
-        let r = conformance::race(&h, 100, 10_000, 2_000, 64).await;
+        let r = conformance::race(&h, 100, 10_000, 2_000).await;
         total += r.elapsed;
     }
     eprintln!("20 races of 10,000 holds over Redis: {total:?}");

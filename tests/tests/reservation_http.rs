@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use sluice_gateway::app::now_s;
 use sluice_gateway::config::{EventConfig, RoomConfig};
 use sluice_gateway::reserve::sign_webhook;
+use sluice_reservation::Inventory;
 use sluice_tests::client::{Answer, TestClient, body, empty};
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;
@@ -31,6 +32,26 @@ const WEBHOOK_SECRET: &str = "whsec-reservation-0123456789";
 /// join limit (all test clients share 127.0.0.1), and the event `demo` of
 /// 100 units, cart limit 4, sold by `default`.
 async fn gateway(origin: &TestOrigin, redis: Option<&RedisServer>) -> TestGateway {
+    let gw = gateway_with(
+        origin,
+        redis,
+        vec![EventConfig {
+            total: 100,
+            cart_limit: 4,
+            ..EventConfig::default()
+        }],
+    )
+    .await;
+    wait_stock(&gw.url(), "demo").await;
+    gw
+}
+
+/// The gateway of [`gateway`] with the given configured events.
+async fn gateway_with(
+    origin: &TestOrigin,
+    redis: Option<&RedisServer>,
+    events: Vec<EventConfig>,
+) -> TestGateway {
     let room = |id: &str, paths: Vec<String>| RoomConfig {
         id: id.into(),
         paths,
@@ -48,18 +69,12 @@ async fn gateway(origin: &TestOrigin, redis: Option<&RedisServer>) -> TestGatewa
         .config(move |c| {
             c.webhook_secret = Some(WEBHOOK_SECRET.into());
             c.rooms = vec![room("default", vec![]), room("vip", vec!["/vip".into()])];
-            c.events = vec![EventConfig {
-                total: 100,
-                cart_limit: 4,
-                ..EventConfig::default()
-            }];
+            c.events = events;
         });
     if let Some(r) = redis {
         b = b.redis(r.url());
     }
-    let gw = b.spawn().await;
-    wait_stock(&gw.url(), "demo").await;
-    gw
+    b.spawn().await
 }
 
 fn bearer_admin() -> String {
@@ -241,9 +256,16 @@ impl Rng {
 
 // === the race ===
 
-/// 10,000 concurrent hold attempts (qty 1–4) by 2,000 admitted visitors
-/// (cart limit 4) at 100 units, 64 in flight: exactly 100 held, nobody
-/// above 4, invariant true, every refusal `sold_out` or
+/// Sockets the race's client opens at most (its connection pool): every
+/// attempt is in flight at once, at most this many on the wire.
+const RACE_SOCKETS: usize = 256;
+
+/// The seeds' race over HTTP, 20 times on one gateway: 2,000 admitted
+/// visitors (cart limit 4), then per repetition a fresh event of 100 units
+/// (`PUT /_sluice/admin/events/race-{n}`, sold by `default`) and 10,000
+/// hold attempts (qty 1–4), each its own task, all released together by a
+/// barrier (at most [`RACE_SOCKETS`] connections). Each time: exactly 100
+/// held, nobody above 4, invariant true, every refusal `sold_out` or
 /// `cart_limit_exceeded`.
 async fn race(redis: Option<&RedisServer>) {
     let origin = TestOrigin::start().await;
@@ -252,37 +274,54 @@ async fn race(redis: Option<&RedisServer>) {
     let started = Instant::now();
     let tokens = Arc::new(admit_many(&base, "default", 2_000).await);
     eprintln!("2,000 visitors admitted in {:?}", started.elapsed());
-
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let attempts: Vec<(usize, usize, u64)> = (0..10_000)
-        .map(|i| (i, (rng.next() % 2_000) as usize, rng.next() % 4 + 1))
-        .collect();
     let client = TestClient::new();
-    let started = Instant::now();
-    let retries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let answers: Vec<(usize, u64, Answer)> = futures_util::stream::iter(attempts)
-        .map(|(i, v, qty)| {
+    let sockets = Arc::new(tokio::sync::Semaphore::new(RACE_SOCKETS));
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let all = Instant::now();
+    for rep in 0..20 {
+        let event = format!("race-{rep}");
+        let res = admin_put(
+            &base,
+            &event,
+            r#"{"total": 100, "cart_limit": 4, "hold_ttl_seconds": 600, "version": 1, "room": "default"}"#,
+        )
+        .await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        let started = Instant::now();
+        let gate = Arc::new(tokio::sync::Barrier::new(10_001));
+        let retries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::with_capacity(10_000);
+        for i in 0..10_000 {
+            let v = (rng.next() % 2_000) as usize;
+            let qty = rng.next() % 4 + 1;
             let client = client.clone();
             let tokens = tokens.clone();
             let base = base.clone();
+            let event = event.clone();
             let retries = retries.clone();
-            async move {
-                // A store call that timed out (a starved machine) may or may
-                // not have been applied: the client retries with the same
-                // Idempotency-Key, as API.md intends, so every unit held is
-                // in exactly one 201.
+            let gate = gate.clone();
+            let sockets = sockets.clone();
+            tasks.push(tokio::spawn(async move {
+                gate.wait().await;
+                // A store call that timed out (a starved machine) may or
+                // may not have been applied: the client retries with the
+                // same Idempotency-Key, as API.md intends, so every unit
+                // held is in exactly one 201.
                 let key = format!("race-{i}");
                 let payload = json!({ "qty": qty }).to_string();
                 for _ in 0..20 {
-                    let res = hold_raw(
-                        &client,
-                        &base,
-                        Some(&tokens[v]),
-                        "demo",
-                        &payload,
-                        &[("idempotency-key", &key)],
-                    )
-                    .await;
+                    let res = {
+                        let _socket = sockets.acquire().await.unwrap();
+                        hold_raw(
+                            &client,
+                            &base,
+                            Some(&tokens[v]),
+                            &event,
+                            &payload,
+                            &[("idempotency-key", &key)],
+                        )
+                        .await
+                    };
                     if res.status == 503 && res.json()["code"] == "store_unavailable" {
                         retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -291,55 +330,61 @@ async fn race(redis: Option<&RedisServer>) {
                     return (v, qty, res);
                 }
                 panic!("the store stayed unavailable");
-            }
-        })
-        .buffer_unordered(64)
-        .collect()
-        .await;
-    eprintln!(
-        "10,000 hold attempts in {:?} ({} retried after store_unavailable)",
-        started.elapsed(),
-        retries.load(std::sync::atomic::Ordering::Relaxed)
-    );
-
-    let mut per_visitor: HashMap<usize, u64> = HashMap::new();
-    let mut held = 0;
-    let mut refusals: HashMap<String, usize> = HashMap::new();
-    for (v, qty, res) in &answers {
-        if res.status == 201 {
-            let j = res.json();
-            assert_eq!(j["qty"], *qty);
-            assert_eq!(j["status"], "held");
-            held += qty;
-            *per_visitor.entry(*v).or_default() += qty;
-        } else {
-            assert_eq!(res.status, 409, "{}", res.text());
-            let code = res.json()["code"].as_str().unwrap().to_owned();
-            assert!(
-                code == "sold_out" || code == "cart_limit_exceeded",
-                "{}",
-                res.text()
-            );
-            *refusals.entry(code).or_default() += 1;
+            }));
         }
+        // All 10,000 are spawned and waiting: release them together.
+        gate.wait().await;
+        let mut answers = Vec::with_capacity(10_000);
+        for t in tasks {
+            answers.push(t.await.unwrap());
+        }
+        let mut per_visitor: HashMap<usize, u64> = HashMap::new();
+        let mut held = 0;
+        let mut refusals: HashMap<String, usize> = HashMap::new();
+        for (v, qty, res) in &answers {
+            if res.status == 201 {
+                let j = res.json();
+                assert_eq!(j["qty"], *qty);
+                assert_eq!(j["status"], "held");
+                held += qty;
+                *per_visitor.entry(*v).or_default() += qty;
+            } else {
+                assert_eq!(res.status, 409, "{}", res.text());
+                let code = res.json()["code"].as_str().unwrap().to_owned();
+                assert!(
+                    code == "sold_out" || code == "cart_limit_exceeded",
+                    "{}",
+                    res.text()
+                );
+                *refusals.entry(code).or_default() += 1;
+            }
+        }
+        eprintln!(
+            "race {rep}: 10,000 hold attempts in {:?} ({} retried after store_unavailable), refusals {refusals:?}",
+            started.elapsed(),
+            retries.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        assert_eq!(held, 100, "race {rep}: exactly the stock is held");
+        assert!(
+            per_visitor.values().all(|q| *q <= 4),
+            "race {rep}: cart limit broken"
+        );
+        let e = admin_event(&base, &event).await;
+        assert_eq!(e["invariant_holds"], true, "{e}");
+        assert_eq!(e["available"], 0, "{e}");
+        assert_eq!(e["held"], 100, "{e}");
+        assert_eq!(e["confirmed"], 0, "{e}");
     }
-    eprintln!("refusals: {refusals:?}");
-    assert_eq!(held, 100, "exactly the stock is held");
-    assert!(per_visitor.values().all(|q| *q <= 4), "cart limit broken");
-    let e = admin_event(&base, "demo").await;
-    assert_eq!(e["invariant_holds"], true, "{e}");
-    assert_eq!(e["available"], 0, "{e}");
-    assert_eq!(e["held"], 100, "{e}");
-    assert_eq!(e["confirmed"], 0, "{e}");
+    eprintln!("20 races over HTTP in {:?}", all.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn race_over_http_in_memory() {
+async fn race_over_http_in_memory_20_times() {
     race(None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn race_over_http_on_redis() {
+async fn race_over_http_on_redis_20_times() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
@@ -608,6 +653,24 @@ async fn webhook(redis: Option<&RedisServer>) {
                     .replace(&format!("t={now}"), &format!("t={}", now - 1)),
             ),
         ),
+        // The signature of `t={now}` under other spellings of the same
+        // number: `t` is hashed exactly as sent, so these fail.
+        (
+            "timestamp with a leading zero",
+            good.clone(),
+            Some(
+                sign_webhook(key, now, good.as_bytes())
+                    .replace(&format!("t={now}"), &format!("t=0{now}")),
+            ),
+        ),
+        (
+            "timestamp with a plus sign",
+            good.clone(),
+            Some(
+                sign_webhook(key, now, good.as_bytes())
+                    .replace(&format!("t={now}"), &format!("t=+{now}")),
+            ),
+        ),
         (
             "six minutes old",
             good.clone(),
@@ -648,6 +711,15 @@ async fn webhook(redis: Option<&RedisServer>) {
     assert_eq!(res.status, 201, "{}", res.text());
     let id2 = res.json()["hold_id"].as_str().unwrap().to_owned();
     assert_counts(&base, "demo", 97, 1, 2).await;
+    // A payment event id already applied to another hold: 409, nothing
+    // changed (a provider's payment event is about one payment).
+    for outcome in ["succeeded", "failed"] {
+        let res = pay(&c, &base, "pe-1", &id2, outcome).await;
+        assert_problem(&res, 409, "payment_event_reused", outcome);
+        assert_counts(&base, "demo", 97, 1, 2).await;
+    }
+    let res = on_hold(&c, &base, Method::GET, &token, &id2).await;
+    assert_eq!(res.json()["status"], "held");
     for _ in 0..2 {
         let res = pay(&c, &base, "pe-2", &id2, "failed").await;
         assert_eq!(res.status, 200, "{}", res.text());
@@ -1031,4 +1103,105 @@ async fn stream_records_held_then_confirmed() {
     assert_eq!(mine[0]["visitor"], mine[1]["visitor"]);
     // The first entry of the stream is the stock load.
     assert_eq!(entries[0].1["type"], "stock", "{raw}");
+}
+
+/// Three gateways on one `redis-server`, each running its reaper task (every
+/// second, phases apart): holds taken through all three in waves lapse
+/// while the reapers (and the holds of later waves) race to return them.
+/// Each hold's stock comes back exactly once: one `expired` entry per hold
+/// in the stream, and the stored counters back at the total (read without
+/// reaping: the reapers did it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reapers_of_three_gateways_return_each_hold_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let total = 1_000u64;
+    let lapse = EventConfig {
+        id: "lapse".into(),
+        total,
+        cart_limit: 4,
+        hold_ttl: Duration::from_secs(1),
+        ..EventConfig::default()
+    };
+    let mut gws = Vec::new();
+    for _ in 0..3 {
+        let gw = gateway_with(&origin, Some(&redis), vec![lapse.clone()]).await;
+        wait_stock(&gw.url(), "lapse").await;
+        gws.push(gw);
+    }
+    let waves = 5;
+    let per_wave = 8;
+    let mut tokens = Vec::new();
+    for gw in &gws {
+        tokens.push(admit_many(&gw.url(), "default", waves * per_wave).await);
+    }
+    let c = TestClient::new();
+    let mut holds: Vec<(String, u64)> = Vec::new();
+    for wave in 0..waves {
+        let mut batch = Vec::new();
+        for (g, gw) in gws.iter().enumerate() {
+            for k in 0..per_wave {
+                let token = tokens[g][wave * per_wave + k].clone();
+                let qty = (k % 4 + 1) as u64;
+                let (c, base) = (c.clone(), gw.url());
+                batch.push(tokio::spawn(async move {
+                    let res = hold(&c, &base, &token, "lapse", qty).await;
+                    assert_eq!(res.status, 201, "{}", res.text());
+                    (res.json()["hold_id"].as_str().unwrap().to_owned(), qty)
+                }));
+            }
+        }
+        for t in batch {
+            holds.push(t.await.unwrap());
+        }
+        // Spread the deadlines over the reapers' ticks.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let n = holds.len();
+    assert_eq!(n, waves * per_wave * 3);
+
+    let inv = sluice_reservation::RedisInventory::connect(&sluice_reservation::RedisConfig::new(
+        redis.url(),
+    ))
+    .await
+    .unwrap();
+    let ev = sluice_reservation::EventId::parse("lapse").unwrap();
+    let expired_of = |log: &[sluice_reservation::Transition]| {
+        let mut per_hold: HashMap<String, usize> = HashMap::new();
+        for t in log {
+            if t.kind == sluice_reservation::TransitionKind::Expired {
+                *per_hold.entry(t.hold_id.clone()).or_default() += 1;
+            }
+        }
+        per_hold
+    };
+    // Wait (bounded) until the reapers returned every hold.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = inv.recent_transitions(&ev, 100_000).await.unwrap();
+        if expired_of(&log).len() == n {
+            break;
+        }
+        assert!(Instant::now() < deadline, "holds never all expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two more reaper passes of every gateway: nothing comes back twice.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let log = inv.recent_transitions(&ev, 100_000).await.unwrap();
+    let per_hold = expired_of(&log);
+    for (id, qty) in &holds {
+        assert_eq!(per_hold.get(id), Some(&1), "hold {id}");
+        let entries: Vec<_> = log.iter().filter(|t| t.hold_id == *id).collect();
+        assert_eq!(entries.len(), 2, "hold {id}: {entries:?}");
+        assert!(entries.iter().all(|t| t.qty == *qty), "{entries:?}");
+    }
+    assert_eq!(per_hold.len(), n);
+    assert_eq!(
+        inv.stored_counters(&ev).await.unwrap(),
+        Some((total, 0, 0)),
+        "stock back exactly once"
+    );
+    assert_counts(&gws[0].url(), "lapse", total, 0, 0).await;
 }

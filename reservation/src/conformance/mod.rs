@@ -107,6 +107,15 @@ impl Harness {
         assert!(matches!(out, SetStockOutcome::Created { .. }), "{out:?}");
     }
 
+    /// `(available, held, confirmed)` as stored, without reaping (see
+    /// `stored_counters` of each store).
+    pub async fn stored_counts(&self, event: &EventId) -> Option<(u64, u64, u64)> {
+        match &self.inv {
+            InventoryBackend::Memory(m) => m.stored_counters(event),
+            InventoryBackend::Redis(r) => r.stored_counters(event).await.unwrap(),
+        }
+    }
+
     /// Reads the event and asserts the invariant; returns
     /// (available, held, confirmed).
     pub async fn counts(&self, event: &EventId) -> (u64, u64, u64) {
@@ -715,6 +724,127 @@ pub async fn expiry_is_seen_by_holds(h: &Harness) {
     assert_eq!(h.inv.reap(&ev, 10).await.unwrap(), 0);
 }
 
+/// More lapsed holds than one lazy reap takes ([`crate::LAZY_REAP_MAX`]):
+/// a hold past its deadline counts as expired for every answer at once.
+/// A hold is never refused (cart limit, sold out) while lapsed holds would
+/// free the room or the units, and a read counts every lapsed hold as
+/// expired, whether a reaper came by or not.
+pub async fn many_lapsed_holds(h: &Harness) {
+    let ttl = h.short_ttl;
+    let lazy = crate::LAZY_REAP_MAX;
+    // 150 visitors hold one unit each (the oldest deadlines), then alice
+    // holds 50 units in 50 holds (the newest): 200 holds, sold out.
+    let ev = h.event("lapsed");
+    h.stock(&ev, 200, 100, ttl).await;
+    for i in 0..150 {
+        held(h.inv.hold(&ev, &format!("v{i}"), 1, None).await.unwrap());
+    }
+    h.advance(Duration::from_millis(5)).await;
+    for _ in 0..50 {
+        held(h.inv.hold(&ev, "alice", 1, None).await.unwrap());
+    }
+    assert_eq!(h.counts(&ev).await, (0, 200, 0));
+    assert_eq!(
+        h.inv.hold(&ev, "bob", 1, None).await.unwrap(),
+        HoldOutcome::SoldOut { available: 0 }
+    );
+    h.advance(ttl + Duration::from_millis(250)).await;
+    // No reaper ran. Alice's 50 lapsed holds are not among the oldest
+    // LAZY_REAP_MAX: they still must not count against her cart.
+    assert!(2 * lazy < 150 && lazy + 50 >= 100);
+    let a = held(h.inv.hold(&ev, "alice", 100, None).await.unwrap());
+    assert_eq!(a.available, lazy as u64 + 50 - 100);
+    // 150 - 2 × LAZY_REAP_MAX lapsed holds are left after bob's lazy reap:
+    // he gets his 100 units only if those are expired too.
+    let b = held(h.inv.hold(&ev, "bob", 100, None).await.unwrap());
+    assert_eq!(b.available, 0);
+    assert_eq!(h.stored_counts(&ev).await, Some((0, 200, 0)));
+    assert_eq!(h.counts(&ev).await, (0, 200, 0));
+    let expired = h
+        .inv
+        .recent_transitions(&ev, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.kind == TransitionKind::Expired)
+        .count();
+    assert_eq!(expired, 200);
+    assert_eq!(h.inv.reap(&ev, 10_000).await.unwrap(), 0);
+
+    // A read after more than two lazy reaps' worth of lapses: every lapsed
+    // hold counted as expired, and the stored counters agree afterwards.
+    let ev = h.event("lapsedread");
+    let n = 2 * lazy as u64 + 10;
+    h.stock(&ev, n, 4, ttl).await;
+    for i in 0..n {
+        held(h.inv.hold(&ev, &format!("v{i}"), 1, None).await.unwrap());
+    }
+    assert_eq!(h.stored_counts(&ev).await, Some((0, n, 0)));
+    h.advance(ttl + Duration::from_millis(250)).await;
+    assert_eq!(
+        h.stored_counts(&ev).await,
+        Some((0, n, 0)),
+        "nothing reaped yet"
+    );
+    assert_eq!(h.counts(&ev).await, (n, 0, 0));
+    assert_eq!(h.stored_counts(&ev).await, Some((n, 0, 0)));
+    assert_eq!(h.inv.reap(&ev, 10_000).await.unwrap(), 0);
+}
+
+/// A payment event id belongs to one hold: the same id for another hold is
+/// refused and changes nothing; for its own hold it replays.
+pub async fn payment_reused(h: &Harness) {
+    let ev = h.event("payreuse");
+    h.stock(&ev, 10, 4, Duration::from_secs(300)).await;
+    let a = held(h.inv.hold(&ev, "alice", 2, None).await.unwrap());
+    let b = held(h.inv.hold(&ev, "bob", 3, None).await.unwrap());
+    assert_eq!(
+        h.inv.confirm(&a.hold_id, "pay-1", true).await.unwrap(),
+        ConfirmOutcome::Confirmed
+    );
+    for succeeded in [true, false] {
+        assert_eq!(
+            h.inv.confirm(&b.hold_id, "pay-1", succeeded).await.unwrap(),
+            ConfirmOutcome::PaymentReused
+        );
+    }
+    assert_eq!(h.counts(&ev).await, (5, 3, 2));
+    assert_eq!(
+        h.inv
+            .get_hold(&b.hold_id, "bob")
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        HoldStatus::Held
+    );
+    // Its own hold: the recorded answer.
+    assert_eq!(
+        h.inv.confirm(&a.hold_id, "pay-1", true).await.unwrap(),
+        ConfirmOutcome::Confirmed
+    );
+    // A failed payment's id is taken as well.
+    assert_eq!(
+        h.inv.confirm(&b.hold_id, "pay-2", false).await.unwrap(),
+        ConfirmOutcome::Released
+    );
+    let c = held(h.inv.hold(&ev, "carol", 1, None).await.unwrap());
+    assert_eq!(
+        h.inv.confirm(&c.hold_id, "pay-2", true).await.unwrap(),
+        ConfirmOutcome::PaymentReused
+    );
+    assert_eq!(h.counts(&ev).await, (7, 1, 2));
+    let confirmed = h
+        .inv
+        .recent_transitions(&ev, 100)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|t| t.kind == TransitionKind::Confirmed)
+        .count();
+    assert_eq!(confirmed, 1);
+}
+
 /// Many reapers at once: each expired hold is returned exactly once.
 pub async fn concurrent_reapers(h: &Harness) {
     let ev = h.event("reapers");
@@ -778,47 +908,49 @@ pub struct RaceReport {
 }
 
 /// The seeds' race test, scaled up: `attempts` concurrent holds (qty 1–4,
-/// `visitors` visitors, cart limit 4) at `stock` units, driven by
-/// `concurrency` tasks. Exactly `stock` units held, nobody above 4, the
-/// invariant true.
-pub async fn race(
-    h: &Harness,
-    stock: u64,
-    attempts: usize,
-    visitors: usize,
-    concurrency: usize,
-) -> RaceReport {
+/// `visitors` visitors, cart limit 4) at `stock` units, every attempt its
+/// own task, all released at once by a barrier. Exactly `stock` units
+/// held, nobody above 4, the invariant true.
+///
+/// An attempt the store could not answer in time (a starved machine) may
+/// or may not have been applied: it is retried with the same idempotency
+/// key, so each unit held is in exactly one answer.
+pub async fn race(h: &Harness, stock: u64, attempts: usize, visitors: usize) -> RaceReport {
     let ev = h.event("race");
     h.stock(&ev, stock, 4, Duration::from_secs(600)).await;
     let start = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
+    let gate = Arc::new(tokio::sync::Barrier::new(attempts + 1));
+    let mut tasks = Vec::with_capacity(attempts);
+    for i in 0..attempts {
         let inv = h.inv.clone();
         let ev = ev.clone();
-        let next = next.clone();
+        let gate = gate.clone();
+        let visitor = rand::random_range(0..visitors);
+        let qty = rand::random_range(1..=4u32);
         tasks.push(tokio::spawn(async move {
-            let mut mine: Vec<(usize, HoldOutcome)> = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= attempts {
-                    break;
+            gate.wait().await;
+            let name = format!("visitor-{visitor}");
+            let key = format!("race-{i}");
+            for _ in 0..50 {
+                match inv.hold(&ev, &name, qty, Some(&key)).await {
+                    Ok(HoldOutcome::Replayed(v)) => return (visitor, HoldOutcome::Held(v)),
+                    Ok(out) => return (visitor, out),
+                    Err(e) if e.is_unavailable() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("hold: {e}"),
                 }
-                let visitor = rand::random_range(0..visitors);
-                let qty = rand::random_range(1..=4u32);
-                let out = inv
-                    .hold(&ev, &format!("visitor-{visitor}"), qty, None)
-                    .await
-                    .unwrap();
-                mine.push((visitor, out));
             }
-            mine
+            panic!("the store stayed unavailable");
         }));
     }
+    // Every task is spawned and waiting: release them together.
+    gate.wait().await;
     let mut report = RaceReport::default();
     let mut per_visitor: HashMap<usize, u64> = HashMap::new();
     for t in tasks {
-        for (visitor, out) in t.await.unwrap() {
+        let (visitor, out) = t.await.unwrap();
+        {
             match out {
                 HoldOutcome::Held(v) => {
                     report.holds += 1;
@@ -884,16 +1016,23 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
     // Spread the actions over [0.5, 1.5] × TTL around the deadline.
     let ttl_ms = ttl.as_millis() as u64;
     let mut actors = Vec::new();
-    let virtual_time = h.virtual_time();
+    let manual = match &h.time {
+        TimeControl::Manual(c) => Some((c.clone(), crate::Clock::now_ms(&**c))),
+        TimeControl::Real => None,
+    };
     for (i, (visitor, v)) in all.iter().cloned().enumerate() {
         let inv = h.inv.clone();
         let delay = ttl_ms / 2 + (i as u64 * 7919) % ttl_ms;
+        let manual = manual.clone();
         actors.push(tokio::spawn(async move {
-            if !virtual_time {
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-            } else {
-                for _ in 0..(i % 5) {
-                    tokio::task::yield_now().await;
+            match manual {
+                None => tokio::time::sleep(Duration::from_millis(delay)).await,
+                // Virtual time: act once the clock reached the delay (the
+                // main task moves it through the deadline in steps).
+                Some((clock, start)) => {
+                    while crate::Clock::now_ms(&*clock) < start + delay {
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                    }
                 }
             }
             let id = v.hold_id.clone();
@@ -915,7 +1054,7 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
         // Move virtual time through the deadline while the actors run.
         for _ in 0..20 {
             clock.advance(ttl / 10);
-            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
     let mut answers = HashMap::new();
@@ -933,6 +1072,7 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
     h.inv.reap(&ev, 10_000).await.unwrap();
     let log = h.inv.recent_transitions(&ev, 100_000).await.unwrap();
     let mut confirmed_units = 0;
+    let mut ends: HashMap<HoldStatus, usize> = HashMap::new();
     for (i, (visitor, v)) in all.iter().enumerate() {
         let end = h.inv.get_hold(&v.hold_id, visitor).await.unwrap().unwrap();
         let terminal: Vec<_> = log
@@ -950,6 +1090,7 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
             HoldStatus::Held => panic!("hold {i} still held after its deadline"),
         };
         assert_eq!(terminal, vec![expected_kind], "hold {i}");
+        *ends.entry(end.status).or_default() += 1;
         let answer = &answers[&i];
         let agrees = match end.status {
             HoldStatus::Confirmed => answer == "Confirmed",
@@ -967,6 +1108,17 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
         h.counts(&ev).await,
         (total - confirmed_units, 0, confirmed_units)
     );
+    // The race really happened: some holds lapsed before their action,
+    // others were confirmed or released in time.
+    let lapsed = ends.get(&HoldStatus::Expired).copied().unwrap_or(0);
+    assert!(
+        lapsed > 0 && lapsed < holds,
+        "ends {ends:?}: expected some but not all holds to lapse"
+    );
+    assert!(
+        ends.get(&HoldStatus::Confirmed).copied().unwrap_or(0) > 0,
+        "{ends:?}"
+    );
 }
 
 /// Every test that needs nothing but a harness, for the macro below.
@@ -976,7 +1128,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $make;
             set_stock_versions, big_numbers, hold_and_get, bad_input, cart_limit, sold_out,
             idempotency, idempotency_concurrent, release, confirm, expiry,
-            expiry_is_seen_by_holds, concurrent_reapers);
+            expiry_is_seen_by_holds, many_lapsed_holds, payment_reused, concurrent_reapers);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(

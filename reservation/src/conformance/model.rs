@@ -89,7 +89,7 @@ pub fn memory_case() -> impl Strategy<Value = (CaseSpec, Vec<Op>)> {
             .prop_map(|(visitor, qty, key)| Op::Hold { visitor, qty, key }),
         2 => (any::<u8>(), proptest::bool::weighted(0.85))
             .prop_map(|(hold, by_owner)| Op::Release { hold, by_owner }),
-        3 => (any::<u8>(), 0u8..3, any::<bool>())
+        3 => (any::<u8>(), 0u8..4, any::<bool>())
             .prop_map(|(hold, payment, succeeded)| Op::Confirm { hold, payment, succeeded }),
         1 => (any::<u8>(), proptest::bool::weighted(0.85))
             .prop_map(|(hold, by_owner)| Op::Get { hold, by_owner }),
@@ -112,7 +112,7 @@ pub fn redis_case(ttl_ms: u64) -> impl Strategy<Value = (CaseSpec, Vec<Op>)> {
             .prop_map(|(visitor, qty, key)| Op::Hold { visitor, qty, key }),
         2 => (any::<u8>(), proptest::bool::weighted(0.85))
             .prop_map(|(hold, by_owner)| Op::Release { hold, by_owner }),
-        3 => (any::<u8>(), 0u8..3, any::<bool>())
+        3 => (any::<u8>(), 0u8..4, any::<bool>())
             .prop_map(|(hold, payment, succeeded)| Op::Confirm { hold, payment, succeeded }),
         1 => (any::<u8>(), proptest::bool::weighted(0.85))
             .prop_map(|(hold, by_owner)| Op::Get { hold, by_owner }),
@@ -161,7 +161,8 @@ pub struct Model {
     holds: Vec<MHold>,
     visitors: HashMap<String, u32>,
     idem: HashMap<(String, u8), usize>,
-    payments: HashMap<(usize, u8), ConfirmOutcome>,
+    /// payment event id → (hold index, recorded answer)
+    payments: HashMap<String, (usize, ConfirmOutcome)>,
     /// (hold index, kind)
     log: Vec<(usize, TransitionKind)>,
 }
@@ -216,6 +217,31 @@ impl Model {
             self.expire_out(i);
         }
         due.len()
+    }
+
+    /// Expires every lapsed hold of `visitor` still out (a hold does this
+    /// before its cart check).
+    fn reap_visitor(&mut self, visitor: &str) {
+        let mut due: Vec<usize> = (0..self.holds.len())
+            .filter(|&i| {
+                let h = &self.holds[i];
+                h.out && h.deadline <= self.now && h.visitor == visitor
+            })
+            .collect();
+        due.sort_by_key(|&i| (self.holds[i].deadline, self.holds[i].member()));
+        for i in due {
+            self.expire_out(i);
+        }
+    }
+
+    /// Expires lapsed holds oldest first until `need` units are available
+    /// (a hold does this before answering sold out).
+    fn reap_until_available(&mut self, need: u64) {
+        while self.available < need {
+            if self.reap(1) == 0 {
+                break;
+            }
+        }
     }
 
     fn pick(&self, hold: u8) -> Option<usize> {
@@ -295,6 +321,7 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                     .await
                     .map_err(|e| e.to_string())?;
                 m.reap(LAZY_REAP_MAX);
+                m.reap_visitor(&vname);
                 let replay = key
                     .and_then(|k| m.idem.get(&(vname.clone(), k)).copied())
                     .filter(|&i| m.holds[i].visitor == vname);
@@ -334,12 +361,11 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                         limit: m.limit,
                         held: have,
                     })
-                } else if m.available < u64::from(*qty) {
-                    Some(HoldOutcome::SoldOut {
+                } else {
+                    m.reap_until_available(u64::from(*qty));
+                    (m.available < u64::from(*qty)).then_some(HoldOutcome::SoldOut {
                         available: m.available,
                     })
-                } else {
-                    None
                 };
                 match (expected, got) {
                     (Some(e), g) if e == g => {}
@@ -403,16 +429,26 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                 let id = pick
                     .map(|i| m.holds[i].id.clone())
                     .unwrap_or_else(|| bogus.clone());
+                // Mostly ids of this hold; payment 3 is one id shared by
+                // every hold (a reuse the store must refuse).
+                let pay_id = match (payment, pick) {
+                    (3, _) => "pay-shared".to_owned(),
+                    (p, Some(i)) => format!("pay-{i}-{p}"),
+                    (p, None) => format!("pay-bogus-{p}"),
+                };
                 let got = h
                     .inv
-                    .confirm(&id, &format!("pay-{payment}"), *succeeded)
+                    .confirm(&id, &pay_id, *succeeded)
                     .await
                     .map_err(|e| e.to_string())?;
-                let expected = match pick {
-                    None => ConfirmOutcome::NotFound,
-                    Some(i) => {
-                        if let Some(prior) = m.payments.get(&(i, *payment)) {
-                            *prior
+                let prior = m.payments.get(&pay_id).copied();
+                let expected = match (pick, prior) {
+                    (None, Some(_)) => ConfirmOutcome::PaymentReused,
+                    (None, None) => ConfirmOutcome::NotFound,
+                    (Some(i), Some((j, _))) if i != j => ConfirmOutcome::PaymentReused,
+                    (Some(i), _) => {
+                        if let Some((_, prior)) = prior {
+                            prior
                         } else {
                             let answer = match m.holds[i].status {
                                 HoldStatus::Confirmed => ConfirmOutcome::Confirmed,
@@ -432,7 +468,7 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                                     ConfirmOutcome::Released
                                 }
                             };
-                            m.payments.insert((i, *payment), answer);
+                            m.payments.insert(pay_id.clone(), (i, answer));
                             answer
                         }
                     }
@@ -491,7 +527,8 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                     .await
                     .map_err(|e| e.to_string())?
                     .ok_or("read: none")?;
-                m.reap(LAZY_REAP_MAX);
+                // A read counts every lapsed hold as expired.
+                m.reap(usize::MAX);
                 if (
                     got.available,
                     got.held,
@@ -507,6 +544,19 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
         if m.available + m.held + m.confirmed != m.total {
             return Err(format!("model invariant broken at step {step}"));
         }
+        // After every step, the store's counters as stored (nothing
+        // reaped by looking) equal the model's.
+        let stored = h.stored_counts(&ev).await;
+        if stored != Some((m.available, m.held, m.confirmed)) {
+            return Err(err(
+                step,
+                op,
+                format!(
+                    "stored counters {stored:?}, model {:?}",
+                    (m.available, m.held, m.confirmed)
+                ),
+            ));
+        }
     }
     // Final: counters (after the same lazy reap) and the transitions of
     // every hold, in order.
@@ -516,7 +566,7 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
         .await
         .map_err(|e| e.to_string())?
         .ok_or("read: none")?;
-    m.reap(LAZY_REAP_MAX);
+    m.reap(usize::MAX);
     if (got.available, got.held, got.confirmed, got.invariant_holds)
         != (Some(m.available), m.held, m.confirmed, true)
     {
