@@ -133,19 +133,8 @@ pub async fn join(
             let Some(place) = note.as_deref().and_then(NotedPlace::parse) else {
                 return Err(rejected(sluice_pow::PowError::Replayed));
             };
-            let mut claims = QueueClaims::new(
-                room.id(),
-                &place.sub,
-                place.seq,
-                place.epoch,
-                now_s(),
-                room.config.queue_token_ttl,
-            );
-            claims.ret = Some(return_to);
-            let token = state
-                .keyring()
-                .sign_queue(&claims)
-                .map_err(|e| Problem::internal().log_cause(&e))?;
+            let (claims, token) =
+                queue_token(&state, room, &place.sub, place.seq, place.epoch, return_to)?;
             let mut res = status_answer(
                 &state,
                 room,
@@ -204,19 +193,7 @@ pub async fn join(
         )
         .await;
     }
-    let mut claims = QueueClaims::new(
-        room.id(),
-        &sub,
-        outcome.seq,
-        outcome.epoch,
-        now_s(),
-        room.config.queue_token_ttl,
-    );
-    claims.ret = Some(return_to);
-    let token = state
-        .keyring()
-        .sign_queue(&claims)
-        .map_err(|e| Problem::internal().log_cause(&e))?;
+    let (_, token) = queue_token(&state, room, &sub, outcome.seq, outcome.epoch, return_to)?;
     let note = NotedPlace {
         seq: outcome.seq,
         epoch: outcome.epoch,
@@ -257,6 +234,32 @@ pub async fn join(
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
+}
+
+/// A queue token for place `seq` of `room`, held by visitor `sub`: its
+/// claims and the signed token.
+fn queue_token(
+    state: &AppState,
+    room: &Room,
+    sub: &str,
+    seq: u64,
+    epoch: u64,
+    return_to: String,
+) -> Result<(QueueClaims, String), Problem> {
+    let mut claims = QueueClaims::new(
+        room.id(),
+        sub,
+        seq,
+        epoch,
+        now_s(),
+        room.config.queue_token_ttl,
+    );
+    claims.ret = Some(return_to);
+    let token = state
+        .keyring()
+        .sign_queue(&claims)
+        .map_err(|e| Problem::internal().log_cause(&e))?;
+    Ok((claims, token))
 }
 
 /// The place a solution bought, noted on the replay guard under the

@@ -135,11 +135,9 @@ pub async fn redeem_or_recall<G: ReplayStore, S: AsRef<str>>(
     room: &str,
     now_ms: u64,
 ) -> Result<Redemption, PowError> {
-    let verified = keyset.verify(challenge, solutions, room, now_ms)?;
-    if guard
-        .consume_once(&verified.id, verified.guard_ttl(now_ms))
-        .await?
-    {
+    let (verified, first) =
+        verify_and_consume(keyset, guard, challenge, solutions, room, now_ms).await?;
+    if first {
         Ok(Redemption::New(verified))
     } else {
         let note = guard.noted(&verified.id).await?;
@@ -161,13 +159,26 @@ pub async fn redeem<G: ReplayStore, S: AsRef<str>>(
     room: &str,
     now_ms: u64,
 ) -> Result<Verified, PowError> {
-    let verified = keyset.verify(challenge, solutions, room, now_ms)?;
-    if guard
-        .consume_once(&verified.id, verified.guard_ttl(now_ms))
-        .await?
-    {
-        Ok(verified)
-    } else {
-        Err(PowError::Replayed)
+    match verify_and_consume(keyset, guard, challenge, solutions, room, now_ms).await? {
+        (verified, true) => Ok(verified),
+        (_, false) => Err(PowError::Replayed),
     }
+}
+
+/// Every check of [`Keyset::verify`], then (only then) the guard's
+/// insert-if-absent: the verified challenge and whether this was its first
+/// use.
+async fn verify_and_consume<G: ReplayStore, S: AsRef<str>>(
+    keyset: &Keyset,
+    guard: &G,
+    challenge: &str,
+    solutions: &[S],
+    room: &str,
+    now_ms: u64,
+) -> Result<(Verified, bool), PowError> {
+    let verified = keyset.verify(challenge, solutions, room, now_ms)?;
+    let first = guard
+        .consume_once(&verified.id, verified.guard_ttl(now_ms))
+        .await?;
+    Ok((verified, first))
 }

@@ -428,6 +428,24 @@ pub async fn admin_get(base: &str, path: &str) -> serde_json::Value {
     res.json()
 }
 
+/// The value of one sample on the gateway's `/metrics` (read with the test
+/// admin token), named with its labels as Prometheus prints them, e.g.
+/// `sluice_shed_total{what="origin"}`; 0 when it was never recorded.
+pub async fn metric(base: &str, sample: &str) -> f64 {
+    let res = client::TestClient::new()
+        .get(
+            &format!("{base}/metrics"),
+            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let prefix = format!("{sample} ");
+    res.text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
+}
+
 /// Admin GET of a room's state.
 pub async fn admin_room(base: &str, room: &str) -> serde_json::Value {
     admin_get(base, &format!("/_sluice/admin/rooms/{room}")).await

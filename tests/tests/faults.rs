@@ -454,15 +454,7 @@ async fn slow_redis_sheds_load_with_quick_503s_then_recovers() {
 /// The value of `sluice_shed_total{what="…"}` on `/metrics` (0 before the
 /// first refusal).
 async fn shed_total(base: &str, what: &str) -> u64 {
-    let res = TestClient::new()
-        .get(&format!("{base}/metrics"), &[("authorization", &admin())])
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let prefix = format!("sluice_shed_total{{what=\"{what}\"}} ");
-    res.text()
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse().unwrap())
+    sluice_tests::metric(base, &format!("sluice_shed_total{{what=\"{what}\"}}")).await as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

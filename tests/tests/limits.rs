@@ -143,21 +143,9 @@ async fn joins_are_limited_by_the_forwarded_network_and_counted() {
     let res = c.post_json(&challenge, &elsewhere, &json!({})).await;
     assert_eq!(res.status, 200, "{}", res.text());
 
-    let bearer = format!("Bearer {}", sluice_tests::ADMIN_TOKEN);
-    let res = c
-        .get(
-            &format!("{}/metrics", gw.url()),
-            &[("authorization", &bearer)],
-        )
-        .await;
-    let line = res
-        .text()
-        .lines()
-        .find(|l| l.starts_with("sluice_rate_limited_total{room=\"default\"}"))
-        .map(str::to_owned)
-        .expect("sluice_rate_limited_total recorded");
-    let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-    assert_eq!(n, 2.0, "{line}");
+    let refused =
+        sluice_tests::metric(&gw.url(), "sluice_rate_limited_total{room=\"default\"}").await;
+    assert_eq!(refused, 2.0);
 }
 
 /// The limiter forgets networks whose budget has refilled, so a spray of
@@ -251,44 +239,14 @@ async fn join_pressure_raises_the_level_visibly() {
     assert!(res["min_solve_ms"].as_u64().unwrap() >= 1, "{res}");
 
     tokio::time::sleep(Duration::from_millis(300)).await; // a tick records it
-    let bearer = format!("Bearer {}", sluice_tests::ADMIN_TOKEN);
-    let metrics = TestClient::new()
-        .get(
-            &format!("{}/metrics", gw.url()),
-            &[("authorization", &bearer)],
-        )
-        .await
-        .text();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l == "sluice_pow_difficulty_bits{room=\"default\"} 6"),
-        "{}",
-        metrics
-            .lines()
-            .filter(|l| l.contains("difficulty"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let bits =
+        sluice_tests::metric(&gw.url(), "sluice_pow_difficulty_bits{room=\"default\"}").await;
+    assert_eq!(bits, 6.0);
 }
 
 /// The value of `sluice_shed_total{what="…"}` on `/metrics`.
 async fn shed_total(base: &str, what: &str) -> u64 {
-    let res = TestClient::new()
-        .get(
-            &format!("{base}/metrics"),
-            &[(
-                "authorization",
-                &format!("Bearer {}", sluice_tests::ADMIN_TOKEN),
-            )],
-        )
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    let prefix = format!("sluice_shed_total{{what=\"{what}\"}} ");
-    res.text()
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse().unwrap())
+    sluice_tests::metric(base, &format!("sluice_shed_total{{what=\"{what}\"}}")).await as u64
 }
 
 /// One raw HTTP/1.1 request on a fresh connection: what came back (empty
