@@ -116,6 +116,16 @@ impl Harness {
         }
     }
 
+    /// The status of a hold its owner can see.
+    pub async fn status(&self, hold: &HoldId, visitor: &str) -> HoldStatus {
+        self.inv
+            .get_hold(hold, visitor)
+            .await
+            .unwrap()
+            .expect("the owner sees the hold")
+            .status
+    }
+
     /// Reads the event and asserts the invariant; returns
     /// (available, held, confirmed).
     pub async fn counts(&self, event: &EventId) -> (u64, u64, u64) {
@@ -364,15 +374,7 @@ pub async fn bad_input(h: &Harness) {
         assert_eq!(HoldId::parse(&bad), None, "{bad:?}");
     }
     assert_eq!(h.inv.read(&ev).await.unwrap(), before);
-    assert_eq!(
-        h.inv
-            .get_hold(&v.hold_id, "alice")
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
-        HoldStatus::Held
-    );
+    assert_eq!(h.status(&v.hold_id, "alice").await, HoldStatus::Held);
 }
 
 /// held + confirmed + asked ≤ limit, per visitor.
@@ -508,15 +510,7 @@ pub async fn release(h: &Harness) {
         );
     }
     assert_eq!(h.counts(&ev).await, (10, 0, 0));
-    assert_eq!(
-        h.inv
-            .get_hold(&v.hold_id, "alice")
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
-        HoldStatus::Released
-    );
+    assert_eq!(h.status(&v.hold_id, "alice").await, HoldStatus::Released);
     // A payment for a released hold confirms nothing.
     assert_eq!(
         h.inv.confirm(&v.hold_id, "late", true).await.unwrap(),
@@ -598,15 +592,7 @@ pub async fn confirm(h: &Harness) {
         h.inv.confirm(&b.hold_id, "pay-4", true).await.unwrap(),
         ConfirmOutcome::Released
     );
-    assert_eq!(
-        h.inv
-            .get_hold(&b.hold_id, "bob")
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
-        HoldStatus::Released
-    );
+    assert_eq!(h.status(&b.hold_id, "bob").await, HoldStatus::Released);
     // bob's cart room is back.
     held(h.inv.hold(&ev, "bob", 4, None).await.unwrap());
     let log = h.inv.recent_transitions(&ev, 20).await.unwrap();
@@ -652,15 +638,7 @@ pub async fn expiry(h: &Harness) {
     h.advance(ttl + Duration::from_millis(250)).await;
     // Before any reaper: every view says expired.
     for (v, who) in [(&a, "alice"), (&b, "bob"), (&c, "carol")] {
-        assert_eq!(
-            h.inv
-                .get_hold(&v.hold_id, who)
-                .await
-                .unwrap()
-                .unwrap()
-                .status,
-            HoldStatus::Expired
-        );
+        assert_eq!(h.status(&v.hold_id, who).await, HoldStatus::Expired);
     }
     // Never confirmed; stock back once; the answer is recorded.
     assert_eq!(
@@ -809,15 +787,7 @@ pub async fn payment_reused(h: &Harness) {
         );
     }
     assert_eq!(h.counts(&ev).await, (5, 3, 2));
-    assert_eq!(
-        h.inv
-            .get_hold(&b.hold_id, "bob")
-            .await
-            .unwrap()
-            .unwrap()
-            .status,
-        HoldStatus::Held
-    );
+    assert_eq!(h.status(&b.hold_id, "bob").await, HoldStatus::Held);
     // Its own hold: the recorded answer.
     assert_eq!(
         h.inv.confirm(&a.hold_id, "pay-1", true).await.unwrap(),
