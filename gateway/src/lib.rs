@@ -75,4 +75,5 @@ pub mod simulate;
 pub mod stores;
 pub mod swarm;
 pub mod telemetry;
+pub mod upstream;
 pub mod visitor;

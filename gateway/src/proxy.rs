@@ -4,7 +4,7 @@
 //! What it guarantees an operator:
 //! - **Streaming**: request and response bodies are never buffered; a 1 GiB
 //!   upload passes through in the memory of a few frames.
-//! - **Pooled** upstream connections (hyper-util's legacy client), with a
+//! - **Pooled** upstream connections ([`crate::upstream::Upstream`]), with a
 //!   connect timeout and an idle timeout.
 //! - **Hop-by-hop headers** (`Connection` and every header it names,
 //!   `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`,
@@ -29,14 +29,13 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri, Version};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 
 use crate::client_ip::ClientInfo;
 use crate::config::{ProxyConfig, Timeouts};
 use crate::problem::Problem;
 use crate::telemetry::Telemetry;
+use crate::upstream::{Upstream, UpstreamError};
 
 /// The value of an origin's `Sluice-Command` response header, taken out of
 /// the response before it reaches the client and left in the response's
@@ -47,8 +46,11 @@ pub struct OriginCommand(pub String);
 /// Forwards requests to one origin.
 #[derive(Clone)]
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
+    upstream: std::sync::Arc<Upstream>,
     origin: Uri,
+    /// The origin's `host[:port]`, the `Host` of requests when the
+    /// client's is not preserved.
+    origin_host: HeaderValue,
     preserve_host: bool,
     response_timeout: Duration,
     telemetry: Telemetry,
@@ -68,18 +70,21 @@ impl Proxy {
         telemetry: Telemetry,
     ) -> anyhow::Result<Proxy> {
         let origin: Uri = origin.parse()?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeouts.upstream_connect));
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(timeouts.upstream_idle)
-            .pool_max_idle_per_host(cfg.pool_max_idle_per_host)
-            .pool_timer(TokioTimer::new())
-            .build(connector);
+        let authority = origin
+            .authority()
+            .ok_or_else(|| anyhow::anyhow!("origin {origin} has no host"))?;
+        let port = authority.port_u16().unwrap_or(80);
+        let upstream = Upstream::new(
+            format!("{}:{port}", authority.host()),
+            timeouts.upstream_connect,
+            timeouts.upstream_idle,
+            cfg.pool_max_idle_per_host,
+        );
+        let origin_host = HeaderValue::from_str(authority.as_str())?;
         Ok(Proxy {
-            client,
+            upstream: std::sync::Arc::new(upstream),
             origin,
+            origin_host,
             preserve_host: cfg.preserve_host,
             response_timeout: timeouts.upstream_response,
             telemetry,
@@ -137,13 +142,17 @@ impl Proxy {
         strip_sluice(h);
         set_forwarding_headers(h, client, original_host.as_deref());
         if !self.preserve_host {
-            h.remove(header::HOST);
+            h.insert(header::HOST, self.origin_host.clone());
         } else if !h.contains_key(header::HOST)
             && let Some(v) = original_host
                 .as_deref()
                 .and_then(|s| HeaderValue::from_str(s).ok())
         {
             h.insert(header::HOST, v);
+        }
+        if !h.contains_key(header::HOST) {
+            // HTTP/1.1 requires one: a client that sent none gets the origin's.
+            h.insert(header::HOST, self.origin_host.clone());
         }
         if let Some(proto) = &upgrade {
             h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -169,7 +178,7 @@ impl Proxy {
         let upstream_req = Request::from_parts(parts, body);
         let started = std::time::Instant::now();
         let result =
-            tokio::time::timeout(self.response_timeout, self.client.request(upstream_req)).await;
+            tokio::time::timeout(self.response_timeout, self.upstream.send(upstream_req)).await;
         let mut res = match result {
             Err(_) => {
                 self.telemetry.upstream_error("timeout");
@@ -185,7 +194,10 @@ impl Proxy {
             Ok(Err(e)) => {
                 self.telemetry.upstream_error("unreachable");
                 let cause = error_chain(&e);
-                if e.is_connect() && cause.contains("timed out") {
+                if let UpstreamError::Connect {
+                    timed_out: true, ..
+                } = e
+                {
                     return Problem::origin_unreachable()
                         .log_cause(&format!("connect timeout: {cause}"))
                         .into_response();
@@ -242,21 +254,16 @@ impl Proxy {
         Response::from_parts(parts, Body::new(body))
     }
 
+    /// The request target upstream, in origin form (`/path?query`, under
+    /// the origin's base path if it has one).
     fn upstream_uri(&self, downstream: &Uri) -> Result<Uri, http::Error> {
         let base = self.origin.path().trim_end_matches('/');
-        let mut builder = Uri::builder();
-        if let Some(s) = self.origin.scheme() {
-            builder = builder.scheme(s.clone());
-        }
-        if let Some(a) = self.origin.authority() {
-            builder = builder.authority(a.clone());
-        }
         match downstream.path_and_query() {
             // An origin at its root (the usual case): the target as it came.
-            Some(pq) if base.is_empty() => builder.path_and_query(pq.clone()),
+            Some(pq) if base.is_empty() => Uri::builder().path_and_query(pq.clone()),
             pq => {
                 let pq = pq.map(|pq| pq.as_str()).unwrap_or("/");
-                builder.path_and_query(format!("{base}{pq}"))
+                Uri::builder().path_and_query(format!("{base}{pq}"))
             }
         }
         .build()
