@@ -170,6 +170,7 @@ impl AppState {
         let store_slots = Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_store_requests,
         ));
+        let verify_cache = VerifyCache::new(config.limits.token_cache_entries);
         Ok(AppState {
             inner: Arc::new(Inner {
                 config,
@@ -177,7 +178,7 @@ impl AppState {
                 rooms,
                 queue: stores.queue,
                 keyring,
-                verify_cache: VerifyCache::default(),
+                verify_cache,
                 pow,
                 replay_guard: stores.replay_guard,
                 inventory: stores.inventory,
@@ -493,6 +494,9 @@ async fn metrics(
 
 /// The Prometheus exposition with its content type.
 pub fn metrics_text(state: &AppState) -> Response {
+    state
+        .telemetry()
+        .token_cache(state.inner.verify_cache.len());
     let mut res = state.telemetry().render().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,

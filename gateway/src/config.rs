@@ -235,6 +235,11 @@ pub struct Limits {
     /// past it is answered at once with 503 `overloaded` and `Retry-After`
     /// instead of piling onto an origin that is already slow.
     pub max_origin_requests: usize,
+    /// Verified tokens remembered so a status poll or a guarded request
+    /// skips the Ed25519 check (default 100 000, about 0.4 KB each). A full
+    /// cache drops expired entries first, then starts over: memory stays
+    /// bounded, and the next polls pay one signature check each.
+    pub token_cache_entries: usize,
 }
 
 impl Default for Limits {
@@ -246,6 +251,7 @@ impl Default for Limits {
             max_connections: 10_000,
             max_store_requests: 1024,
             max_origin_requests: 4096,
+            token_cache_entries: 100_000,
         }
     }
 }
@@ -615,6 +621,12 @@ impl Config {
                 return Err(ConfigError::invalid(name, "must be from 1 to 1000000"));
             }
         }
+        if !(16..=10_000_000).contains(&self.limits.token_cache_entries) {
+            return Err(ConfigError::invalid(
+                "limits.token_cache_entries",
+                "must be from 16 to 10000000",
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         for (i, room) in self.rooms.iter().enumerate() {
             let field = format!("rooms[{i}]");
@@ -874,13 +886,19 @@ mod tests {
     #[test]
     fn in_flight_limits_are_read_and_checked() {
         let c = Config::from_toml(
-            "[limits]\nmax_connections = 50\nmax_store_requests = 8\nmax_origin_requests = 9\n",
+            "[limits]\nmax_connections = 50\nmax_store_requests = 8\nmax_origin_requests = 9\ntoken_cache_entries = 64\n",
         )
         .unwrap();
         c.validate().unwrap();
         assert_eq!(c.limits.max_connections, 50);
         assert_eq!(c.limits.max_store_requests, 8);
         assert_eq!(c.limits.max_origin_requests, 9);
+        assert_eq!(c.limits.token_cache_entries, 64);
+        for bad in ["0", "15", "10000001"] {
+            let toml = format!("[limits]\ntoken_cache_entries = {bad}\n");
+            let err = Config::from_toml(&toml).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains("token_cache_entries"), "{err}");
+        }
         let d = Limits::default();
         assert_eq!(
             (

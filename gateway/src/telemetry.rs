@@ -32,6 +32,7 @@
 //! | `sluice_adaptive_decisions_total` | counter | room, decision | adaptive decisions: `increasing`, `decreasing`, `holding`, `overridden` (steering gateway) |
 //! | `sluice_origin_p99_seconds` | gauge | room | the origin's p99 latency in the last adaptive window (steering gateway) |
 //! | `sluice_origin_error_ratio` | gauge | room | share of failed upstream requests in the last adaptive window (steering gateway) |
+//! | `sluice_token_cache_entries` | gauge | | verified tokens remembered (bounded by `limits.token_cache_entries`) |
 
 use std::sync::Arc;
 
@@ -150,6 +151,13 @@ impl Telemetry {
             &[("room", room.to_owned()), ("code", code.to_owned())],
         )
         .increment(1);
+    }
+
+    /// Entries of the verified-token cache (`limits.token_cache_entries`
+    /// bounds it), read at each scrape.
+    pub fn token_cache(&self, entries: usize) {
+        self.gauge("sluice_token_cache_entries", &[])
+            .set(entries as f64);
     }
 
     /// A request was refused by the per-network limit.

@@ -451,3 +451,115 @@ async fn under_attack_a_fast_browser_waits_out_the_minimum_solve_time() {
     assert!(refused.is_empty(), "{refused:?}");
     gw.shutdown().await;
 }
+
+/// A relay between the browser and the gateway that passes everything,
+/// except that the connection carrying the first join is cut as soon as
+/// the gateway starts answering it: the join took a place, and the
+/// browser never hears of it (a dropped mobile connection).
+async fn relay_losing_the_first_join_answer(gateway: std::net::SocketAddr) -> String {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let lost_one = Arc::new(AtomicBool::new(false));
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let lost_one = lost_one.clone();
+            tokio::spawn(async move {
+                let Ok(upstream) = tokio::net::TcpStream::connect(gateway).await else {
+                    return;
+                };
+                let (mut cr, mut cw) = client.into_split();
+                let (mut ur, mut uw) = upstream.into_split();
+                let doomed = Arc::new(AtomicBool::new(false));
+                let mark = doomed.clone();
+                let up = async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n) = cr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        if buf[..n].starts_with(b"POST /_sluice/rooms/default/join")
+                            && !lost_one.swap(true, Ordering::SeqCst)
+                        {
+                            mark.store(true, Ordering::SeqCst);
+                        }
+                        if uw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                let down = async move {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    while let Ok(n) = ur.read(&mut buf).await {
+                        if n == 0 || doomed.load(Ordering::SeqCst) {
+                            break; // the answer to the doomed join is lost
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                // Whichever side ends first takes the connection down.
+                tokio::select! { () = up => {}, () = down => {} }
+            });
+        }
+    });
+    url
+}
+
+/// The answer to a join is lost on the way (the connection drops after
+/// the gateway took the place): the page sends the same solution again and
+/// gets that same place back: one place in line, never a second, and the
+/// visitor is not sent to the back of the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_join_answer_keeps_the_place() {
+    let Some(b) = Browser::start("lost-join-answer", WINDOW).await else {
+        return;
+    };
+    let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
+    let gw = TestGateway::builder()
+        .origin(shop.url())
+        .config(|c| {
+            c.rooms = vec![RoomConfig {
+                rate_per_sec: 0.0,
+                burst: 1.0,
+                puzzles: 4,
+                difficulty_floor_bits: 6,
+                difficulty_ceiling_bits: 6,
+                join_limit_per_prefix_per_min: 0,
+                attack_min_solve: Duration::ZERO,
+                ..RoomConfig::default()
+            }];
+        })
+        .spawn()
+        .await;
+    // The room's one credit is spent: the browser's join takes place 2.
+    Visitor::new(&gw.url(), "default").join("/").await;
+    let relay = relay_losing_the_first_join_answer(gw.addr).await;
+
+    b.c().goto(&format!("{relay}/shop/demo")).await.unwrap();
+    let position: u64 = wait_for(
+        Duration::from_secs(30),
+        "a position on the page",
+        || async { b.text("#position").await.trim().parse().ok() },
+    )
+    .await;
+    assert_eq!(position, 1, "first in line");
+    b.close().await;
+    let room = sluice_tests::admin_room(&gw.url(), "default").await;
+    assert_eq!(
+        room["tail"], 2,
+        "one place for the browser, not two: {room}"
+    );
+    assert_eq!(
+        sluice_tests::metric(
+            &gw.url(),
+            "sluice_pow_rejections_total{room=\"default\",code=\"pow_replayed\"}"
+        )
+        .await,
+        0.0
+    );
+    gw.shutdown().await;
+}
