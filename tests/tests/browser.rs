@@ -385,6 +385,31 @@ async fn before_a_scheduled_opening_the_page_counts_down_then_admits() {
     gw.shutdown().await;
 }
 
+/// The demo shop behind a gateway whose room admits nobody (its one credit
+/// already spent by a JSON visitor, so the next visitor waits at place 2),
+/// with an easy proof of work and `attack_min_solve` under attack.
+async fn room_admitting_nobody(attack_min_solve: Duration) -> (TestGateway, demo_origin::DemoShop) {
+    let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
+    let gw = TestGateway::builder()
+        .origin(shop.url())
+        .config(move |c| {
+            c.rooms = vec![RoomConfig {
+                rate_per_sec: 0.0,
+                burst: 1.0,
+                puzzles: 4,
+                difficulty_floor_bits: 6,
+                difficulty_ceiling_bits: 6,
+                join_limit_per_prefix_per_min: 0,
+                attack_min_solve,
+                ..RoomConfig::default()
+            }];
+        })
+        .spawn()
+        .await;
+    Visitor::new(&gw.url(), "default").join("/").await;
+    (gw, shop)
+}
+
 /// Under attack the gateway refuses proofs submitted sooner than the
 /// challenge's `min_solve_ms`: a fast browser must wait out the rest and
 /// join once, not be refused and start over forever.
@@ -393,26 +418,8 @@ async fn under_attack_a_fast_browser_waits_out_the_minimum_solve_time() {
     let Some(b) = Browser::start("min-solve", WINDOW).await else {
         return;
     };
-    let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
-    let gw = TestGateway::builder()
-        .origin(shop.url())
-        .config(|c| {
-            c.rooms = vec![RoomConfig {
-                rate_per_sec: 0.0,
-                burst: 1.0,
-                puzzles: 4,
-                difficulty_floor_bits: 6,
-                difficulty_ceiling_bits: 6,
-                join_limit_per_prefix_per_min: 0,
-                attack_min_solve: Duration::from_secs(2),
-                ..RoomConfig::default()
-            }];
-        })
-        .spawn()
-        .await;
+    let (gw, _shop) = room_admitting_nobody(Duration::from_secs(2)).await;
     let base = gw.url();
-    // Spend the room's one credit, so the browser waits in line.
-    Visitor::new(&base, "default").join("/").await;
     // A flood of challenges from this network (the browser's too: both are
     // 127.0.0.1) lifts it past the ceiling: challenges now carry a minimum
     // solve time, which the browser beats by far at 4 × 2^6 hashes.
@@ -518,25 +525,8 @@ async fn a_lost_join_answer_keeps_the_place() {
     let Some(b) = Browser::start("lost-join-answer", WINDOW).await else {
         return;
     };
-    let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
-    let gw = TestGateway::builder()
-        .origin(shop.url())
-        .config(|c| {
-            c.rooms = vec![RoomConfig {
-                rate_per_sec: 0.0,
-                burst: 1.0,
-                puzzles: 4,
-                difficulty_floor_bits: 6,
-                difficulty_ceiling_bits: 6,
-                join_limit_per_prefix_per_min: 0,
-                attack_min_solve: Duration::ZERO,
-                ..RoomConfig::default()
-            }];
-        })
-        .spawn()
-        .await;
+    let (gw, _shop) = room_admitting_nobody(Duration::ZERO).await;
     // The room's one credit is spent: the browser's join takes place 2.
-    Visitor::new(&gw.url(), "default").join("/").await;
     let relay = relay_losing_the_first_join_answer(gw.addr).await;
 
     b.c().goto(&format!("{relay}/shop/demo")).await.unwrap();
