@@ -77,7 +77,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let config = state.config().clone();
-    let router: Router = app::build(state.clone());
+    // Request ids come from one counter, whichever way a request goes.
+    let ids = crate::app::RequestIds::default();
+    let router: Router = app::build_with_ids(state.clone(), ids.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -118,13 +120,44 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let trusted = trusted.clone();
-        let svc = router
-            .clone()
-            .map_request(move |mut req: http::Request<Incoming>| {
-                let info = ClientInfo::resolve(peer, req.headers(), &trusted);
+        let router = router.clone();
+        let st = state.clone();
+        let mut ids = ids.clone();
+        let svc = tower::service_fn(move |mut req: http::Request<Incoming>| {
+            let info = ClientInfo::resolve(peer, req.headers(), &trusted);
+            if unguarded(&st, &req, &info) {
+                // Straight to the origin: no room guards the path.
+                use tower_http::request_id::MakeRequestId;
+                let st = st.clone();
+                let id = match req.headers().get("x-request-id") {
+                    Some(v) => v.clone(),
+                    None => {
+                        let v = ids
+                            .make_request_id(&req)
+                            .map(|r| r.header_value().clone())
+                            .unwrap_or_else(|| http::HeaderValue::from_static("-"));
+                        req.headers_mut().insert("x-request-id", v.clone());
+                        v
+                    }
+                };
+                futures_util::future::Either::Left(async move {
+                    use futures_util::FutureExt as _;
+                    let req = req.map(axum::body::Body::new);
+                    let forward = st.proxy().forward(req, &info, http::HeaderMap::new());
+                    // As the router's CatchPanicLayer: a bug is a 500, never a
+                    // dropped connection.
+                    let mut res = std::panic::AssertUnwindSafe(forward)
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(crate::app::panic_response);
+                    res.headers_mut().insert("x-request-id", id);
+                    Ok::<_, std::convert::Infallible>(res)
+                })
+            } else {
                 req.extensions_mut().insert(info);
-                req
-            });
+                futures_util::future::Either::Right(router.clone().oneshot(req))
+            }
+        });
         let header_timeout = config.timeouts.header_read;
         let builder = builder.clone();
         let watcher = graceful.watcher();
@@ -179,5 +212,23 @@ async fn first_bytes_within(stream: &TcpStream, limit: Duration) -> bool {
             return false;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A request no room guards: not for the gateway's own endpoints, and
+/// either outside every room's paths or let by its room's bypass rules.
+fn unguarded<B>(state: &AppState, req: &http::Request<B>, client: &ClientInfo) -> bool {
+    let path = req.uri().path();
+    if path.starts_with("/_sluice/") || path == "/_sluice" || path == "/metrics" {
+        return false;
+    }
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    match state.rooms().route(host, path) {
+        None => true,
+        Some(room) => crate::rooms::bypasses(room, path, client.ip),
     }
 }

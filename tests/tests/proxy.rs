@@ -361,3 +361,50 @@ async fn http2_cleartext_is_served() {
     assert_eq!(v["version"], "HTTP/1.1");
     assert_eq!(v["headers"]["host"][0], gw.addr.to_string());
 }
+
+/// Request ids on both ways to the origin: the direct path of unguarded
+/// requests and the guarded path through the room give ids from one
+/// counter, keep a client's own id, and echo the id in the response.
+#[tokio::test]
+async fn request_ids_are_kept_given_and_echoed_on_both_paths() {
+    let (_origin, gw) = setup().await;
+    let client = TestClient::new();
+    let mut given = Vec::new();
+    // `/echo` is unguarded (the direct path); `/queue/echo` is the room's.
+    for path in ["/echo", "/queue/echo", "/echo"] {
+        let res = client.get(&format!("{}{path}", gw.url()), &[]).await;
+        let id = res.header("x-request-id").unwrap().to_owned();
+        if res.status == 200 {
+            assert_eq!(
+                res.json()["headers"]["x-request-id"][0],
+                id.as_str(),
+                "{path}"
+            );
+        }
+        given.push(id);
+    }
+    // One per-process prefix, one counter: the ids share their prefix and
+    // increase in the order the requests came.
+    let parts: Vec<(&str, u64)> = given
+        .iter()
+        .map(|id| {
+            let (prefix, n) = id.split_once('-').unwrap();
+            (prefix, u64::from_str_radix(n, 16).unwrap())
+        })
+        .collect();
+    assert!(
+        parts
+            .windows(2)
+            .all(|w| w[0].0 == w[1].0 && w[0].1 < w[1].1),
+        "{given:?}"
+    );
+
+    let res = client
+        .get(
+            &format!("{}/echo", gw.url()),
+            &[("x-request-id", "client-chosen-42")],
+        )
+        .await;
+    assert_eq!(res.header("x-request-id"), Some("client-chosen-42"));
+    assert_eq!(res.json()["headers"]["x-request-id"][0], "client-chosen-42");
+}
