@@ -32,6 +32,25 @@ use crate::proxy::OriginCommand;
 use crate::rooms::{self, Room};
 use crate::visitor;
 
+/// The room that guards a request: none when no room's paths cover it or
+/// its room lets it by (bypass paths and ranges). Borrows, copies nothing.
+pub fn guarding_room<'a, B>(
+    state: &'a AppState,
+    req: &http::Request<B>,
+    ip: std::net::IpAddr,
+) -> Option<&'a std::sync::Arc<Room>> {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let path = req.uri().path();
+    state
+        .rooms()
+        .route(host, path)
+        .filter(|room| !rooms::bypasses(room, path, ip))
+}
+
 /// Everything outside `/_sluice/`: the gate, then the origin.
 pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
     let Some(client) = req.extensions().get::<ClientInfo>().cloned() else {
@@ -39,22 +58,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             .log_cause(&"request without client info")
             .into_response();
     };
-    let room = {
-        let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| req.uri().authority().map(|a| a.as_str()));
-        let path = req.uri().path();
-        match state.rooms().route(host, path) {
-            // No room guards the path, or the room lets it by: straight
-            // through, without a copy of anything.
-            None => None,
-            Some(room) if rooms::bypasses(room, path, client.ip) => None,
-            Some(room) => Some(room.clone()),
-        }
-    };
-    let Some(room) = room else {
+    let Some(room) = guarding_room(&state, &req, client.ip).cloned() else {
         return state.proxy().forward(req, &client, HeaderMap::new()).await;
     };
     let ret = req

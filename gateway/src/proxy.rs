@@ -165,15 +165,16 @@ impl Proxy {
         // Notes whether the downstream body failed, so that failure is
         // answered as the client's (400), not as the origin's (502). A
         // request without a body (most GETs) has nothing to watch.
-        let body_failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let body = if http_body::Body::is_end_stream(&body) {
-            body
+        let (body, body_failed) = if http_body::Body::is_end_stream(&body) {
+            (body, None)
         } else {
-            let flag = body_failed.clone();
-            Body::new(http_body_util::BodyExt::map_err(body, move |e| {
+            let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let flag = failed.clone();
+            let body = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
                 flag.store(true, std::sync::atomic::Ordering::Relaxed);
                 e
-            }))
+            }));
+            (body, Some(failed))
         };
         let upstream_req = Request::from_parts(parts, body);
         let started = std::time::Instant::now();
@@ -186,7 +187,11 @@ impl Proxy {
                     .log_cause(&"no response headers within the upstream response timeout")
                     .into_response();
             }
-            Ok(Err(e)) if body_failed.load(std::sync::atomic::Ordering::Relaxed) => {
+            Ok(Err(e))
+                if body_failed
+                    .as_ref()
+                    .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed)) =>
+            {
                 return Problem::malformed("the request body could not be read")
                     .log_cause(&error_chain(&e))
                     .into_response();

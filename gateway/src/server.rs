@@ -222,13 +222,5 @@ fn unguarded<B>(state: &AppState, req: &http::Request<B>, client: &ClientInfo) -
     if path.starts_with("/_sluice/") || path == "/_sluice" || path == "/metrics" {
         return false;
     }
-    let host = req
-        .headers()
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()));
-    match state.rooms().route(host, path) {
-        None => true,
-        Some(room) => crate::rooms::bypasses(room, path, client.ip),
-    }
+    crate::gate::guarding_room(state, req, client.ip).is_none()
 }

@@ -61,7 +61,8 @@ impl Visitor {
             .expect("solver");
         // Under attack a proof is refused sooner than min_solve_ms after
         // the challenge: wait out the rest, as the page does.
-        let floor = std::time::Duration::from_millis(min_solve + 50 * u64::from(min_solve > 0));
+        let floor_ms = if min_solve > 0 { min_solve + 50 } else { 0 };
+        let floor = std::time::Duration::from_millis(floor_ms);
         if let Some(rest) = floor.checked_sub(received.elapsed()) {
             tokio::time::sleep(rest).await;
         }
