@@ -398,23 +398,18 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(CatchPanicLayer::custom(panic_response))
-                .layer(SetRequestIdLayer::new(
-                    HeaderName::from_static("x-request-id"),
-                    ids,
-                ))
+                .layer(SetRequestIdLayer::new(REQUEST_ID, ids))
                 .layer(
                     TraceLayer::new_for_http().make_span_with(|req: &Request| {
                         let id = req
                             .headers()
-                            .get("x-request-id")
+                            .get(&REQUEST_ID)
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or("");
                         tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
                     }),
                 )
-                .layer(PropagateRequestIdLayer::new(HeaderName::from_static(
-                    "x-request-id",
-                ))),
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
         )
 }
 
@@ -422,30 +417,47 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
 /// and they sort by arrival within one gateway.
 #[derive(Clone)]
 pub(crate) struct RequestIds {
-    prefix: Arc<str>,
+    /// 8 hex digits.
+    prefix: [u8; 8],
     next: Arc<AtomicU64>,
 }
+
+/// The header a request id travels in.
+pub(crate) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 impl Default for RequestIds {
     fn default() -> Self {
         let p: u32 = rand::random();
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(format!("{p:08x}").as_bytes());
         RequestIds {
-            prefix: format!("{p:08x}").into(),
+            prefix,
             next: Arc::new(AtomicU64::new(1)),
         }
     }
 }
 
+impl RequestIds {
+    /// The next id: the prefix, '-', the counter in lowercase hex (at most
+    /// 25 bytes), written without `core::fmt` (it is made for every request).
+    pub(crate) fn next_value(&self) -> HeaderValue {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut buf = [0u8; 25];
+        buf[..8].copy_from_slice(&self.prefix);
+        buf[8] = b'-';
+        let digits = (64 - n.leading_zeros() as usize).div_ceil(4).max(1);
+        for i in 0..digits {
+            buf[9 + digits - 1 - i] = HEX[((n >> (4 * i)) & 0xf) as usize];
+        }
+        HeaderValue::from_bytes(&buf[..9 + digits])
+            .unwrap_or_else(|_| HeaderValue::from_static("-"))
+    }
+}
+
 impl MakeRequestId for RequestIds {
     fn make_request_id<B>(&mut self, _req: &http::Request<B>) -> Option<RequestId> {
-        use std::fmt::Write as _;
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        // prefix (8 hex digits), '-', the counter in hex: at most 25 bytes.
-        let mut id = String::with_capacity(25);
-        id.push_str(&self.prefix);
-        id.push('-');
-        let _ = write!(id, "{n:x}");
-        HeaderValue::from_str(&id).ok().map(RequestId::new)
+        Some(RequestId::new(self.next_value()))
     }
 }
 
@@ -756,6 +768,19 @@ where
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn request_ids_are_the_prefix_and_the_counter_in_hex() {
+        let ids = RequestIds::default();
+        let prefix = std::str::from_utf8(&ids.prefix).unwrap().to_owned();
+        assert!(prefix.bytes().all(|b| b.is_ascii_hexdigit()), "{prefix}");
+        for n in [1u64, 9, 10, 15, 16, 255, 256, 0xdead_beef, u64::MAX] {
+            ids.next.store(n, Ordering::Relaxed);
+            assert_eq!(ids.next_value(), format!("{prefix}-{n:x}").as_str());
+        }
+        ids.next.store(0, Ordering::Relaxed);
+        assert_eq!(ids.next_value(), format!("{prefix}-0").as_str());
+    }
 
     fn net(i: u32) -> sluice_pow::NetPrefix {
         sluice_pow::network_prefix(std::net::IpAddr::from(std::net::Ipv4Addr::from(

@@ -109,7 +109,7 @@ impl Proxy {
         client: &ClientInfo,
         extra: HeaderMap,
     ) -> Response {
-        let Ok(_permit) = self.slots.clone().try_acquire_owned() else {
+        let Ok(_permit) = self.slots.try_acquire() else {
             self.telemetry.shed("origin");
             return Problem::origin_overloaded().into_response();
         };
@@ -121,12 +121,15 @@ impl Proxy {
         };
 
         let (mut parts, body) = req.into_parts();
-        let original_host = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+        // The host the client asked for: its `Host`, else the authority of
+        // an absolute-form target. A header value is shared, not copied.
+        let original_host: Option<HeaderValue> = match parts.headers.get(header::HOST) {
+            Some(h) if h.to_str().is_ok() => Some(h.clone()),
+            _ => parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
+        };
 
         let uri = match self.upstream_uri(&parts.uri) {
             Ok(u) => u,
@@ -138,15 +141,12 @@ impl Proxy {
         parts.version = Version::HTTP_11;
 
         let h = &mut parts.headers;
-        strip_hop_by_hop(h);
-        strip_sluice(h);
-        set_forwarding_headers(h, client, original_host.as_deref());
+        strip_headers(h, true);
+        set_forwarding_headers(h, client, original_host.as_ref());
         if !self.preserve_host {
             h.insert(header::HOST, self.origin_host.clone());
         } else if !h.contains_key(header::HOST)
             && let Some(v) = original_host
-                .as_deref()
-                .and_then(|s| HeaderValue::from_str(s).ok())
         {
             h.insert(header::HOST, v);
         }
@@ -248,8 +248,8 @@ impl Proxy {
         }
 
         let (mut parts, body) = res.into_parts();
-        strip_hop_by_hop(&mut parts.headers);
-        if let Some(cmd) = parts.headers.remove("sluice-command")
+        strip_headers(&mut parts.headers, false);
+        if let Some(cmd) = parts.headers.remove(SLUICE_COMMAND)
             && let Ok(s) = cmd.to_str()
         {
             parts
@@ -294,90 +294,142 @@ fn wants_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
     req.headers().get(header::UPGRADE).cloned()
 }
 
-/// Headers that describe one hop, never the message (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [&str; 6] = [
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
+/// Headers that describe one hop, never the message (RFC 9110 §7.6.1),
+/// besides every `Proxy-*` header.
+fn is_hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade"
+    ) || name.starts_with("proxy-")
+}
+
+const SLUICE_COMMAND: HeaderName = HeaderName::from_static("sluice-command");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes `Connection`, every header it names, the fixed hop-by-hop set and
 /// every `Proxy-*` header.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    let proxy: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| k.as_str().starts_with("proxy-"))
-        .cloned()
-        .collect();
-    for name in proxy {
-        headers.remove(name);
-    }
+    strip_headers(headers, false);
 }
 
 /// Removes every `Sluice-*` header (a client may not speak for the gateway).
 pub fn strip_sluice(headers: &mut HeaderMap) {
-    let names: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| k.as_str().starts_with("sluice-"))
-        .cloned()
-        .collect();
-    for name in names {
+    strip(headers, |name| name.starts_with("sluice-"));
+}
+
+/// [`strip_hop_by_hop`], and with `sluice` [`strip_sluice`] too, in one
+/// look at each name: the usual message has none of them and costs no more
+/// than that look.
+fn strip_headers(headers: &mut HeaderMap, sluice: bool) {
+    strip(headers, |name| {
+        is_hop_by_hop(name) || (sluice && name.starts_with("sluice-"))
+    });
+}
+
+/// Removes each header whose (lowercase) name `doomed` picks, and, when
+/// `Connection` is among them, every header that `Connection` names.
+fn strip(headers: &mut HeaderMap, doomed: impl Fn(&str) -> bool) {
+    let mut gone: Vec<HeaderName> = Vec::new();
+    for name in headers.keys() {
+        if doomed(name.as_str()) {
+            gone.push(name.clone());
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    if gone.contains(&header::CONNECTION) {
+        // The names `Connection` lists, but for the hop-by-hop ones already
+        // going (`keep-alive` and `upgrade` are the usual ones; `close`
+        // names a header too, if one came with that name).
+        gone.extend(
+            headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|t| {
+                    !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("upgrade")
+                })
+                .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+                .filter(|name| !doomed(name.as_str())),
+        );
+    }
+    for name in gone {
         headers.remove(name);
     }
 }
 
-fn set_forwarding_headers(h: &mut HeaderMap, client: &ClientInfo, host: Option<&str>) {
-    let peer = client.peer.ip();
-    let xff = if client.peer_trusted {
-        let existing: Vec<String> = h
-            .get_all("x-forwarded-for")
+/// Writes `ip` as text: IPv4 by hand (the proxied path writes the client's
+/// address into two headers per request; `core::fmt` costs several times
+/// more), IPv6 through `Display`.
+fn push_ip(out: &mut String, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                if octet >= 100 {
+                    out.push(char::from(b'0' + octet / 100));
+                }
+                if octet >= 10 {
+                    out.push(char::from(b'0' + octet / 10 % 10));
+                }
+                out.push(char::from(b'0' + octet % 10));
+            }
+        }
+        IpAddr::V6(v6) => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+fn set_forwarding_headers(h: &mut HeaderMap, client: &ClientInfo, host: Option<&HeaderValue>) {
+    let mut xff = String::with_capacity(48);
+    if client.peer_trusted {
+        for v in h
+            .get_all(&X_FORWARDED_FOR)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .collect();
-        if existing.is_empty() {
-            peer.to_string()
-        } else {
-            format!("{}, {}", existing.join(", "), peer)
+        {
+            xff.push_str(v);
+            xff.push_str(", ");
         }
-    } else {
-        peer.to_string()
-    };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
-        h.insert("x-forwarded-for", v);
     }
-    h.insert("x-forwarded-proto", HeaderValue::from_static(client.proto));
-    match host.and_then(|s| HeaderValue::from_str(s).ok()) {
+    push_ip(&mut xff, client.peer.ip());
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert(X_FORWARDED_FOR, v);
+    }
+    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static(client.proto));
+    match host {
         Some(v) => {
-            h.insert("x-forwarded-host", v);
+            h.insert(X_FORWARDED_HOST, v.clone());
         }
         None => {
-            h.remove("x-forwarded-host");
+            h.remove(X_FORWARDED_HOST);
         }
     }
-    use std::fmt::Write as _;
     let mut fwd = String::with_capacity(64);
-    let _ = match client.ip {
-        IpAddr::V4(v4) => write!(fwd, "for={v4}"),
-        IpAddr::V6(v6) => write!(fwd, "for=\"[{v6}]\""),
-    };
-    if let Some(host) = host.filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b'"')) {
+    match client.ip {
+        IpAddr::V4(_) => {
+            fwd.push_str("for=");
+            push_ip(&mut fwd, client.ip);
+        }
+        IpAddr::V6(_) => {
+            fwd.push_str("for=\"[");
+            push_ip(&mut fwd, client.ip);
+            fwd.push_str("]\"");
+        }
+    }
+    if let Some(host) = host
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b'"'))
+    {
         fwd.push_str(";host=\"");
         fwd.push_str(host);
         fwd.push('"');
@@ -434,6 +486,65 @@ mod tests {
     }
 
     #[test]
+    fn hop_by_hop_sluice_and_named_headers_go_in_one_pass() {
+        let mut h = HeaderMap::new();
+        h.append("connection", "keep-alive".parse().unwrap());
+        h.append(
+            "connection",
+            "x-a, X-B ,, bad name, Upgrade, close".parse().unwrap(),
+        );
+        h.insert("close", "a header of that name".parse().unwrap());
+        h.insert("x-a", "1".parse().unwrap());
+        h.insert("x-b", "1".parse().unwrap());
+        h.insert("proxy-authorization", "x".parse().unwrap());
+        h.insert("sluice-admission", "forged".parse().unwrap());
+        h.insert("x-sluice", "kept".parse().unwrap());
+        h.insert("x-end-to-end", "kept".parse().unwrap());
+        let mut kept = h.clone();
+        strip_headers(&mut h, true);
+        let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["x-end-to-end", "x-sluice"]);
+        // Without `sluice`, as for a response: the origin's Sluice-* stay.
+        strip_headers(&mut kept, false);
+        assert!(kept.contains_key("sluice-admission"));
+        assert!(!kept.contains_key("x-b"));
+        // Nothing to strip: nothing changes.
+        let before = h.clone();
+        strip_headers(&mut h, true);
+        assert_eq!(h, before);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ip_text_is_display(v4 in proptest::prelude::any::<[u8; 4]>(), v6 in proptest::prelude::any::<[u16; 8]>()) {
+            for ip in [IpAddr::from(v4), IpAddr::from(v6)] {
+                let mut out = String::from("x");
+                push_ip(&mut out, ip);
+                proptest::prop_assert_eq!(out, format!("x{ip}"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_trusted_peer_chain_is_appended_to() {
+        let peer: std::net::SocketAddr = "10.0.0.1:5".parse().unwrap();
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "1.2.3.4".parse().unwrap());
+        h.append("x-forwarded-for", "5.6.7.8, 10.0.0.9".parse().unwrap());
+        let client = ClientInfo::resolve(peer, &h, &trusted);
+        assert_eq!(client.ip, "5.6.7.8".parse::<IpAddr>().unwrap());
+        set_forwarding_headers(&mut h, &client, None);
+        assert_eq!(
+            h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
+            ["1.2.3.4, 5.6.7.8, 10.0.0.9, 10.0.0.1"]
+        );
+        assert_eq!(h[header::FORWARDED], "for=5.6.7.8;proto=http");
+        assert!(!h.contains_key("x-forwarded-host"));
+    }
+
+    #[test]
     fn forwarded_is_rfc7239() {
         for (peer, host, want) in [
             (
@@ -448,7 +559,8 @@ mod tests {
             let peer: std::net::SocketAddr = peer.parse().unwrap();
             let client = ClientInfo::resolve(peer, &HeaderMap::new(), &[]);
             let mut h = HeaderMap::new();
-            set_forwarding_headers(&mut h, &client, host);
+            let host = host.map(HeaderValue::from_static);
+            set_forwarding_headers(&mut h, &client, host.as_ref());
             assert_eq!(h[header::FORWARDED], want);
             assert_eq!(h["x-forwarded-for"], peer.ip().to_string());
         }

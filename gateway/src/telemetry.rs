@@ -36,7 +36,9 @@
 
 use std::sync::Arc;
 
-use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use metrics::{Counter, Gauge, Key, Label, Level, Metadata, Recorder};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use sluice_admission::Snapshot;
@@ -53,9 +55,89 @@ const LATENCY_BUCKETS: &[f64] = &[
 pub struct Telemetry {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
-    /// Upstream latency histograms by status class (1xx … 5xx), registered
-    /// once: the proxy records into them on every request.
-    upstream_by_class: Arc<[Histogram; 5]>,
+    /// Upstream latency by status class (1xx … 5xx): the proxy records into
+    /// it on every request.
+    upstream: Arc<LatencyHistogram>,
+}
+
+/// The upstream latency histogram, counted in atomics and rendered by
+/// hand. Not the recorder's histogram: that one keeps every sample until a
+/// scrape drains it, so a gateway nobody scrapes would grow by 8 bytes a
+/// proxied request (about 1.4 GB an hour at 50,000 requests a second).
+///
+/// Counts are spread over a few shards, one per thread in turn, so two
+/// threads recording at once rarely touch the same cache line.
+struct LatencyHistogram {
+    shards: [Shard; SHARDS],
+}
+
+const SHARDS: usize = 4;
+const CLASSES: usize = 5;
+
+/// One shard: per class, the count of each bucket (the last one past every
+/// bound) and the sum of the latencies in nanoseconds.
+#[repr(align(64))]
+struct Shard {
+    buckets: [[AtomicU64; LATENCY_BUCKETS.len() + 1]; CLASSES],
+    sum_ns: [AtomicU64; CLASSES],
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            shards: std::array::from_fn(|_| Shard {
+                buckets: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+                sum_ns: std::array::from_fn(|_| AtomicU64::new(0)),
+            }),
+        }
+    }
+}
+
+impl LatencyHistogram {
+    fn record(&self, class: usize, seconds: f64) {
+        thread_local! {
+            static SHARD: usize = {
+                static NEXT: AtomicUsize = AtomicUsize::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS
+            };
+        }
+        let shard = &self.shards[SHARD.with(|s| *s)];
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        shard.buckets[class][bucket].fetch_add(1, Ordering::Relaxed);
+        // Saturating float-to-int: a NaN or negative latency adds nothing.
+        shard.sum_ns[class].fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text of the histogram, one series per status class.
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        const NAME: &str = "sluice_upstream_request_duration_seconds";
+        let _ = writeln!(out, "# TYPE {NAME} histogram");
+        for class in 0..CLASSES {
+            let label = format!("status_class=\"{}xx\"", class + 1);
+            let mut counts = [0u64; LATENCY_BUCKETS.len() + 1];
+            let mut sum_ns = 0u64;
+            for shard in &self.shards {
+                for (c, b) in counts.iter_mut().zip(&shard.buckets[class]) {
+                    *c += b.load(Ordering::Relaxed);
+                }
+                sum_ns += shard.sum_ns[class].load(Ordering::Relaxed);
+            }
+            let mut cumulative = 0;
+            for (le, count) in LATENCY_BUCKETS.iter().zip(counts) {
+                cumulative += count;
+                let _ = writeln!(out, "{NAME}_bucket{{{label},le=\"{le}\"}} {cumulative}");
+            }
+            cumulative += counts[LATENCY_BUCKETS.len()];
+            let _ = writeln!(out, "{NAME}_bucket{{{label},le=\"+Inf\"}} {cumulative}");
+            let _ = writeln!(out, "{NAME}_sum{{{label}}} {}", sum_ns as f64 / 1e9);
+            let _ = writeln!(out, "{NAME}_count{{{label}}} {cumulative}");
+        }
+        out.push('\n');
+    }
 }
 
 impl Default for Telemetry {
@@ -67,31 +149,12 @@ impl Default for Telemetry {
 impl Telemetry {
     /// A fresh registry.
     pub fn new() -> Telemetry {
-        let builder = PrometheusBuilder::new();
-        let builder = match builder.set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full(
-                "sluice_upstream_request_duration_seconds".into(),
-            ),
-            LATENCY_BUCKETS,
-        ) {
-            Ok(b) => b,
-            Err(_) => PrometheusBuilder::new(),
-        };
-        let recorder = builder.build_recorder();
+        let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
-        let upstream_by_class = [1, 2, 3, 4, 5].map(|c| {
-            recorder.register_histogram(
-                &Key::from_parts(
-                    "sluice_upstream_request_duration_seconds",
-                    vec![Label::new("status_class", format!("{c}xx"))],
-                ),
-                &META,
-            )
-        });
         Telemetry {
             recorder: Arc::new(recorder),
             handle,
-            upstream_by_class: Arc::new(upstream_by_class),
+            upstream: Arc::new(LatencyHistogram::default()),
         }
     }
 
@@ -177,8 +240,8 @@ impl Telemetry {
 
     /// The origin answered (headers) after `seconds` with `status`.
     pub fn upstream(&self, status: u16, seconds: f64) {
-        let i = usize::from(status / 100).clamp(1, 5) - 1;
-        self.upstream_by_class[i].record(seconds);
+        let class = usize::from(status / 100).clamp(1, CLASSES) - 1;
+        self.upstream.record(class, seconds);
     }
 
     /// The origin could not be reached (`unreachable`) or was too slow
@@ -238,6 +301,102 @@ impl Telemetry {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         self.handle.run_upkeep();
-        self.handle.render()
+        let mut out = self.handle.render();
+        if !out.is_empty() && !out.ends_with("\n\n") {
+            out.push('\n');
+        }
+        self.upstream.render(&mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The value of the one line of `text` that starts with `series `.
+    fn value(text: &str, series: &str) -> f64 {
+        let prefix = format!("{series} ");
+        let mut found = text.lines().filter_map(|l| l.strip_prefix(&prefix));
+        let v = found
+            .next()
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        assert!(found.next().is_none(), "{series} twice");
+        v.parse().unwrap()
+    }
+
+    #[test]
+    fn upstream_latency_is_a_cumulative_histogram_per_status_class() {
+        let t = Telemetry::new();
+        t.upstream(200, 0.0005);
+        t.upstream(204, 0.003);
+        t.upstream(201, 0.003);
+        t.upstream(503, 42.0); // past every bound
+        t.upstream(99, 0.0); // below 1xx: counted as 1xx, never a panic
+        t.upstream(200, f64::NAN); // counted, adds nothing to the sum
+        let text = t.render();
+        let m = "sluice_upstream_request_duration_seconds";
+        assert_eq!(text.matches(&format!("# TYPE {m} histogram")).count(), 1);
+        let two = "status_class=\"2xx\"";
+        assert_eq!(
+            value(&text, &format!("{m}_bucket{{{two},le=\"0.001\"}}")),
+            1.0
+        );
+        assert_eq!(
+            value(&text, &format!("{m}_bucket{{{two},le=\"0.0025\"}}")),
+            1.0
+        );
+        assert_eq!(
+            value(&text, &format!("{m}_bucket{{{two},le=\"0.005\"}}")),
+            3.0
+        );
+        assert_eq!(value(&text, &format!("{m}_bucket{{{two},le=\"30\"}}")), 3.0);
+        assert_eq!(
+            value(&text, &format!("{m}_bucket{{{two},le=\"+Inf\"}}")),
+            4.0
+        );
+        assert_eq!(value(&text, &format!("{m}_count{{{two}}}")), 4.0);
+        let sum = value(&text, &format!("{m}_sum{{{two}}}"));
+        assert!((sum - 0.0065).abs() < 1e-9, "{sum}");
+        let five = "status_class=\"5xx\"";
+        assert_eq!(
+            value(&text, &format!("{m}_bucket{{{five},le=\"30\"}}")),
+            0.0
+        );
+        assert_eq!(
+            value(&text, &format!("{m}_bucket{{{five},le=\"+Inf\"}}")),
+            1.0
+        );
+        assert_eq!(
+            value(&text, &format!("{m}_count{{status_class=\"1xx\"}}")),
+            1.0
+        );
+        // Every class is there from the start, with zero counts.
+        assert_eq!(
+            value(&text, &format!("{m}_count{{status_class=\"3xx\"}}")),
+            0.0
+        );
+    }
+
+    #[test]
+    fn concurrent_records_are_all_counted() {
+        let t = Telemetry::new();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                let t = &t;
+                s.spawn(move || {
+                    for i in 0..10_000u32 {
+                        t.upstream(200, f64::from(i % 7) / 1000.0);
+                    }
+                });
+            }
+        });
+        let text = t.render();
+        let m = "sluice_upstream_request_duration_seconds";
+        assert_eq!(
+            value(&text, &format!("{m}_count{{status_class=\"2xx\"}}")),
+            80_000.0
+        );
     }
 }

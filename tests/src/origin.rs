@@ -106,6 +106,19 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
             ["one,", "two,", "three"].map(|s| Ok::<_, std::io::Error>(Frame::data(Bytes::from(s))));
         let stream = futures_util::stream::iter(chunks);
         Response::new(BodyExt::boxed(StreamBody::new(stream)))
+    } else if let Some(spec) = path.strip_prefix("/drip/") {
+        // `/drip/N/MS`: N chunks of `drop N\n`, MS milliseconds apart.
+        let mut it = spec.split('/').map(|p| p.parse::<u64>().unwrap_or(0));
+        let (n, ms) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+        let stream = futures_util::stream::unfold(0, move |i| async move {
+            if i == n {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let chunk = Frame::data(Bytes::from(format!("drop {i}\n")));
+            Some((Ok::<_, std::io::Error>(chunk), i + 1))
+        });
+        Response::new(BodyExt::boxed(StreamBody::new(stream)))
     } else if let Some(ms) = path.strip_prefix("/slow/") {
         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
         Response::new(full("slept"))

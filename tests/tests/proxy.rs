@@ -347,6 +347,84 @@ async fn slowloris_is_closed_by_the_header_timeout() {
     assert_eq!(origin.requests(), 0);
 }
 
+/// The header timeout counts only while the connection waits for a request
+/// head: a slow origin, a response streamed for longer than the timeout, a
+/// keep-alive connection used again and again, and a WebSocket are never
+/// cut by it.
+#[tokio::test]
+async fn the_header_timeout_never_cuts_a_request_being_answered() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .unguarded()
+        .config(|c| c.timeouts.header_read = Duration::from_millis(300))
+        .spawn()
+        .await;
+
+    // One keep-alive connection, driven by hand so every request takes it.
+    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let (mut tx, conn) = hyper::client::conn::http1::handshake::<
+        _,
+        http_body_util::Empty<bytes::Bytes>,
+    >(hyper_util::rt::TokioIo::new(stream))
+    .await
+    .unwrap();
+    let conn = tokio::spawn(conn);
+    let get = |path: &str| {
+        Request::get(path)
+            .header("host", "shop.example")
+            .body(http_body_util::Empty::new())
+            .unwrap()
+    };
+    // The origin takes 0.8 s to answer: the connection is busy, not idle.
+    let res = tx.send_request(get("/slow/800")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(
+        &res.into_body().collect().await.unwrap().to_bytes()[..],
+        b"slept"
+    );
+    // A body streamed over 0.8 s arrives whole.
+    tx.ready().await.unwrap();
+    let res = tx.send_request(get("/drip/8/100")).await.unwrap();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let want: String = (0..8).map(|i| format!("drop {i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&body), want);
+    // Requests 0.15 s apart for 1.2 s: each gap is under the timeout, the
+    // whole is four times it.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        tx.ready().await.unwrap();
+        let res = tx.send_request(get("/echo/again")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.into_body().collect().await.unwrap();
+    }
+    // Then silence: the connection is closed after the timeout.
+    let ended = tokio::time::timeout(Duration::from_secs(3), conn).await;
+    assert!(
+        ended.is_ok(),
+        "an idle keep-alive connection was not closed"
+    );
+
+    // A WebSocket lives on well past the timeout, quiet between messages.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", gw.addr))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let msg = format!("still here {i}");
+        ws.send(Message::text(msg.clone())).await.unwrap();
+        let echoed = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(echoed.into_text().unwrap().as_str(), msg);
+    }
+    ws.close(None).await.unwrap();
+}
+
 #[tokio::test]
 async fn http2_cleartext_is_served() {
     let (_origin, gw) = setup().await;
