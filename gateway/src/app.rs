@@ -118,6 +118,7 @@ impl AppState {
             &config.proxy,
             &config.timeouts,
             config.limits.max_origin_requests,
+            crate::server::io_threads(config.server.io_threads),
             telemetry.clone(),
         )?;
         let rooms = Arc::new(Rooms::from_config(&config)?);

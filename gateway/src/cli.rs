@@ -101,6 +101,10 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Threads serving connections, each with an event loop of its own
+    /// (`server.io_threads`) [default: 0, one per core].
+    #[arg(long, env = "SLUICE_IO_THREADS")]
+    pub io_threads: Option<usize>,
 }
 
 impl ServeArgs {
@@ -119,6 +123,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.redis {
             c.redis = Some(v.clone());
+        }
+        if let Some(v) = self.io_threads {
+            c.server.io_threads = v;
         }
         if let Some(v) = self.redis_wait_replicas {
             c.replication.wait_replicas = v;

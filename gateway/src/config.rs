@@ -100,6 +100,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// Size limits.
     pub limits: Limits,
+    /// The HTTP front's threads (`[server]`).
+    pub server: ServerConfig,
     /// How requests are forwarded to the origin.
     pub proxy: ProxyConfig,
     /// Waiting rooms. Empty: one room `default` guarding every path.
@@ -124,11 +126,24 @@ impl Default for Config {
             trusted_proxies: Vec::new(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
+            server: ServerConfig::default(),
             proxy: ProxyConfig::default(),
             rooms: Vec::new(),
             events: Vec::new(),
         }
     }
+}
+
+/// The HTTP front.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Threads that accept and serve connections, each with an event loop
+    /// of its own that a connection stays on (with the upstream connections
+    /// it uses), as nginx's workers do. `0` (the default): one per core.
+    /// Background work (admission ticks, reaping, Redis) runs apart from
+    /// them.
+    pub io_threads: usize,
 }
 
 /// Replica acknowledgement of reservation writes (README, "Failover").
@@ -621,6 +636,12 @@ impl Config {
                 return Err(ConfigError::invalid(name, "must be from 1 to 1000000"));
             }
         }
+        if self.server.io_threads > 1024 {
+            return Err(ConfigError::invalid(
+                "server.io_threads",
+                "must be from 0 (one per core) to 1024",
+            ));
+        }
         if !(16..=10_000_000).contains(&self.limits.token_cache_entries) {
             return Err(ConfigError::invalid(
                 "limits.token_cache_entries",
@@ -886,11 +907,19 @@ mod tests {
     #[test]
     fn in_flight_limits_are_read_and_checked() {
         let c = Config::from_toml(
-            "[limits]\nmax_connections = 50\nmax_store_requests = 8\nmax_origin_requests = 9\ntoken_cache_entries = 64\n",
+            "[limits]\nmax_connections = 50\nmax_store_requests = 8\nmax_origin_requests = 9\ntoken_cache_entries = 64\n[server]\nio_threads = 3\n",
         )
         .unwrap();
         c.validate().unwrap();
         assert_eq!(c.limits.max_connections, 50);
+        assert_eq!(c.server.io_threads, 3);
+        let mut bad = c.clone();
+        bad.server.io_threads = 5000;
+        assert!(bad.validate().is_err());
+        assert!(
+            Config::from_toml("[server]\nthreads = 2\n").is_err(),
+            "unknown key"
+        );
         assert_eq!(c.limits.max_store_requests, 8);
         assert_eq!(c.limits.max_origin_requests, 9);
         assert_eq!(c.limits.token_cache_entries, 64);

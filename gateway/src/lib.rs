@@ -18,8 +18,11 @@
 //!      ◀──────────────────── response (hop-by-hop removed) ◀──┘
 //! ```
 //!
-//! 1. **Accept.** [`server::serve`] accepts a TCP connection; a client that
-//!    sends nothing within the header timeout is dropped (slowloris).
+//! 1. **Accept.** [`server::serve`] accepts a TCP connection and hands it
+//!    to the I/O thread (an event loop of its own, one per core) with the
+//!    fewest connections open; the connection stays there, with the
+//!    upstream connections it uses. A client that sends no request head
+//!    within the header timeout is dropped (slowloris).
 //! 2. **Client.** [`client_ip::ClientInfo`] decides who the client is: the
 //!    TCP peer, or, behind a trusted load balancer, the address it reports.
 //! 3. **Route.** Paths under `/_sluice/` are the gateway's own endpoints
@@ -30,7 +33,8 @@
 //!
 //! ## Modules
 //! - [`config`] — TOML configuration, flags and environment, validation.
-//! - [`server`] — listener, connections, graceful shutdown.
+//! - [`server`] — listener, I/O threads, connections, header timeout,
+//!   graceful shutdown.
 //! - [`app`] — routes, layers, shared state.
 //! - [`proxy`] — the reverse proxy.
 //! - [`client_ip`] — the downstream client's address.

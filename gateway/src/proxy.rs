@@ -61,12 +61,14 @@ pub struct Proxy {
 
 impl Proxy {
     /// A proxy to `origin` (an `http://host:port[/base]` URL) with at most
-    /// `max_in_flight` requests waiting for it at once.
+    /// `max_in_flight` requests waiting for it at once, for a server of
+    /// `io_threads` I/O threads.
     pub fn new(
         origin: &str,
         cfg: &ProxyConfig,
         timeouts: &Timeouts,
         max_in_flight: usize,
+        io_threads: usize,
         telemetry: Telemetry,
     ) -> anyhow::Result<Proxy> {
         let origin: Uri = origin.parse()?;
@@ -79,6 +81,7 @@ impl Proxy {
             timeouts.upstream_connect,
             timeouts.upstream_idle,
             cfg.pool_max_idle_per_host,
+            io_threads,
         );
         let origin_host = HeaderValue::from_str(authority.as_str())?;
         Ok(Proxy {

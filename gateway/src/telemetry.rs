@@ -33,6 +33,7 @@
 //! | `sluice_origin_p99_seconds` | gauge | room | the origin's p99 latency in the last adaptive window (steering gateway) |
 //! | `sluice_origin_error_ratio` | gauge | room | share of failed upstream requests in the last adaptive window (steering gateway) |
 //! | `sluice_token_cache_entries` | gauge | | verified tokens remembered (bounded by `limits.token_cache_entries`) |
+//! | `sluice_open_connections` | gauge | io_thread | client connections open on each I/O thread (`server.io_threads`) |
 
 use std::sync::Arc;
 
@@ -221,6 +222,14 @@ impl Telemetry {
     pub fn token_cache(&self, entries: usize) {
         self.gauge("sluice_token_cache_entries", &[])
             .set(entries as f64);
+    }
+
+    /// The gauge of the client connections open on I/O thread `thread`.
+    pub fn open_connections(&self, thread: usize) -> Gauge {
+        self.gauge(
+            "sluice_open_connections",
+            &[("io_thread", thread.to_string())],
+        )
     }
 
     /// A request was refused by the per-network limit.

@@ -20,6 +20,10 @@
 //!   is never sent twice.
 //! - **Upgrades** (WebSocket) pass through: connections are served with
 //!   upgrades, and an upgraded connection never returns to the pool.
+//! - **One pool per I/O thread** ([`set_io_thread`]): a connection is made,
+//!   driven and reused on the thread of the requests it carries, so no
+//!   request wakes another thread's event loop on its way to the origin and
+//!   back. Other threads share one more pool.
 
 use std::time::{Duration, Instant};
 
@@ -55,9 +59,22 @@ pub struct Upstream {
     addr: String,
     connect_timeout: Duration,
     idle_timeout: Duration,
+    /// Most connections kept by each shard.
     max_idle: usize,
-    /// Most recently used last.
-    idle: Mutex<Vec<Pooled>>,
+    /// One shard per I/O thread, then one for every other thread; in
+    /// each, the most recently used last.
+    idle: Box<[Mutex<Vec<Pooled>>]>,
+}
+
+thread_local! {
+    /// The number of this thread among the server's I/O threads.
+    static IO_THREAD: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Marks the current thread as the server's I/O thread `i`: the requests it
+/// serves take their upstream connections from a pool shard of its own.
+pub fn set_io_thread(i: usize) {
+    IO_THREAD.set(Some(i));
 }
 
 struct Pooled {
@@ -67,20 +84,33 @@ struct Pooled {
 }
 
 impl Upstream {
-    /// A pool for `addr` (`host:port`).
+    /// A pool for `addr` (`host:port`) with a shard for each of
+    /// `io_threads` threads and one for the rest, each keeping at most
+    /// `max_idle` connections.
     pub fn new(
         addr: String,
         connect_timeout: Duration,
         idle_timeout: Duration,
         max_idle: usize,
+        io_threads: usize,
     ) -> Upstream {
         Upstream {
             addr,
             connect_timeout,
             idle_timeout,
             max_idle,
-            idle: Mutex::new(Vec::new()),
+            idle: (0..=io_threads).map(|_| Mutex::new(Vec::new())).collect(),
         }
+    }
+
+    /// The shard of the calling thread.
+    fn shard(&self) -> &Mutex<Vec<Pooled>> {
+        let others = self.idle.len() - 1;
+        let i = match IO_THREAD.get() {
+            Some(i) if others > 0 => i % others,
+            _ => others,
+        };
+        &self.idle[i]
     }
 
     /// Sends `req` (origin-form target, `Host` set) and waits for the
@@ -108,13 +138,13 @@ impl Upstream {
 
     /// Connections kept now (ready or still busy with a response body).
     pub fn pooled(&self) -> usize {
-        self.idle.lock().len()
+        self.idle.iter().map(|shard| shard.lock().len()).sum()
     }
 
     /// The most recently used connection that is ready for a request.
     fn checkout(&self) -> Option<http1::SendRequest<Body>> {
         let now = Instant::now();
-        let mut idle = self.idle.lock();
+        let mut idle = self.shard().lock();
         // The oldest first: connections idle too long are closed.
         while idle
             .first()
@@ -141,7 +171,7 @@ impl Upstream {
         if tx.is_closed() || res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
             return;
         }
-        let mut idle = self.idle.lock();
+        let mut idle = self.shard().lock();
         if idle.len() < self.max_idle {
             idle.push(Pooled {
                 tx,
@@ -256,7 +286,7 @@ mod tests {
     #[tokio::test]
     async fn one_connection_carries_sequential_requests() {
         let (addr, accepted) = origin(Duration::ZERO, false).await;
-        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8);
+        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8, 0);
         for _ in 0..20 {
             ok(&up).await;
         }
@@ -272,6 +302,7 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_secs(60),
             3,
+            0,
         ));
         let all = (0..10).map(|_| {
             let up = up.clone();
@@ -292,7 +323,7 @@ mod tests {
     #[tokio::test]
     async fn an_origin_dropping_kept_alive_connections_loses_no_request() {
         let (addr, accepted) = origin(Duration::ZERO, true).await;
-        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8);
+        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8, 0);
         for i in 0..20 {
             ok(&up).await;
             if i % 2 == 0 {
@@ -307,7 +338,13 @@ mod tests {
     #[tokio::test]
     async fn idle_connections_time_out() {
         let (addr, accepted) = origin(Duration::ZERO, false).await;
-        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_millis(50), 8);
+        let up = Upstream::new(
+            addr,
+            Duration::from_secs(1),
+            Duration::from_millis(50),
+            8,
+            0,
+        );
         ok(&up).await;
         ok(&up).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
@@ -322,7 +359,7 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().to_string()
         };
-        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8);
+        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8, 0);
         match up.send(get()).await {
             Err(UpstreamError::Connect { timed_out, .. }) => assert!(!timed_out),
             other => panic!("{other:?}"),

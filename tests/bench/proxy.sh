@@ -6,8 +6,8 @@
 # The origin runs in its own process for both proxies: an nginx proxying
 # to a server block of its own worker would skip the cross-process wakeup
 # every real proxy pays (and that sluice paid in earlier versions of this
-# bench). The proxying nginx gets as many workers as sluice gets threads
-# (SLUICE_BENCH_WORKERS, default: every core).
+# bench). The proxying nginx gets as many workers as sluice gets I/O
+# threads (SLUICE_BENCH_WORKERS, default: every core).
 # Load: wrk over loopback, closed loop, fixed connections and duration.
 # Prints requests/s, p99 and CPU per request for each, and sluice/nginx ratios.
 #
@@ -73,7 +73,7 @@ cat > "$work/sluice.toml" <<CONF
 id = "default"
 paths = ["/queue"]
 CONF
-SLUICE_LOG=warn TOKIO_WORKER_THREADS="$WORKERS" ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" \
+SLUICE_LOG=warn SLUICE_IO_THREADS="$WORKERS" ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" \
   --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml" >/dev/null 2>&1 &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/healthz" >/dev/null && break; sleep 0.1; done
@@ -99,7 +99,7 @@ run() { # name url pids-of-the-measured-server...
 }
 to_ms() { awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v); print v} else {sub(/s/,"",v); print v*1000} }'; }
 
-echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers; nginx workers = sluice threads = $WORKERS" >&2
+echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers; nginx workers = sluice I/O threads = $WORKERS" >&2
 ORIGIN_WORKER=$(pgrep -P "$(cat "$work/origin.pid")" | head -1)
 PROXY_WORKERS=$(pgrep -P "$(cat "$work/proxy.pid")" | tr '\n' ' ')
 read -r o_rps o_p99 o_us < <(run origin "http://127.0.0.1:$ORIGIN/" "$ORIGIN_WORKER")

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sluice_tests::GatewayProcess;
 use sluice_tests::client::TestClient;
 use sluice_tests::origin::TestOrigin;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
 async fn embedded_default_serves_the_demo_shop() {
@@ -37,6 +38,17 @@ async fn embedded_default_serves_the_demo_shop() {
 async fn sigterm_drains_an_in_flight_request_and_exits_0() {
     let origin = TestOrigin::start().await;
     let mut gw = GatewayProcess::start(&["--origin", &origin.url()]);
+    // An idle keep-alive connection: the drain must close it at once, not
+    // wait out the 30 s grace period for it.
+    let mut idle = tokio::net::TcpStream::connect(gw.url().trim_start_matches("http://"))
+        .await
+        .unwrap();
+    idle.write_all(b"GET /echo/idle HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = idle.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     let url = format!("{}/slow/1500", gw.url());
     let in_flight = tokio::spawn(async move { TestClient::new().get(&url, &[]).await });
     // let the request reach the origin, then ask the gateway to stop
@@ -45,6 +57,11 @@ async fn sigterm_drains_an_in_flight_request_and_exits_0() {
     let res = in_flight.await.unwrap();
     assert_eq!(res.status, 200);
     assert_eq!(res.text(), "slept");
+    let closed = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the idle connection was not closed by the drain: {closed:?}"
+    );
     let code = tokio::task::spawn_blocking(move || gw.wait(Duration::from_secs(10)))
         .await
         .unwrap();

@@ -425,6 +425,72 @@ async fn the_header_timeout_never_cuts_a_request_being_answered() {
     ws.close(None).await.unwrap();
 }
 
+/// Connections go to the I/O thread with the fewest open, and each thread's
+/// `sluice_open_connections` follows them opening and closing.
+#[tokio::test]
+async fn connections_are_spread_over_the_io_threads() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .unguarded()
+        .config(|c| {
+            c.server.io_threads = 3;
+            c.admin_token = Some(sluice_tests::ADMIN_TOKEN.to_owned());
+        })
+        .spawn()
+        .await;
+    // One scrape, on a connection of its own, read for every thread.
+    let open = |base: String| async move {
+        let text = TestClient::new()
+            .get(
+                &format!("{base}/metrics"),
+                &[(
+                    "authorization",
+                    &format!("Bearer {}", sluice_tests::ADMIN_TOKEN),
+                )],
+            )
+            .await
+            .text();
+        (0..3)
+            .map(|t| {
+                let prefix = format!("sluice_open_connections{{io_thread=\"{t}\"}} ");
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&prefix))
+                    .map_or(-1.0, |v| v.trim().parse::<f64>().unwrap())
+            })
+            .collect::<Vec<f64>>()
+    };
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"GET /echo/held HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        held.push(s); // kept alive
+    }
+    // Six held, plus the scrape's own connection on one of the threads.
+    let counts = open(gw.url()).await;
+    assert_eq!(counts.iter().sum::<f64>(), 7.0, "{counts:?}");
+    assert!(counts.iter().all(|&c| c == 2.0 || c == 3.0), "{counts:?}");
+    drop(held);
+    let mut counts = Vec::new();
+    for _ in 0..50 {
+        counts = open(gw.url()).await;
+        if counts.iter().sum::<f64>() == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        counts.iter().sum::<f64>(),
+        1.0,
+        "closed connections still counted: {counts:?}"
+    );
+}
+
 #[tokio::test]
 async fn http2_cleartext_is_served() {
     let (_origin, gw) = setup().await;
