@@ -24,6 +24,10 @@ pub struct ClientInfo {
     pub peer_trusted: bool,
     /// `http` or `https`: what the client used to reach the edge.
     pub proto: &'static str,
+    /// The TCP peer's address as header text (the `X-Forwarded-For` of a
+    /// peer that is not a trusted proxy), made once per connection by the
+    /// server; `None`: the proxy writes it for each request.
+    pub peer_text: Option<http::HeaderValue>,
 }
 
 impl ClientInfo {
@@ -40,6 +44,7 @@ impl ClientInfo {
                 ip: peer_ip,
                 peer_trusted: false,
                 proto: "http",
+                peer_text: None,
             };
         }
         let mut ip = peer_ip;
@@ -70,6 +75,7 @@ impl ClientInfo {
             ip,
             peer_trusted: true,
             proto,
+            peer_text: None,
         }
     }
 }

@@ -123,27 +123,28 @@ impl Proxy {
             None
         };
 
-        let (mut parts, body) = req.into_parts();
+        // Edited in place: the request is not taken apart and put together
+        // again (each is a copy of its head).
         // The host the client asked for: its `Host`, else the authority of
         // an absolute-form target. A header value is shared, not copied.
-        let original_host: Option<HeaderValue> = match parts.headers.get(header::HOST) {
+        let original_host: Option<HeaderValue> = match req.headers().get(header::HOST) {
             Some(h) if h.to_str().is_ok() => Some(h.clone()),
-            _ => parts
-                .uri
+            _ => req
+                .uri()
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
         };
 
-        let uri = match self.upstream_uri(&parts.uri) {
+        let uri = match self.upstream_uri(req.uri()) {
             Ok(u) => u,
             Err(e) => {
                 return Problem::malformed(format!("bad request target: {e}")).into_response();
             }
         };
-        parts.uri = uri;
-        parts.version = Version::HTTP_11;
+        *req.uri_mut() = uri;
+        *req.version_mut() = Version::HTTP_11;
 
-        let h = &mut parts.headers;
+        let h = req.headers_mut();
         strip_headers(h, true);
         set_forwarding_headers(h, client, original_host.as_ref());
         if !self.preserve_host {
@@ -168,21 +169,20 @@ impl Proxy {
         // Notes whether the downstream body failed, so that failure is
         // answered as the client's (400), not as the origin's (502). A
         // request without a body (most GETs) has nothing to watch.
-        let (body, body_failed) = if http_body::Body::is_end_stream(&body) {
-            (body, None)
+        let body_failed = if http_body::Body::is_end_stream(req.body()) {
+            None
         } else {
             let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let flag = failed.clone();
-            let body = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
+            let body = std::mem::take(req.body_mut());
+            *req.body_mut() = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
                 flag.store(true, std::sync::atomic::Ordering::Relaxed);
                 e
             }));
-            (body, Some(failed))
+            Some(failed)
         };
-        let upstream_req = Request::from_parts(parts, body);
         let started = std::time::Instant::now();
-        let result =
-            tokio::time::timeout(self.response_timeout, self.upstream.send(upstream_req)).await;
+        let result = tokio::time::timeout(self.response_timeout, self.upstream.send(req)).await;
         let mut res = match result {
             Err(_) => {
                 self.telemetry.upstream_error("timeout");
@@ -250,16 +250,14 @@ impl Proxy {
             }
         }
 
-        let (mut parts, body) = res.into_parts();
-        strip_headers(&mut parts.headers, false);
-        if let Some(cmd) = parts.headers.remove(SLUICE_COMMAND)
+        strip_headers(res.headers_mut(), false);
+        if let Some(cmd) = res.headers_mut().remove(SLUICE_COMMAND)
             && let Ok(s) = cmd.to_str()
         {
-            parts
-                .extensions
+            res.extensions_mut()
                 .insert(OriginCommand(s.trim().to_ascii_lowercase()));
         }
-        Response::from_parts(parts, Body::new(body))
+        res.map(Body::new)
     }
 
     /// The request target upstream, in origin form (`/path?query`, under
@@ -300,10 +298,16 @@ fn wants_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
 /// Headers that describe one hop, never the message (RFC 9110 §7.6.1),
 /// besides every `Proxy-*` header.
 fn is_hop_by_hop(name: &str) -> bool {
-    matches!(
-        name,
-        "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade"
-    ) || name.starts_with("proxy-")
+    // By first letter first: most names are none of these, and say so at
+    // their first byte or their length.
+    match name.as_bytes().first() {
+        Some(b'c') => name == "connection",
+        Some(b'k') => name == "keep-alive",
+        Some(b't') => matches!(name, "te" | "trailer" | "transfer-encoding"),
+        Some(b'u') => name == "upgrade",
+        Some(b'p') => name.starts_with("proxy-"),
+        _ => false,
+    }
 }
 
 const SLUICE_COMMAND: HeaderName = HeaderName::from_static("sluice-command");
@@ -327,7 +331,8 @@ pub fn strip_sluice(headers: &mut HeaderMap) {
 /// than that look.
 fn strip_headers(headers: &mut HeaderMap, sluice: bool) {
     strip(headers, |name| {
-        is_hop_by_hop(name) || (sluice && name.starts_with("sluice-"))
+        is_hop_by_hop(name)
+            || (sluice && name.as_bytes().first() == Some(&b's') && name.starts_with("sluice-"))
     });
 }
 
@@ -392,20 +397,39 @@ fn push_ip(out: &mut String, ip: IpAddr) {
     }
 }
 
+/// A header value made from text written for it, without copying it again.
+fn header_value(text: String) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(text)).ok()
+}
+
+/// The TCP peer's address as header text, once per connection: the
+/// `X-Forwarded-For` of every request from a peer that is no trusted proxy.
+pub fn peer_text(peer: std::net::SocketAddr) -> Option<HeaderValue> {
+    let mut text = String::with_capacity(40);
+    push_ip(&mut text, peer.ip());
+    header_value(text)
+}
+
 fn set_forwarding_headers(h: &mut HeaderMap, client: &ClientInfo, host: Option<&HeaderValue>) {
-    let mut xff = String::with_capacity(48);
-    if client.peer_trusted {
-        for v in h
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-        {
-            xff.push_str(v);
-            xff.push_str(", ");
+    let xff = match (&client.peer_text, client.peer_trusted) {
+        (Some(peer), false) => Some(peer.clone()),
+        _ => {
+            let mut xff = String::with_capacity(48);
+            if client.peer_trusted {
+                for v in h
+                    .get_all(&X_FORWARDED_FOR)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                {
+                    xff.push_str(v);
+                    xff.push_str(", ");
+                }
+            }
+            push_ip(&mut xff, client.peer.ip());
+            header_value(xff)
         }
-    }
-    push_ip(&mut xff, client.peer.ip());
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    };
+    if let Some(v) = xff {
         h.insert(X_FORWARDED_FOR, v);
     }
     h.insert(X_FORWARDED_PROTO, HeaderValue::from_static(client.proto));
@@ -439,7 +463,7 @@ fn set_forwarding_headers(h: &mut HeaderMap, client: &ClientInfo, host: Option<&
     }
     fwd.push_str(";proto=");
     fwd.push_str(client.proto);
-    if let Ok(v) = HeaderValue::from_str(&fwd) {
+    if let Some(v) = header_value(fwd) {
         h.insert(header::FORWARDED, v);
     }
 }

@@ -282,6 +282,7 @@ fn request(r: &Router, method: Method, path: &str, auth: Auth, body: Vec<u8>) ->
         ip: peer.ip(),
         peer_trusted: false,
         proto: "http",
+        peer_text: None,
     });
     req
 }
