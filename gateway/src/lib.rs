@@ -37,6 +37,8 @@
 //!   graceful shutdown.
 //! - [`app`] — routes, layers, shared state.
 //! - [`proxy`] — the reverse proxy.
+//! - [`upstream`] — the pooled connections to the origin.
+//! - [`h1`] — HTTP/1.1 toward the origin for requests without a body.
 //! - [`client_ip`] — the downstream client's address.
 //! - [`problem`] — problem+json errors (the one place faults become HTTP).
 //! - [`rooms`] — the waiting rooms, their snapshots and the ticker.
@@ -68,6 +70,7 @@ pub mod dashboard;
 pub mod demo_origin;
 pub mod events;
 pub mod gate;
+pub mod h1;
 pub mod page;
 pub mod problem;
 pub mod proxy;

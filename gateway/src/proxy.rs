@@ -5,7 +5,11 @@
 //! - **Streaming**: request and response bodies are never buffered; a 1 GiB
 //!   upload passes through in the memory of a few frames.
 //! - **Pooled** upstream connections ([`crate::upstream::Upstream`]), with a
-//!   connect timeout and an idle timeout.
+//!   connect timeout and an idle timeout. A request without a body is
+//!   written straight from the client's head with the changes below
+//!   ([`crate::h1`]); any other has its header map edited and goes through
+//!   hyper's client. Both send the same headers (a property test holds them
+//!   to it).
 //! - **Hop-by-hop headers** (`Connection` and every header it names,
 //!   `Keep-Alive`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`,
 //!   `Proxy-*`) removed in both directions; `Upgrade` survives only on a
@@ -123,8 +127,6 @@ impl Proxy {
             None
         };
 
-        // Edited in place: the request is not taken apart and put together
-        // again (each is a copy of its head).
         // The host the client asked for: its `Host`, else the authority of
         // an absolute-form target. A header value is shared, not copied.
         let original_host: Option<HeaderValue> = match req.headers().get(header::HOST) {
@@ -134,55 +136,64 @@ impl Proxy {
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
         };
-
         let uri = match self.upstream_uri(req.uri()) {
             Ok(u) => u,
             Err(e) => {
                 return Problem::malformed(format!("bad request target: {e}")).into_response();
             }
         };
-        *req.uri_mut() = uri;
-        *req.version_mut() = Version::HTTP_11;
+        let fwd = Forwarding::new(
+            req.headers(),
+            client,
+            original_host,
+            (!self.preserve_host).then(|| self.origin_host.clone()),
+            &self.origin_host,
+        );
 
-        let h = req.headers_mut();
-        strip_headers(h, true);
-        set_forwarding_headers(h, client, original_host.as_ref());
-        if !self.preserve_host {
-            h.insert(header::HOST, self.origin_host.clone());
-        } else if !h.contains_key(header::HOST)
-            && let Some(v) = original_host
-        {
-            h.insert(header::HOST, v);
-        }
-        if !h.contains_key(header::HOST) {
-            // HTTP/1.1 requires one: a client that sent none gets the origin's.
-            h.insert(header::HOST, self.origin_host.clone());
-        }
-        if let Some(proto) = &upgrade {
-            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            h.insert(header::UPGRADE, proto.clone());
-        }
-        for (k, v) in extra.iter() {
-            h.insert(k.clone(), v.clone());
-        }
-
-        // Notes whether the downstream body failed, so that failure is
-        // answered as the client's (400), not as the origin's (502). A
-        // request without a body (most GETs) has nothing to watch.
-        let body_failed = if http_body::Body::is_end_stream(req.body()) {
-            None
-        } else {
-            let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let flag = failed.clone();
-            let body = std::mem::take(req.body_mut());
-            *req.body_mut() = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
-                flag.store(true, std::sync::atomic::Ordering::Relaxed);
-                e
-            }));
-            Some(failed)
-        };
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout(self.response_timeout, self.upstream.send(req)).await;
+        // A request without a body that is no upgrade (most of them) is
+        // written straight from its parts ([`crate::h1`]); any other is
+        // edited in place (never taken apart and put together again, each a
+        // copy of its head) and goes through hyper's client.
+        let native = upgrade.is_none()
+            && *req.method() != http::Method::CONNECT
+            && http_body::Body::is_end_stream(req.body());
+        let (result, body_failed) = if native {
+            let mut send = self.upstream.native();
+            encode_forwarded(&req, &uri, &fwd, &extra, send.head());
+            let method = req.method().clone();
+            drop(req);
+            let result = tokio::time::timeout(self.response_timeout, send.send(method)).await;
+            (result, None)
+        } else {
+            *req.uri_mut() = uri;
+            *req.version_mut() = Version::HTTP_11;
+            let h = req.headers_mut();
+            fwd.apply(h);
+            if let Some(proto) = &upgrade {
+                h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                h.insert(header::UPGRADE, proto.clone());
+            }
+            for (k, v) in extra.iter() {
+                h.insert(k.clone(), v.clone());
+            }
+            // Notes whether the downstream body failed, so that failure is
+            // answered as the client's (400), not as the origin's (502).
+            let body_failed = if http_body::Body::is_end_stream(req.body()) {
+                None
+            } else {
+                let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let flag = failed.clone();
+                let body = std::mem::take(req.body_mut());
+                *req.body_mut() = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
+                    flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    e
+                }));
+                Some(failed)
+            };
+            let result = tokio::time::timeout(self.response_timeout, self.upstream.send(req)).await;
+            (result, body_failed)
+        };
         let mut res = match result {
             Err(_) => {
                 self.telemetry.upstream_error("timeout");
@@ -246,7 +257,7 @@ impl Proxy {
                 if let Some(p) = proto {
                     parts.headers.insert(header::UPGRADE, p);
                 }
-                return Response::from_parts(parts, Body::new(body));
+                return Response::from_parts(parts, body);
             }
         }
 
@@ -257,7 +268,7 @@ impl Proxy {
             res.extensions_mut()
                 .insert(OriginCommand(s.trim().to_ascii_lowercase()));
         }
-        res.map(Body::new)
+        res
     }
 
     /// The request target upstream, in origin form (`/path?query`, under
@@ -348,7 +359,14 @@ fn strip(headers: &mut HeaderMap, doomed: impl Fn(&str) -> bool) {
     if gone.is_empty() {
         return;
     }
-    if gone.contains(&header::CONNECTION) {
+    // `Connection: keep-alive` (or `upgrade`) alone, the usual value, names
+    // no header that is not going already.
+    let plain = |v: &HeaderValue| {
+        let v = v.as_bytes();
+        v.eq_ignore_ascii_case(b"keep-alive") || v.eq_ignore_ascii_case(b"upgrade")
+    };
+    if gone.contains(&header::CONNECTION) && !headers.get_all(header::CONNECTION).iter().all(plain)
+    {
         // The names `Connection` lists, but for the hop-by-hop ones already
         // going (`keep-alive` and `upgrade` are the usual ones; `close`
         // names a header too, if one came with that name).
@@ -410,62 +428,197 @@ pub fn peer_text(peer: std::net::SocketAddr) -> Option<HeaderValue> {
     header_value(text)
 }
 
-fn set_forwarding_headers(h: &mut HeaderMap, client: &ClientInfo, host: Option<&HeaderValue>) {
-    let xff = match (&client.peer_text, client.peer_trusted) {
-        (Some(peer), false) => Some(peer.clone()),
-        _ => {
-            let mut xff = String::with_capacity(48);
-            if client.peer_trusted {
-                for v in h
-                    .get_all(&X_FORWARDED_FOR)
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                {
-                    xff.push_str(v);
-                    xff.push_str(", ");
+/// The headers the gateway sets on a forwarded request, made once, then
+/// either applied to its header map ([`Forwarding::apply`]) or written with
+/// the rest of its head ([`encode_forwarded`]).
+struct Forwarding {
+    /// `X-Forwarded-For`: the trusted chain and the peer, or the peer alone.
+    xff: Option<HeaderValue>,
+    proto: &'static str,
+    /// `X-Forwarded-Host`: the host the client asked for.
+    host_asked: Option<HeaderValue>,
+    forwarded: Option<HeaderValue>,
+    /// The `Host` to send instead of the client's (`proxy.preserve_host =
+    /// false`).
+    host: Option<HeaderValue>,
+    /// The `Host` to send when the client's does not go on (it sent none,
+    /// or its `Connection` named it): the authority of an absolute-form
+    /// target, else the origin's (HTTP/1.1 requires one).
+    fallback_host: HeaderValue,
+}
+
+impl Forwarding {
+    /// `replace_host`: the origin's `Host` when the client's is not kept.
+    fn new(
+        h: &HeaderMap,
+        client: &ClientInfo,
+        original_host: Option<HeaderValue>,
+        replace_host: Option<HeaderValue>,
+        origin_host: &HeaderValue,
+    ) -> Forwarding {
+        let xff = match (&client.peer_text, client.peer_trusted) {
+            (Some(peer), false) => Some(peer.clone()),
+            _ => {
+                let mut xff = String::with_capacity(48);
+                if client.peer_trusted {
+                    for v in h
+                        .get_all(&X_FORWARDED_FOR)
+                        .iter()
+                        .filter_map(|v| v.to_str().ok())
+                    {
+                        xff.push_str(v);
+                        xff.push_str(", ");
+                    }
                 }
+                push_ip(&mut xff, client.peer.ip());
+                header_value(xff)
             }
-            push_ip(&mut xff, client.peer.ip());
-            header_value(xff)
+        };
+        let mut fwd = String::with_capacity(64);
+        match client.ip {
+            IpAddr::V4(_) => {
+                fwd.push_str("for=");
+                push_ip(&mut fwd, client.ip);
+            }
+            IpAddr::V6(_) => {
+                fwd.push_str("for=\"[");
+                push_ip(&mut fwd, client.ip);
+                fwd.push_str("]\"");
+            }
         }
+        if let Some(host) = original_host
+            .as_ref()
+            .and_then(|v| v.to_str().ok())
+            .filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b'"'))
+        {
+            fwd.push_str(";host=\"");
+            fwd.push_str(host);
+            fwd.push('"');
+        }
+        fwd.push_str(";proto=");
+        fwd.push_str(client.proto);
+        Forwarding {
+            xff,
+            proto: client.proto,
+            fallback_host: original_host.clone().unwrap_or_else(|| origin_host.clone()),
+            host_asked: original_host,
+            forwarded: header_value(fwd),
+            host: replace_host,
+        }
+    }
+
+    /// Sets them in `h`, after taking out what a client may not send on
+    /// (hop-by-hop, `Sluice-*`).
+    fn apply(&self, h: &mut HeaderMap) {
+        strip_headers(h, true);
+        // Room for what is added, at once (the map grows once, if at all).
+        h.reserve(6);
+        match &self.xff {
+            Some(v) => h.insert(X_FORWARDED_FOR, v.clone()),
+            None => h.remove(X_FORWARDED_FOR),
+        };
+        h.insert(X_FORWARDED_PROTO, HeaderValue::from_static(self.proto));
+        match &self.host_asked {
+            Some(v) => h.insert(X_FORWARDED_HOST, v.clone()),
+            None => h.remove(X_FORWARDED_HOST),
+        };
+        match &self.forwarded {
+            Some(v) => h.insert(header::FORWARDED, v.clone()),
+            None => h.remove(header::FORWARDED),
+        };
+        if let Some(host) = &self.host {
+            h.insert(header::HOST, host.clone());
+        } else if !h.contains_key(header::HOST) {
+            h.insert(header::HOST, self.fallback_host.clone());
+        }
+    }
+
+    /// Whether a header of the client's request is sent on as it is: not
+    /// one the gateway sets, nor hop-by-hop, nor `Sluice-*`.
+    fn passes(&self, name: &HeaderName) -> bool {
+        let n = name.as_str();
+        !(is_hop_by_hop(n)
+            || n.starts_with("sluice-")
+            || *name == X_FORWARDED_FOR
+            || *name == X_FORWARDED_PROTO
+            || *name == X_FORWARDED_HOST
+            || *name == header::FORWARDED
+            || (*name == header::HOST && self.host.is_some()))
+    }
+}
+
+/// Writes the head of a forwarded request without a body, with the same
+/// headers as [`Forwarding::apply`] and `extra` would leave in its map,
+/// straight from the client's: no header map is edited or made.
+fn encode_forwarded(
+    req: &Request<Body>,
+    target: &Uri,
+    fwd: &Forwarding,
+    extra: &HeaderMap,
+    out: &mut Vec<u8>,
+) {
+    let h = req.headers();
+    out.extend_from_slice(req.method().as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(
+        target
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .as_bytes(),
+    );
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut line = |name: &HeaderName, value: &HeaderValue| {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     };
-    if let Some(v) = xff {
-        h.insert(X_FORWARDED_FOR, v);
-    }
-    h.insert(X_FORWARDED_PROTO, HeaderValue::from_static(client.proto));
-    match host {
-        Some(v) => {
-            h.insert(X_FORWARDED_HOST, v.clone());
-        }
-        None => {
-            h.remove(X_FORWARDED_HOST);
-        }
-    }
-    let mut fwd = String::with_capacity(64);
-    match client.ip {
-        IpAddr::V4(_) => {
-            fwd.push_str("for=");
-            push_ip(&mut fwd, client.ip);
-        }
-        IpAddr::V6(_) => {
-            fwd.push_str("for=\"[");
-            push_ip(&mut fwd, client.ip);
-            fwd.push_str("]\"");
+    // What `Connection` names goes too (rarely anything but itself).
+    let named: Vec<HeaderName> = if h.contains_key(header::CONNECTION) {
+        h.get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let (mut has_length, mut has_host) = (false, false);
+    for (name, value) in h {
+        if fwd.passes(name)
+            && (named.is_empty() || !named.contains(name))
+            && (extra.is_empty() || !extra.contains_key(name))
+        {
+            has_length |= *name == header::CONTENT_LENGTH;
+            has_host |= *name == header::HOST;
+            line(name, value);
         }
     }
-    if let Some(host) = host
-        .and_then(|v| v.to_str().ok())
-        .filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b'"'))
-    {
-        fwd.push_str(";host=\"");
-        fwd.push_str(host);
-        fwd.push('"');
+    match &fwd.host {
+        Some(v) => line(&header::HOST, v),
+        None if !has_host => line(&header::HOST, &fwd.fallback_host),
+        None => {}
     }
-    fwd.push_str(";proto=");
-    fwd.push_str(client.proto);
-    if let Some(v) = header_value(fwd) {
-        h.insert(header::FORWARDED, v);
+    if let Some(v) = &fwd.xff {
+        line(&X_FORWARDED_FOR, v);
     }
+    line(&X_FORWARDED_PROTO, &HeaderValue::from_static(fwd.proto));
+    if let Some(v) = &fwd.host_asked {
+        line(&X_FORWARDED_HOST, v);
+    }
+    if let Some(v) = &fwd.forwarded {
+        line(&header::FORWARDED, v);
+    }
+    for (name, value) in extra {
+        line(name, value);
+    }
+    // As hyper's client: a bodiless request of a method that may carry one
+    // says its length is zero.
+    if !has_length && !matches!(*req.method(), http::Method::GET | http::Method::HEAD) {
+        out.extend_from_slice(b"content-length: 0\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -562,7 +715,8 @@ mod tests {
         h.append("x-forwarded-for", "5.6.7.8, 10.0.0.9".parse().unwrap());
         let client = ClientInfo::resolve(peer, &h, &trusted);
         assert_eq!(client.ip, "5.6.7.8".parse::<IpAddr>().unwrap());
-        set_forwarding_headers(&mut h, &client, None);
+        let origin = HeaderValue::from_static("origin:80");
+        Forwarding::new(&h, &client, None, None, &origin).apply(&mut h);
         assert_eq!(
             h.get_all("x-forwarded-for").iter().collect::<Vec<_>>(),
             ["1.2.3.4, 5.6.7.8, 10.0.0.9, 10.0.0.1"]
@@ -587,9 +741,141 @@ mod tests {
             let client = ClientInfo::resolve(peer, &HeaderMap::new(), &[]);
             let mut h = HeaderMap::new();
             let host = host.map(HeaderValue::from_static);
-            set_forwarding_headers(&mut h, &client, host.as_ref());
+            let origin = HeaderValue::from_static("origin:80");
+            Forwarding::new(&h, &client, host, None, &origin).apply(&mut h);
             assert_eq!(h[header::FORWARDED], want);
             assert_eq!(h["x-forwarded-for"], peer.ip().to_string());
+        }
+    }
+
+    type Fields = Vec<(String, String)>;
+
+    /// The head written straight from a bodiless request carries exactly
+    /// the headers that the header-map path leaves for hyper's client to
+    /// write, whatever the client sent.
+    fn both_paths(
+        names: &[(&'static str, &'static str)],
+        trusted: bool,
+        preserve_host: bool,
+        extra: bool,
+    ) -> (Fields, Fields) {
+        let mut b = Request::get("/p?q=1");
+        for (n, v) in names {
+            b = b.header(*n, *v);
+        }
+        let req = b.body(Body::empty()).unwrap();
+        let peer: std::net::SocketAddr = "10.0.0.1:5".parse().unwrap();
+        let nets: Vec<ipnet::IpNet> = if trusted {
+            vec!["10.0.0.0/8".parse().unwrap()]
+        } else {
+            Vec::new()
+        };
+        let mut client = ClientInfo::resolve(peer, req.headers(), &nets);
+        client.peer_text = peer_text(peer);
+        let origin = HeaderValue::from_static("origin:8080");
+        let host = req.headers().get(header::HOST).cloned();
+        let fwd = Forwarding::new(
+            req.headers(),
+            &client,
+            host,
+            (!preserve_host).then(|| origin.clone()),
+            &origin,
+        );
+        let mut extras = HeaderMap::new();
+        if extra {
+            extras.insert("sluice-admission", HeaderValue::from_static("token"));
+        }
+        let mut wire = Vec::new();
+        encode_forwarded(&req, &"/p?q=1".parse().unwrap(), &fwd, &extras, &mut wire);
+        let mut fields = [httparse::EMPTY_HEADER; 64];
+        let mut parsed = httparse::Request::new(&mut fields);
+        assert!(
+            parsed.parse(&wire).unwrap().is_complete(),
+            "{}",
+            String::from_utf8_lossy(&wire)
+        );
+        assert_eq!((parsed.method, parsed.path), (Some("GET"), Some("/p?q=1")));
+        let mut written: Vec<(String, String)> = parsed
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_owned(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        let mut h = req.headers().clone();
+        fwd.apply(&mut h);
+        for (k, v) in extras.iter() {
+            h.insert(k.clone(), v.clone());
+        }
+        let mut mapped: Vec<(String, String)> = h
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap().to_owned()))
+            .collect();
+        written.sort();
+        mapped.sort();
+        let hosts = written.iter().filter(|(n, _)| n == "host").count();
+        assert_eq!(hosts, 1, "one Host, always: {written:?}");
+        (written, mapped)
+    }
+
+    const TRICKY: [(&str, &str); 15] = [
+        ("host", "shop.example"),
+        ("connection", "keep-alive, x-private"),
+        ("x-private", "secret"),
+        ("keep-alive", "timeout=5"),
+        ("te", "trailers"),
+        ("proxy-authorization", "Basic x"),
+        ("sluice-admission", "forged"),
+        ("x-forwarded-for", "6.6.6.6"),
+        ("x-forwarded-host", "evil.example"),
+        ("x-forwarded-proto", "https"),
+        ("forwarded", "for=6.6.6.6"),
+        ("x-custom", "kept"),
+        ("cookie", "a=b"),
+        ("upgrade", "h2c"),
+        ("connection", "Host"),
+    ];
+
+    #[test]
+    fn the_written_head_matches_the_edited_map_for_every_header() {
+        let (written, mapped) = both_paths(&TRICKY[..14], true, true, true);
+        assert_eq!(written, mapped);
+        assert!(written.contains(&("host".into(), "shop.example".into())));
+        assert!(
+            written.contains(&("sluice-admission".into(), "token".into())),
+            "the gateway's own, not the client's: {written:?}"
+        );
+        // A Connection that names Host: the origin still gets one.
+        let (written, mapped) = both_paths(&TRICKY, true, true, false);
+        assert_eq!(written, mapped);
+        let names: Vec<&str> = written.iter().map(|(n, _)| n.as_str()).collect();
+        for gone in [
+            "connection",
+            "x-private",
+            "keep-alive",
+            "te",
+            "proxy-authorization",
+            "upgrade",
+        ] {
+            assert!(!names.contains(&gone), "{gone} in {written:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn written_and_edited_heads_agree(
+            // Each at most once (two Host headers are no valid request).
+            pick in proptest::collection::btree_set(0usize..TRICKY.len(), 0..TRICKY.len()),
+            trusted in proptest::prelude::any::<bool>(),
+            preserve_host in proptest::prelude::any::<bool>(),
+            extra in proptest::prelude::any::<bool>(),
+        ) {
+            let names: Vec<_> = pick.iter().map(|&i| TRICKY[i]).collect();
+            let (written, mapped) = both_paths(&names, trusted, preserve_host, extra);
+            proptest::prop_assert_eq!(written, mapped);
         }
     }
 }

@@ -1,39 +1,55 @@
-//! The connections to the origin: HTTP/1.1 over a small pool of keep-alive
-//! connections, built on hyper's connection-level client.
+//! The connections to the origin: HTTP/1.1 over small pools of keep-alive
+//! connections, one pool per I/O thread.
 //!
-//! Why not hyper-util's pooled client: for every request it checks a
-//! connection out through its pool's futures and, once the response
-//! head is in, spawns a task that waits for the connection to be ready
-//! again and puts it back. Here a connection goes back on the stack as soon
-//! as its response head is in, still busy with the body; a checkout takes
-//! the most recently used connection that is ready (its previous exchange
-//! over), skips busy ones and drops closed or long-idle ones. No task per
-//! request, one lock held for a few atomic loads.
+//! Two kinds of connection, each with its own pool:
+//! - **Native** ([`crate::h1`]), for a request without a body (most of
+//!   them: page views, assets, API reads) that is not an upgrade: the
+//!   downstream connection's task writes the request and reads the answer
+//!   itself, and the response body it hands on reads from the connection as
+//!   hyper's server asks for it. The connection goes back to the pool when
+//!   that body has been read to its end.
+//! - **hyper's** connection-level client, for a request with a body and for
+//!   upgrades (WebSocket): a connection goes back on the stack as soon as
+//!   its response head is in, still busy with the body; a checkout takes
+//!   the most recently used connection that is ready, skips busy ones and
+//!   drops closed or long-idle ones. (Not hyper-util's pooled client, which
+//!   spawns a task per request to put a connection back.)
 //!
-//! - **Bounded:** at most `max_idle` connections are kept; past it a
-//!   connection is closed once its exchange is over.
+//! For both:
+//! - **Bounded:** at most `max_idle` connections of each kind are kept per
+//!   pool; past it a connection is closed once its exchange is over.
 //! - **Idle timeout:** a connection unused for `idle_timeout` is dropped at
 //!   the next checkout (the oldest are looked at first).
 //! - **Safe retry:** a request that a pooled connection could not take (it
 //!   closed, say the origin's keep-alive ran out, before the request was
-//!   written) goes once to a fresh connection; a request already written
-//!   is never sent twice.
-//! - **Upgrades** (WebSocket) pass through: connections are served with
-//!   upgrades, and an upgraded connection never returns to the pool.
+//!   written) goes once to a fresh connection. A bodiless request whose
+//!   pooled connection closed without a byte of answer is sent once more
+//!   on a fresh connection when its method is idempotent (RFC 9110 §9.2.2:
+//!   GET, HEAD, OPTIONS, TRACE, PUT, DELETE); any other request already
+//!   written is never sent twice.
+//! - **Upgrades** pass through hyper's connections, served with upgrades;
+//!   an upgraded connection never returns to the pool.
 //! - **One pool per I/O thread** ([`set_io_thread`]): a connection is made,
 //!   driven and reused on the thread of the requests it carries, so no
 //!   request wakes another thread's event loop on its way to the origin and
 //!   back. Other threads share one more pool.
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use http::{Request, Response};
-use hyper::body::Incoming;
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response};
+use http_body::Frame;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+use crate::h1::{self, Chunked, Decoded, Framing, Parsed, WireError};
 
 /// Why a request got no response from the origin.
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +64,12 @@ pub enum UpstreamError {
         /// The connect timeout ran out.
         timed_out: bool,
     },
-    /// The exchange failed once the connection was there.
+    /// The exchange failed once the connection was there (hyper's client).
     #[error(transparent)]
     Http(#[from] hyper::Error),
+    /// The exchange failed once the connection was there (native).
+    #[error(transparent)]
+    Wire(#[from] WireError),
 }
 
 /// A pool of HTTP/1.1 connections to one origin address.
@@ -59,11 +78,94 @@ pub struct Upstream {
     addr: String,
     connect_timeout: Duration,
     idle_timeout: Duration,
-    /// Most connections kept by each shard.
+    /// Most connections of each kind kept by each shard.
     max_idle: usize,
-    /// One shard per I/O thread, then one for every other thread; in
-    /// each, the most recently used last.
-    idle: Box<[Mutex<Vec<Pooled>>]>,
+    /// One shard per I/O thread, then one for every other thread.
+    shards: Box<[Mutex<Shard>]>,
+}
+
+/// The idle connections of one shard, the most recently used last.
+#[derive(Default)]
+struct Shard {
+    hyper: Vec<Pooled>,
+    native: Vec<Idle>,
+}
+
+struct Pooled {
+    tx: http1::SendRequest<Body>,
+    /// When it last came back.
+    since: Instant,
+}
+
+/// A native connection: the socket, the bytes read from it and not used
+/// yet, and the buffer its request heads are written in.
+struct Conn {
+    stream: TcpStream,
+    read: BytesMut,
+    write: Vec<u8>,
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+/// A request without a body about to go to the origin natively
+/// ([`Upstream::native`]).
+pub struct NativeSend {
+    upstream: Arc<Upstream>,
+    conn: Option<Conn>,
+    head: Vec<u8>,
+}
+
+impl NativeSend {
+    /// The buffer the request head is to be written in (empty).
+    pub fn head(&mut self) -> &mut Vec<u8> {
+        &mut self.head
+    }
+
+    /// Sends the head and waits for the response head; the body streams
+    /// afterwards. `method` is the request's.
+    pub async fn send(self, method: Method) -> Result<Response<Body>, UpstreamError> {
+        let NativeSend {
+            upstream,
+            conn,
+            mut head,
+        } = self;
+        if let Some(mut conn) = conn {
+            conn.write = head;
+            match upstream.exchange(conn, &method).await {
+                Ok(res) => return Ok(res),
+                // The kept connection had closed: once more on a fresh one.
+                Err(failed) => {
+                    if !(failed.unanswered && idempotent(&method)) {
+                        return Err(failed.error.into());
+                    }
+                    tracing::debug!(error = %failed.error, "pooled origin connection closed; sending again");
+                    head = failed.head;
+                }
+            }
+        }
+        let stream = upstream.connect_stream().await?;
+        let conn = Conn {
+            stream,
+            read: BytesMut::with_capacity(8192),
+            write: head,
+        };
+        upstream
+            .exchange(conn, &method)
+            .await
+            .map_err(|f| f.error.into())
+    }
+}
+
+/// A native exchange that failed: why, whether the origin answered nothing
+/// at all (so a kept connection had closed), and the request head to send
+/// again.
+struct Failed {
+    error: WireError,
+    unanswered: bool,
+    head: Vec<u8>,
 }
 
 thread_local! {
@@ -77,16 +179,18 @@ pub fn set_io_thread(i: usize) {
     IO_THREAD.set(Some(i));
 }
 
-struct Pooled {
-    tx: http1::SendRequest<Body>,
-    /// When it last came back.
-    since: Instant,
+/// RFC 9110 §9.2.2.
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 impl Upstream {
     /// A pool for `addr` (`host:port`) with a shard for each of
     /// `io_threads` threads and one for the rest, each keeping at most
-    /// `max_idle` connections.
+    /// `max_idle` connections of each kind.
     pub fn new(
         addr: String,
         connect_timeout: Duration,
@@ -99,28 +203,177 @@ impl Upstream {
             connect_timeout,
             idle_timeout,
             max_idle,
-            idle: (0..=io_threads).map(|_| Mutex::new(Vec::new())).collect(),
+            shards: (0..=io_threads).map(|_| Mutex::default()).collect(),
         }
     }
 
     /// The shard of the calling thread.
-    fn shard(&self) -> &Mutex<Vec<Pooled>> {
-        let others = self.idle.len() - 1;
+    fn shard(&self) -> &Mutex<Shard> {
+        let others = self.shards.len() - 1;
         let i = match IO_THREAD.get() {
             Some(i) if others > 0 => i % others,
             _ => others,
         };
-        &self.idle[i]
+        &self.shards[i]
     }
 
     /// Sends `req` (origin-form target, `Host` set) and waits for the
     /// response head; the body streams afterwards.
-    pub async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        let req = match self.checkout() {
+    pub async fn send(
+        self: &Arc<Self>,
+        req: Request<Body>,
+    ) -> Result<Response<Body>, UpstreamError> {
+        let native = http_body::Body::is_end_stream(req.body())
+            && *req.method() != Method::CONNECT
+            && !req.headers().contains_key(http::header::UPGRADE);
+        if native {
+            self.send_native(req).await
+        } else {
+            self.send_hyper(req).await
+        }
+    }
+
+    /// Connections kept now, of both kinds (ready or still busy with a
+    /// response body).
+    pub fn pooled(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                s.hyper.len() + s.native.len()
+            })
+            .sum()
+    }
+
+    async fn send_native(
+        self: &Arc<Self>,
+        req: Request<Body>,
+    ) -> Result<Response<Body>, UpstreamError> {
+        let mut send = self.native();
+        h1::encode_request_head(&req, send.head());
+        let method = req.method().clone();
+        // The request (its body is not `Sync`) is gone before the first wait.
+        drop(req);
+        send.send(method).await
+    }
+
+    /// A native exchange to prepare: write its request head into
+    /// [`NativeSend::head`], then [`NativeSend::send`] it. Takes a kept
+    /// connection now, if there is one, and its head buffer.
+    pub fn native(self: &Arc<Self>) -> NativeSend {
+        let mut conn = self.checkout_native();
+        let mut head = conn
+            .as_mut()
+            .map(|c| std::mem::take(&mut c.write))
+            .unwrap_or_default();
+        head.clear();
+        NativeSend {
+            upstream: self.clone(),
+            conn,
+            head,
+        }
+    }
+
+    /// Writes the request head in `conn.write` and reads the response head.
+    async fn exchange(
+        self: &Arc<Self>,
+        mut conn: Conn,
+        method: &Method,
+    ) -> Result<Response<Body>, Failed> {
+        let failed = |error: WireError, unanswered: bool, conn: Conn| Failed {
+            error,
+            unanswered,
+            head: conn.write,
+        };
+        if let Err(e) = conn.stream.write_all(&conn.write).await {
+            return Err(failed(e.into(), true, conn));
+        }
+        let mut answered = false;
+        loop {
+            match h1::parse_response(&mut conn.read, method) {
+                Err(e) => return Err(failed(e, false, conn)),
+                Ok(Parsed::Informational) => answered = true,
+                Ok(Parsed::Final {
+                    head,
+                    framing,
+                    keep_alive,
+                }) => {
+                    let state = match framing {
+                        Framing::Empty | Framing::Length(0) => State::Done,
+                        Framing::Length(n) => State::Length(n),
+                        Framing::Chunked => State::Chunked(Chunked::default()),
+                        Framing::Eof => State::Eof,
+                    };
+                    let mut body = NativeBody {
+                        conn: Some(conn),
+                        state,
+                        keep_alive,
+                        pool: self.clone(),
+                    };
+                    if body.state == State::Done {
+                        body.finish();
+                    }
+                    return Ok(head.map(|()| Body::new(body)));
+                }
+                Ok(Parsed::Partial) => {
+                    answered |= !conn.read.is_empty();
+                    h1::reserve(&mut conn.read, 4096);
+                    let read = std::future::poll_fn(|cx| {
+                        tokio_util::io::poll_read_buf(
+                            Pin::new(&mut conn.stream),
+                            cx,
+                            &mut conn.read,
+                        )
+                    })
+                    .await;
+                    match read {
+                        Ok(0) => return Err(failed(WireError::Closed, !answered, conn)),
+                        Ok(_) => {}
+                        Err(e) => return Err(failed(e.into(), !answered, conn)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// The most recently used native connection that is still open.
+    fn checkout_native(&self) -> Option<Conn> {
+        let now = Instant::now();
+        loop {
+            let idle = {
+                let mut shard = self.shard().lock();
+                let native = &mut shard.native;
+                // The oldest first: connections idle too long are closed.
+                let expired = native
+                    .iter()
+                    .take_while(|i| now.duration_since(i.since) >= self.idle_timeout)
+                    .count();
+                native.drain(..expired);
+                native.pop()?
+            };
+            if still_open(&idle.conn) {
+                return Some(idle.conn);
+            }
+        }
+    }
+
+    /// Keeps a native connection whose exchange is over.
+    fn checkin_native(&self, conn: Conn) {
+        let mut shard = self.shard().lock();
+        if shard.native.len() < self.max_idle {
+            shard.native.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    async fn send_hyper(&self, req: Request<Body>) -> Result<Response<Body>, UpstreamError> {
+        let req = match self.checkout_hyper() {
             Some(mut tx) => match tx.try_send_request(req).await {
                 Ok(res) => {
-                    self.checkin(tx, &res);
-                    return Ok(res);
+                    self.checkin_hyper(tx, &res);
+                    return Ok(res.map(Body::new));
                 }
                 Err(mut e) => match e.take_message() {
                     // Never written: safe to send on a fresh connection.
@@ -130,21 +383,17 @@ impl Upstream {
             },
             None => req,
         };
-        let mut tx = self.connect().await?;
+        let mut tx = self.connect_hyper().await?;
         let res = tx.send_request(req).await?;
-        self.checkin(tx, &res);
-        Ok(res)
+        self.checkin_hyper(tx, &res);
+        Ok(res.map(Body::new))
     }
 
-    /// Connections kept now (ready or still busy with a response body).
-    pub fn pooled(&self) -> usize {
-        self.idle.iter().map(|shard| shard.lock().len()).sum()
-    }
-
-    /// The most recently used connection that is ready for a request.
-    fn checkout(&self) -> Option<http1::SendRequest<Body>> {
+    /// The most recently used hyper connection that is ready for a request.
+    fn checkout_hyper(&self) -> Option<http1::SendRequest<Body>> {
         let now = Instant::now();
-        let mut idle = self.shard().lock();
+        let mut shard = self.shard().lock();
+        let idle = &mut shard.hyper;
         // The oldest first: connections idle too long are closed.
         while idle
             .first()
@@ -165,15 +414,15 @@ impl Upstream {
         None
     }
 
-    /// Puts a connection back once its response head is in; it is ready
-    /// again when that response's body is over.
-    fn checkin(&self, tx: http1::SendRequest<Body>, res: &Response<Incoming>) {
+    /// Puts a hyper connection back once its response head is in; it is
+    /// ready again when that response's body is over.
+    fn checkin_hyper(&self, tx: http1::SendRequest<Body>, res: &Response<hyper::body::Incoming>) {
         if tx.is_closed() || res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
             return;
         }
-        let mut idle = self.shard().lock();
-        if idle.len() < self.max_idle {
-            idle.push(Pooled {
+        let mut shard = self.shard().lock();
+        if shard.hyper.len() < self.max_idle {
+            shard.hyper.push(Pooled {
                 tx,
                 since: Instant::now(),
             });
@@ -181,7 +430,7 @@ impl Upstream {
         // else dropped: the connection closes when its exchange is over
     }
 
-    async fn connect(&self) -> Result<http1::SendRequest<Body>, UpstreamError> {
+    async fn connect_stream(&self) -> Result<TcpStream, UpstreamError> {
         let fail = |reason: String, timed_out: bool| UpstreamError::Connect {
             addr: self.addr.clone(),
             reason,
@@ -198,6 +447,11 @@ impl Upstream {
             Ok(Ok(s)) => s,
         };
         let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    async fn connect_hyper(&self) -> Result<http1::SendRequest<Body>, UpstreamError> {
+        let stream = self.connect_stream().await?;
         // One write buffer (as the server's): fewer instructions per request.
         let (tx, conn) = http1::Builder::new()
             .writev(false)
@@ -209,6 +463,162 @@ impl Upstream {
             }
         });
         Ok(tx)
+    }
+}
+
+/// Whether an idle native connection can carry a request: the origin has
+/// neither closed it nor sent anything since its last response (either
+/// leaves it unusable). Costs a system call only when the event loop has
+/// seen the socket become readable.
+fn still_open(conn: &Conn) -> bool {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match conn.stream.poll_read_ready(&mut cx) {
+        Poll::Pending => true,
+        Poll::Ready(Err(_)) => false,
+        Poll::Ready(Ok(())) => {
+            let mut probe = [0u8; 1];
+            matches!(conn.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        }
+    }
+}
+
+/// Where a native response body is.
+#[derive(Debug, PartialEq)]
+enum State {
+    /// This many bytes left.
+    Length(u64),
+    Chunked(Chunked),
+    /// Until the origin closes.
+    Eof,
+    /// Over.
+    Done,
+}
+
+impl PartialEq for Chunked {
+    fn eq(&self, other: &Self) -> bool {
+        self.is_done() == other.is_done()
+    }
+}
+
+/// The body of a native response, read from the origin's connection as
+/// hyper's server polls it (in the downstream connection's task). Read to
+/// its end on a connection that may carry another request, it puts the
+/// connection back in the pool; dropped before, it closes it.
+struct NativeBody {
+    conn: Option<Conn>,
+    state: State,
+    keep_alive: bool,
+    pool: Arc<Upstream>,
+}
+
+impl NativeBody {
+    /// The body is over: the connection goes back to the pool when it can
+    /// carry another request and nothing but this response came on it.
+    fn finish(&mut self) {
+        self.state = State::Done;
+        if let Some(conn) = self.conn.take()
+            && self.keep_alive
+            && conn.read.is_empty()
+        {
+            self.pool.checkin_native(conn);
+        }
+    }
+
+    /// Reads more from the origin; `Ok(false)` when it closed.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, WireError>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(Ok(false));
+        };
+        h1::reserve(&mut conn.read, 16 * 1024);
+        match std::task::ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut conn.stream),
+            cx,
+            &mut conn.read
+        )) {
+            Ok(0) => Poll::Ready(Ok(false)),
+            Ok(_) => Poll::Ready(Ok(true)),
+            Err(e) => Poll::Ready(Err(e.into())),
+        }
+    }
+}
+
+impl http_body::Body for NativeBody {
+    type Data = Bytes;
+    type Error = WireError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, WireError>>> {
+        let this = &mut *self;
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match &mut this.state {
+                State::Done => return Poll::Ready(None),
+                State::Length(left) => {
+                    if !conn.read.is_empty() {
+                        let n = usize::try_from(*left)
+                            .unwrap_or(usize::MAX)
+                            .min(conn.read.len());
+                        let data = conn.read.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            this.finish();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                State::Chunked(dec) => match dec.decode(&mut conn.read) {
+                    Err(e) => {
+                        this.conn = None;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::End(trailers)) => {
+                        this.finish();
+                        return Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))));
+                    }
+                    Ok(Decoded::More) => {}
+                },
+                State::Eof => {
+                    if !conn.read.is_empty() {
+                        let data = conn.read.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+            }
+            // Nothing buffered that the body can use: read more.
+            match std::task::ready!(this.poll_fill(cx)) {
+                Ok(true) => {}
+                Ok(false) if this.state == State::Eof => {
+                    this.state = State::Done;
+                    this.conn = None;
+                    return Poll::Ready(None);
+                }
+                Ok(false) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(WireError::Closed)));
+                }
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.state == State::Done
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self.state {
+            State::Length(n) => http_body::SizeHint::with_exact(n),
+            State::Done => http_body::SizeHint::with_exact(0),
+            _ => http_body::SizeHint::default(),
+        }
     }
 }
 
@@ -278,7 +688,7 @@ mod tests {
             .unwrap()
     }
 
-    async fn ok(up: &Upstream) {
+    async fn ok(up: &Arc<Upstream>) {
         let res = up.send(get()).await.expect("a response");
         assert_eq!(res.status(), 200);
         let body = res.into_body().collect().await.unwrap().to_bytes();
@@ -288,7 +698,13 @@ mod tests {
     #[tokio::test]
     async fn one_connection_carries_sequential_requests() {
         let (addr, accepted) = origin(Duration::ZERO, false).await;
-        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8, 0);
+        let up = Arc::new(Upstream::new(
+            addr,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+            8,
+            0,
+        ));
         for _ in 0..20 {
             ok(&up).await;
         }
@@ -325,7 +741,13 @@ mod tests {
     #[tokio::test]
     async fn an_origin_dropping_kept_alive_connections_loses_no_request() {
         let (addr, accepted) = origin(Duration::ZERO, true).await;
-        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8, 0);
+        let up = Arc::new(Upstream::new(
+            addr,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+            8,
+            0,
+        ));
         for i in 0..20 {
             ok(&up).await;
             if i % 2 == 0 {
@@ -340,13 +762,13 @@ mod tests {
     #[tokio::test]
     async fn idle_connections_time_out() {
         let (addr, accepted) = origin(Duration::ZERO, false).await;
-        let up = Upstream::new(
+        let up = Arc::new(Upstream::new(
             addr,
             Duration::from_secs(1),
             Duration::from_millis(50),
             8,
             0,
-        );
+        ));
         ok(&up).await;
         ok(&up).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
@@ -361,10 +783,306 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().to_string()
         };
-        let up = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(60), 8, 0);
+        let up = Arc::new(Upstream::new(
+            addr,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+            8,
+            0,
+        ));
         match up.send(get()).await {
             Err(UpstreamError::Connect { timed_out, .. }) => assert!(!timed_out),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// A scripted origin: for each request head it reads, it writes the
+    /// next answer of `answers` in the given pieces (a few milliseconds
+    /// apart, so the reader sees partial heads and bodies), then closes the
+    /// connection when `close` says so. Counts connections and requests.
+    struct Scripted {
+        addr: String,
+        accepted: Arc<AtomicUsize>,
+        requests: Arc<AtomicUsize>,
+    }
+
+    async fn scripted(answers: Vec<(Vec<&'static [u8]>, bool)>) -> Scripted {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let answers = Arc::new(answers);
+        let (acc, req) = (accepted.clone(), requests.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                acc.fetch_add(1, Ordering::SeqCst);
+                let (answers, req) = (answers.clone(), req.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                        buf.drain(..end);
+                        let i = req.fetch_add(1, Ordering::SeqCst);
+                        let (pieces, close) = &answers[i % answers.len()];
+                        for p in pieces {
+                            if stream.write_all(p).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(3)).await;
+                        }
+                        if *close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Scripted {
+            addr,
+            accepted,
+            requests,
+        }
+    }
+
+    /// What a client made of an answer: status, headers (sorted), body,
+    /// trailers; or that it failed (at the head or in the body).
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Answer(u16, Vec<(String, String)>, Vec<u8>, Vec<(String, String)>),
+        Failed,
+    }
+
+    async fn seen<B>(res: Result<Response<B>, String>) -> Seen
+    where
+        B: http_body::Body,
+    {
+        let Ok(res) = res else { return Seen::Failed };
+        let status = res.status().as_u16();
+        let list = |h: &http::HeaderMap| {
+            let mut v: Vec<(String, String)> = h
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let headers = list(res.headers());
+        match res.into_body().collect().await {
+            Ok(c) => {
+                let trailers = c.trailers().map(list).unwrap_or_default();
+                Seen::Answer(status, headers, c.to_bytes().to_vec(), trailers)
+            }
+            Err(_) => Seen::Failed,
+        }
+    }
+
+    async fn via_native(addr: &str, method: Method) -> Seen {
+        let up = Arc::new(Upstream::new(
+            addr.to_owned(),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+            8,
+            0,
+        ));
+        let req = Request::builder()
+            .method(method)
+            .uri("/")
+            .header("host", "origin")
+            .body(Body::empty())
+            .unwrap();
+        seen(up.send(req).await.map_err(|e| e.to_string())).await
+    }
+
+    async fn via_hyper(addr: &str, method: Method) -> Seen {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (mut tx, conn) =
+            http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .method(method)
+            .uri("/")
+            .header("host", "origin")
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        seen(tx.send_request(req).await.map_err(|e| e.to_string())).await
+    }
+
+    /// The native client reads every answer as hyper's client does: the
+    /// same status, headers, body and trailers, or a failure for both.
+    #[tokio::test]
+    async fn native_answers_are_hypers() {
+        let cases: Vec<(&str, Method, Vec<&'static [u8]>)> = vec![
+            ("length", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\n\r\nhello"]),
+            ("length in pieces", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncont", b"ent-length: 11\r\n\r\nhel", b"lo world"]),
+            ("chunked, trailers", Method::GET, vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n5\r\nhello\r\n", b"6;ext=1\r\n world\r\n0\r\nx-sum: 42\r\n\r\n"]),
+            ("chunked, upper hex", Method::GET, vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nA\r\n0123456789\r\n0\r\n\r\n"]),
+            ("close-delimited", Method::GET, vec![b"HTTP/1.1 200 OK\r\n\r\nuntil ", b"the end"]),
+            ("204 with a length", Method::GET, vec![b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n"]),
+            ("304", Method::GET, vec![b"HTTP/1.1 304 Not Modified\r\netag: \"x\"\r\n\r\n"]),
+            ("103 first", Method::GET, vec![b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]),
+            ("HEAD", Method::HEAD, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 1234\r\n\r\n"]),
+            ("reason", Method::GET, vec![b"HTTP/1.1 200 Fine Thanks\r\ncontent-length: 0\r\n\r\n"]),
+            ("cookies", Method::GET, vec![b"HTTP/1.1 200 OK\r\nset-cookie: a=1\r\nSet-Cookie: b=2\r\ncontent-length: 0\r\n\r\n"]),
+            ("HTTP/1.0", Method::GET, vec![b"HTTP/1.0 200 OK\r\ncontent-length: 3\r\n\r\nold"]),
+            ("HTTP/1.0 to the end", Method::GET, vec![b"HTTP/1.0 200 OK\r\n\r\nold times"]),
+            ("equal lengths", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\nok"]),
+            ("404 with a body", Method::DELETE, vec![b"HTTP/1.1 404 Not Found\r\ncontent-length: 4\r\n\r\ngone"]),
+            ("cut short", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel"]),
+            ("chunks cut short", Method::GET, vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel"]),
+            ("head cut short", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-len"]),
+            ("differing lengths", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok"]),
+            ("bad length", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: abc\r\n\r\nok"]),
+            ("chunked in 1.0", Method::GET, vec![b"HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"]),
+            ("not HTTP", Method::GET, vec![b"SSH-2.0-OpenSSH\r\n\r\n"]),
+            ("nothing", Method::GET, vec![]),
+        ];
+        for (name, method, pieces) in cases {
+            // Each answer is followed by the close: both clients see the end.
+            let origin = scripted(vec![(pieces, true)]).await;
+            let native = via_native(&origin.addr, method.clone()).await;
+            let hyper = via_hyper(&origin.addr, method).await;
+            assert_eq!(native, hyper, "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn native_connections_are_reused_only_after_a_clean_end() {
+        let get = || {
+            Request::get("/")
+                .header("host", "o")
+                .body(Body::empty())
+                .unwrap()
+        };
+        let run = |answer: &'static [u8]| async move {
+            let origin = scripted(vec![(vec![answer], false)]).await;
+            let up = Arc::new(Upstream::new(
+                origin.addr.clone(),
+                Duration::from_secs(1),
+                Duration::from_secs(60),
+                8,
+                0,
+            ));
+            for _ in 0..3 {
+                let res = up.send(get()).await.unwrap();
+                let _ = res.into_body().collect().await;
+            }
+            origin.accepted.load(Ordering::SeqCst)
+        };
+        assert_eq!(
+            run(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await,
+            1
+        );
+        assert_eq!(
+            run(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n").await,
+            1
+        );
+        assert_eq!(run(b"HTTP/1.1 204 No Content\r\n\r\n").await, 1);
+        // Asked to close, or sent more than the response: never again.
+        assert_eq!(
+            run(b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok").await,
+            3
+        );
+        assert_eq!(
+            run(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokEXTRA").await,
+            3
+        );
+        assert_eq!(
+            run(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok").await,
+            3
+        );
+        assert_eq!(run(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 2\r\n\r\n2\r\nok\r\n0\r\n\r\n").await, 3);
+
+        // A body dropped before its end takes its connection with it.
+        let origin = scripted(vec![(
+            vec![
+                b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello",
+                b"world",
+            ],
+            false,
+        )])
+        .await;
+        let up = Arc::new(Upstream::new(
+            origin.addr.clone(),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+            8,
+            0,
+        ));
+        drop(up.send(get()).await.unwrap());
+        let res = up.send(get()).await.unwrap();
+        assert_eq!(
+            &res.into_body().collect().await.unwrap().to_bytes()[..],
+            b"helloworld"
+        );
+        assert_eq!(origin.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// An origin that takes the second request of each connection and
+    /// closes without an answer (it may have acted on it): a bodiless POST
+    /// is then never sent again, a GET is, once, on a fresh connection.
+    #[tokio::test]
+    async fn only_idempotent_requests_are_sent_twice() {
+        let answer: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let req = |m: Method| {
+            Request::builder()
+                .method(m)
+                .uri("/")
+                .header("host", "o")
+                .body(Body::empty())
+                .unwrap()
+        };
+        for (method, retried) in [
+            (Method::POST, false),
+            (Method::PATCH, false),
+            (Method::GET, true),
+            (Method::PUT, true),
+        ] {
+            let origin = scripted(vec![(vec![answer], false), (vec![], true)]).await;
+            let up = Arc::new(Upstream::new(
+                origin.addr.clone(),
+                Duration::from_secs(1),
+                Duration::from_secs(60),
+                8,
+                0,
+            ));
+            let first = up.send(req(method.clone())).await.unwrap();
+            assert!(first.into_body().collect().await.is_ok());
+            let second = up.send(req(method.clone())).await;
+            let seen_by_origin = origin.requests.load(Ordering::SeqCst);
+            if retried {
+                let res = second.expect("sent again on a fresh connection");
+                assert_eq!(
+                    &res.into_body().collect().await.unwrap().to_bytes()[..],
+                    b"ok"
+                );
+                assert_eq!(
+                    (seen_by_origin, origin.accepted.load(Ordering::SeqCst)),
+                    (3, 2),
+                    "{method}"
+                );
+            } else {
+                assert!(
+                    second.is_err(),
+                    "{method}: answered without being sent twice?"
+                );
+                assert_eq!(seen_by_origin, 2, "{method} reached the origin twice");
+            }
         }
     }
 }
