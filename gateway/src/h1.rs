@@ -21,6 +21,10 @@
 //! - `Transfer-Encoding` beside `Content-Length` is read as chunked (as
 //!   hyper does) but the connection is not reused;
 //! - bytes after the end of a response leave the connection unreused.
+//!
+//! The hop-by-hop fields of a response head (and any its `Connection`
+//! names) are not kept in the head it hands on: they describe the
+//! connection to the origin, and the proxy would take them out anyway.
 
 use std::mem::MaybeUninit;
 
@@ -176,7 +180,9 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Wir
     let mut headers = HeaderMap::with_capacity(count + 1);
     let mut keep_alive = version == Version::HTTP_11;
     let mut saw_close = false;
-    let (mut has_te, mut has_cl) = (false, false);
+    let (mut has_te, mut te_chunked, mut has_cl) = (false, false, false);
+    // Names `Connection` lists besides the usual tokens (rare).
+    let mut named: Vec<HeaderName> = Vec::new();
     for f in &fields[..count] {
         let [n0, n1, v0, v1] = f.map(|x| x as usize);
         let name = HeaderName::from_bytes(&head_bytes[n0..n1])
@@ -192,15 +198,27 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Wir
             } else if !keep_alive {
                 keep_alive = has_token(&value, "keep-alive");
             }
+            named.extend(connection_names(&value));
         } else if name == header::TRANSFER_ENCODING {
             has_te = true;
+            // The last coding of the last line decides.
+            te_chunked = last_coding_is_chunked(&value);
         } else if name == header::CONTENT_LENGTH {
             has_cl = true;
         }
-        headers.append(name, value);
+        // Hop-by-hop fields end here: they describe this connection, not
+        // the answer the client gets.
+        if !crate::proxy::is_hop_by_hop(name.as_str()) {
+            headers.append(name, value);
+        }
+    }
+    for name in named {
+        headers.remove(name);
     }
 
-    let framing = framing(status, version, method, &headers, has_te, has_cl)?;
+    let framing = framing(
+        status, version, method, &headers, has_te, te_chunked, has_cl,
+    )?;
     if framing == Framing::Eof || (has_te && has_cl) {
         keep_alive = false;
     }
@@ -219,13 +237,15 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Wir
 }
 
 /// RFC 9112 §6.3, as hyper's client decides it (`has_te`, `has_cl`: the
-/// head has `Transfer-Encoding`, `Content-Length`).
+/// head has `Transfer-Encoding`, `Content-Length`; `te_chunked`: its last
+/// coding is chunked).
 fn framing(
     status: StatusCode,
     version: Version,
     method: &Method,
     headers: &HeaderMap,
     has_te: bool,
+    te_chunked: bool,
     has_cl: bool,
 ) -> Result<Framing, WireError> {
     if matches!(status.as_u16(), 204 | 304) || *method == Method::HEAD {
@@ -237,7 +257,7 @@ fn framing(
                 "Transfer-Encoding in an HTTP/1.0 response",
             ));
         }
-        return Ok(if last_coding_is_chunked(headers) {
+        return Ok(if te_chunked {
             Framing::Chunked
         } else {
             Framing::Eof
@@ -286,22 +306,40 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-fn last_coding_is_chunked(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
+fn last_coding_is_chunked(value: &HeaderValue) -> bool {
+    value
+        .to_str()
+        .ok()
         .and_then(|v| v.rsplit(',').next())
         .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
 }
 
 fn has_token(value: &HeaderValue, token: &str) -> bool {
-    // The usual value is the one token.
-    value.as_bytes().eq_ignore_ascii_case(token.as_bytes())
-        || value
-            .to_str()
-            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    let v = value.as_bytes();
+    // The usual value is one token.
+    if !v.contains(&b',') {
+        return v.trim_ascii().eq_ignore_ascii_case(token.as_bytes());
+    }
+    value
+        .to_str()
+        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+/// The header names a `Connection` value lists, but for `keep-alive` and
+/// `upgrade`, hop-by-hop names that go anyway (`close` is kept: a field of
+/// that name goes too, as in [`crate::proxy::strip_hop_by_hop`]).
+fn connection_names(value: &HeaderValue) -> impl Iterator<Item = HeaderName> + '_ {
+    value
+        .to_str()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|t| {
+            !t.is_empty()
+                && !t.eq_ignore_ascii_case("keep-alive")
+                && !t.eq_ignore_ascii_case("upgrade")
+        })
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
 }
 
 /// What the chunked decoder made of the bytes it had.
@@ -585,6 +623,18 @@ mod tests {
             parse(huge.as_bytes(), &Method::GET).is_err(),
             "an endless head is refused"
         );
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_not_kept() {
+        let (head, framing, keep) = final_head(
+            b"HTTP/1.1 200 OK\r\nConnection: keep-alive, x-private\r\nx-private: 1\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nProxy-Authenticate: Basic\r\nTrailer: x-sum\r\nx-end: kept\r\n\r\n",
+            &Method::GET,
+        );
+        let names: Vec<&str> = head.headers().keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-end"]);
+        // They were read before they went.
+        assert_eq!((framing, keep), (Framing::Chunked, true));
     }
 
     #[test]

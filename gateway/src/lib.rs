@@ -39,6 +39,7 @@
 //! - [`proxy`] — the reverse proxy.
 //! - [`upstream`] — the pooled connections to the origin.
 //! - [`h1`] — HTTP/1.1 toward the origin for requests without a body.
+//! - [`watch`] — a connection's header and origin deadlines, one timer each.
 //! - [`client_ip`] — the downstream client's address.
 //! - [`problem`] — problem+json errors (the one place faults become HTTP).
 //! - [`rooms`] — the waiting rooms, their snapshots and the ticker.
@@ -84,3 +85,4 @@ pub mod swarm;
 pub mod telemetry;
 pub mod upstream;
 pub mod visitor;
+pub mod watch;

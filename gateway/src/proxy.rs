@@ -40,6 +40,11 @@ use crate::config::{ProxyConfig, Timeouts};
 use crate::problem::Problem;
 use crate::telemetry::Telemetry;
 use crate::upstream::{Upstream, UpstreamError};
+use crate::watch::ConnWatch;
+
+/// The origin's response head did not come within
+/// `timeouts.upstream_response`.
+struct Late;
 
 /// The value of an origin's `Sluice-Command` response header, taken out of
 /// the response before it reaches the client and left in the response's
@@ -112,9 +117,25 @@ impl Proxy {
     /// `overloaded` and `Retry-After`, without reaching the origin.
     pub async fn forward(
         &self,
+        req: Request<Body>,
+        client: &ClientInfo,
+        extra: HeaderMap,
+    ) -> Response {
+        // The connection's deadlines, when the server put them with it.
+        let watch = req.extensions().get::<std::sync::Arc<ConnWatch>>().cloned();
+        self.forward_watched(req, client, extra, watch.as_deref())
+            .await
+    }
+
+    /// [`Proxy::forward`], the wait for the origin's response head kept by
+    /// the connection's `watch` when there is one (one timer for the
+    /// connection), else by a timer of its own.
+    pub async fn forward_watched(
+        &self,
         mut req: Request<Body>,
         client: &ClientInfo,
         extra: HeaderMap,
+        watch: Option<&ConnWatch>,
     ) -> Response {
         let Ok(_permit) = self.slots.try_acquire() else {
             self.telemetry.shed("origin");
@@ -163,7 +184,7 @@ impl Proxy {
             encode_forwarded(&req, &uri, &fwd, &extra, send.head());
             let method = req.method().clone();
             drop(req);
-            let result = tokio::time::timeout(self.response_timeout, send.send(method)).await;
+            let result = self.in_time(send.send(method), watch, started).await;
             (result, None)
         } else {
             *req.uri_mut() = uri;
@@ -191,11 +212,11 @@ impl Proxy {
                 }));
                 Some(failed)
             };
-            let result = tokio::time::timeout(self.response_timeout, self.upstream.send(req)).await;
+            let result = self.in_time(self.upstream.send(req), watch, started).await;
             (result, body_failed)
         };
         let mut res = match result {
-            Err(_) => {
+            Err(Late) => {
                 self.telemetry.upstream_error("timeout");
                 return Problem::origin_timeout()
                     .log_cause(&"no response headers within the upstream response timeout")
@@ -261,7 +282,10 @@ impl Proxy {
             }
         }
 
-        strip_headers(res.headers_mut(), false);
+        // A native answer came without its hop-by-hop fields already.
+        if !native {
+            strip_headers(res.headers_mut(), false);
+        }
         if let Some(cmd) = res.headers_mut().remove(SLUICE_COMMAND)
             && let Ok(s) = cmd.to_str()
         {
@@ -269,6 +293,30 @@ impl Proxy {
                 .insert(OriginCommand(s.trim().to_ascii_lowercase()));
         }
         res
+    }
+
+    /// `send`, unless the origin's response head takes longer than
+    /// `timeouts.upstream_response` from `started`.
+    async fn in_time<T>(
+        &self,
+        send: impl std::future::Future<Output = T>,
+        watch: Option<&ConnWatch>,
+        started: std::time::Instant,
+    ) -> Result<T, Late> {
+        let Some(watch) = watch else {
+            return tokio::time::timeout(self.response_timeout, send)
+                .await
+                .map_err(|_| Late);
+        };
+        let mut send = std::pin::pin!(send);
+        let mut late = watch.origin_wait(started);
+        std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(answer) = send.as_mut().poll(cx) {
+                return std::task::Poll::Ready(Ok(answer));
+            }
+            std::pin::Pin::new(&mut late).poll(cx).map(|()| Err(Late))
+        })
+        .await
     }
 
     /// The request target upstream, in origin form (`/path?query`, under
@@ -308,7 +356,7 @@ fn wants_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
 
 /// Headers that describe one hop, never the message (RFC 9110 §7.6.1),
 /// besides every `Proxy-*` header.
-fn is_hop_by_hop(name: &str) -> bool {
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     // By first letter first: most names are none of these, and say so at
     // their first byte or their length.
     match name.as_bytes().first() {

@@ -39,6 +39,7 @@ use tower::ServiceExt;
 
 use crate::app::{self, AppState, REQUEST_ID};
 use crate::client_ip::ClientInfo;
+use crate::watch::ConnWatch;
 
 /// A running gateway started with [`spawn`]: its address and a handle to
 /// stop it.
@@ -94,7 +95,7 @@ pub async fn serve(
     let ids = crate::app::RequestIds::default();
     let router: Router = app::build_with_ids(state.clone(), ids.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The header read timeout is the connection's own (`HeadDeadline`),
+    // The header read timeout is the connection's own (`ConnWatch`),
     // not hyper's, which sets a timer for every request.
     // Heads written into one buffer rather than gathered from pieces:
     // fewer instructions per small response; a large body costs one more
@@ -120,6 +121,7 @@ pub async fn serve(
         drain: Drain::default(),
         trusted: Arc::new(config.trusted_proxies.clone()),
         header_timeout: config.timeouts.header_read,
+        upstream_response: config.timeouts.upstream_response,
     });
     let connections = Arc::new(tokio::sync::Semaphore::new(max_connections));
     // Dropped: the I/O threads' event loops end, and every connection
@@ -199,6 +201,7 @@ struct Shared {
     drain: Drain,
     trusted: Arc<Vec<ipnet::IpNet>>,
     header_timeout: Duration,
+    upstream_response: Duration,
 }
 
 /// A connection handed to an I/O thread, with its
@@ -296,12 +299,12 @@ async fn connection(
     peer: SocketAddr,
     _held: (tokio::sync::OwnedSemaphorePermit, OpenCount),
 ) {
-    let header_timeout = shared.header_timeout;
+    let (header_timeout, upstream_response) = (shared.header_timeout, shared.upstream_response);
     let Some(version) = first_bytes_within(&stream, header_timeout).await else {
         tracing::debug!(%peer, "closed: no request within the header timeout");
         return;
     };
-    let head = (version == Version::Http1).then(|| Arc::new(HeadDeadline::new()));
+    let head = (version == Version::Http1).then(|| Arc::new(ConnWatch::default()));
     let svc = service(
         shared.state.clone(),
         shared.router.clone(),
@@ -328,7 +331,7 @@ async fn connection(
     let mut conn = tokio::spawn(conn);
     tokio::select! {
         _ = &mut conn => {}
-        () = head.enforce(header_timeout) => {
+        () = head.enforce(header_timeout, upstream_response) => {
             tracing::debug!(%peer, "closed: no request head within the header timeout");
             conn.abort();
         }
@@ -446,64 +449,11 @@ async fn first_bytes_within(stream: &TcpStream, limit: Duration) -> Option<Versi
     }
 }
 
-/// The header read timeout of one HTTP/1 connection: the client has
-/// `timeouts.header_read` to send a request head, counted from the
-/// connection's opening or from the end of the previous response (so an
-/// idle keep-alive connection is closed too), never while a request is
-/// being answered. One timer for the connection, re-armed when it runs
-/// out, instead of one per request as hyper's own timeout sets.
-struct HeadDeadline {
-    opened: std::time::Instant,
-    /// Milliseconds after `opened` when the connection last became idle,
-    /// or [`HeadDeadline::BUSY`] while a request is being answered.
-    idle_since_ms: AtomicU64,
-}
-
-impl HeadDeadline {
-    const BUSY: u64 = u64::MAX;
-
-    fn new() -> HeadDeadline {
-        HeadDeadline {
-            opened: std::time::Instant::now(),
-            idle_since_ms: AtomicU64::new(0),
-        }
-    }
-
-    /// A request head is in: no deadline until its response is over.
-    fn busy(&self) {
-        self.idle_since_ms.store(Self::BUSY, Ordering::Release);
-    }
-
-    /// The response is over (its body finished or dropped): the next head
-    /// is due within the timeout.
-    fn idle(&self) {
-        let ms = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(Self::BUSY - 1);
-        self.idle_since_ms.store(ms, Ordering::Release);
-    }
-
-    /// Completes when the connection has been idle for `limit` with no
-    /// request head.
-    async fn enforce(&self, limit: Duration) {
-        loop {
-            let since = self.idle_since_ms.load(Ordering::Acquire);
-            if since == Self::BUSY {
-                tokio::time::sleep(limit).await;
-                continue;
-            }
-            let deadline = self.opened + Duration::from_millis(since) + limit;
-            if std::time::Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline.into()).await;
-        }
-    }
-}
-
-/// A response body that tells the connection's [`HeadDeadline`] when it is
+/// A response body that tells the connection's [`ConnWatch`] when it is
 /// over (hyper drops it once written, or when the connection goes).
 pub(crate) struct ResponseBody {
     inner: axum::body::Body,
-    head: Option<Arc<HeadDeadline>>,
+    head: Option<Arc<ConnWatch>>,
 }
 
 impl Drop for ResponseBody {
@@ -542,7 +492,7 @@ fn service(
     ids: crate::app::RequestIds,
     trusted: Arc<Vec<ipnet::IpNet>>,
     peer: SocketAddr,
-    head: Option<Arc<HeadDeadline>>,
+    head: Option<Arc<ConnWatch>>,
 ) -> impl tower::Service<
     http::Request<Incoming>,
     Response = http::Response<ResponseBody>,
@@ -555,6 +505,7 @@ fn service(
         if let Some(head) = &head {
             head.busy();
         }
+        let watch = head.clone();
         let head = head.clone();
         let wrap = move |res: http::Response<axum::body::Body>| {
             res.map(|inner| ResponseBody { inner, head })
@@ -574,7 +525,12 @@ fn service(
             };
             futures_util::future::Either::Left(async move {
                 let req = req.map(axum::body::Body::new);
-                let forward = st.proxy().forward(req, &info, http::HeaderMap::new());
+                let forward = st.proxy().forward_watched(
+                    req,
+                    &info,
+                    http::HeaderMap::new(),
+                    watch.as_deref(),
+                );
                 // As the router's CatchPanicLayer: a bug is a 500, never a
                 // dropped connection.
                 let mut res = std::panic::AssertUnwindSafe(forward)
@@ -586,6 +542,9 @@ fn service(
             })
         } else {
             req.extensions_mut().insert(info);
+            if let Some(watch) = watch {
+                req.extensions_mut().insert(watch);
+            }
             futures_util::future::Either::Right(
                 router.clone().oneshot(req).map(move |res| res.map(wrap)),
             )

@@ -74,9 +74,9 @@ count() { # name port command...
   pids+=("$vp")
   for _ in $(seq 300); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.2; done
   wrk -t1 -c16 -d3s "http://127.0.0.1:$port/" >/dev/null
-  callgrind_control -z "$vp" >/dev/null
+  callgrind_control -z "$vp" >/dev/null 2>&1
   local out; out=$(wrk -t1 -c16 -d"${DUR}s" "http://127.0.0.1:$port/")
-  callgrind_control -d "$vp" >/dev/null
+  callgrind_control -d "$vp" >/dev/null 2>&1
   sleep 1
   local n ir
   n=$(awk '/requests in/ {print $1}' <<<"$out")

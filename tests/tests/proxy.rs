@@ -303,6 +303,64 @@ async fn origin_too_slow_is_504_problem() {
     assert_eq!(res.status, 200);
 }
 
+/// The wait for the origin is bounded on both ways to it (the server's
+/// direct path, and the admission gate's for a guarded path, here a visitor
+/// let through at once), with a header timeout far longer than the
+/// response timeout; the client's connection carries on after a 504.
+#[tokio::test]
+async fn origin_too_slow_is_504_on_either_path_and_the_connection_carries_on() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            c.timeouts.upstream_response = Duration::from_millis(300);
+            c.timeouts.header_read = Duration::from_secs(30);
+            // 3001 ms: guarded; 3000 ms: no room's.
+            c.rooms = vec![sluice_tests::easy_room(
+                "shop",
+                1000.0,
+                1000.0,
+                &["/slow/3001"],
+            )];
+        })
+        .spawn()
+        .await;
+    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let (mut tx, conn) = hyper::client::conn::http1::handshake::<
+        _,
+        http_body_util::Empty<bytes::Bytes>,
+    >(hyper_util::rt::TokioIo::new(stream))
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let get = |path: &str| {
+        Request::get(path)
+            .header("host", "shop.example")
+            .body(http_body_util::Empty::new())
+            .unwrap()
+    };
+    for path in ["/slow/3000", "/slow/3001", "/slow/3000"] {
+        tx.ready().await.unwrap();
+        let res = tx.send_request(get(path)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::GATEWAY_TIMEOUT, "{path}");
+        // The guarded one went through the gate: it admitted the visitor.
+        let admitted = res
+            .headers()
+            .get_all("set-cookie")
+            .iter()
+            .any(|c| c.to_str().unwrap().starts_with("sluice_a_shop="));
+        assert_eq!(admitted, path == "/slow/3001", "{path}");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["code"], "origin_timeout", "{path}");
+        // The same connection is served again at once.
+        tx.ready().await.unwrap();
+        let res = tx.send_request(get("/echo/next")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        res.into_body().collect().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn slowloris_is_closed_by_the_header_timeout() {
     let origin = TestOrigin::start().await;
