@@ -31,8 +31,6 @@ use std::time::Duration;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
@@ -94,20 +92,25 @@ pub async fn serve(
     // Request ids come from one counter, whichever way a request goes.
     let ids = crate::app::RequestIds::default();
     let router: Router = app::build_with_ids(state.clone(), ids.clone());
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The header read timeout is the connection's own (`ConnWatch`),
-    // not hyper's, which sets a timer for every request.
-    // Heads written into one buffer rather than gathered from pieces:
-    // fewer instructions per small response; a large body costs one more
-    // copy in memory, bounded by the buffer.
-    builder
-        .http1()
+    // The HTTP version is known from the first bytes (`first_bytes_within`),
+    // so each connection goes straight to its protocol's builder: no
+    // detection wrapper around every read.
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    // The header read timeout is the connection's own (`ConnWatch`), not
+    // hyper's, which sets a timer for every request. Heads are written into
+    // one buffer rather than gathered from pieces: fewer instructions per
+    // small response; a large body costs one more copy in memory, bounded by
+    // the buffer.
+    http1
         .writev(false)
         .header_read_timeout(None)
         .max_headers(config.limits.max_headers)
+        // The head's own bound: the buffer's alone is not one (a read may
+        // bring a whole oversized head into a buffer grown by a later one).
+        .max_header_size(config.limits.max_header_bytes)
         .max_buf_size(config.limits.max_header_bytes.max(8192));
-    builder
-        .http2()
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(config.limits.max_header_bytes).unwrap_or(u32::MAX))
         .max_concurrent_streams(256)
@@ -117,7 +120,8 @@ pub async fn serve(
         state: state.clone(),
         router,
         ids,
-        builder,
+        http1,
+        http2,
         drain: Drain::default(),
         trusted: Arc::new(config.trusted_proxies.clone()),
         header_timeout: config.timeouts.header_read,
@@ -197,7 +201,8 @@ struct Shared {
     state: AppState,
     router: Router,
     ids: crate::app::RequestIds,
-    builder: auto::Builder<TokioExecutor>,
+    http1: hyper::server::conn::http1::Builder,
+    http2: hyper::server::conn::http2::Builder<TokioExecutor>,
     drain: Drain,
     trusted: Arc<Vec<ipnet::IpNet>>,
     header_timeout: Duration,
@@ -313,18 +318,23 @@ async fn connection(
         peer,
         head.clone(),
     );
-    let conn = shared
-        .builder
-        .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(svc))
-        .into_owned();
-    let conn = async move {
-        if let Err(e) = shared.drain.watch(conn).await {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
-        }
-    };
+    let io = TokioIo::new(stream);
+    let svc = TowerToHyperService::new(svc);
     let Some(head) = head else {
         // HTTP/2 bounds its streams and pings of its own.
-        return conn.await;
+        let conn = shared.http2.serve_connection(io, svc);
+        let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());
+        if let Err(e) = drained.await {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+        return;
+    };
+    let conn = async move {
+        let conn = shared.http1.serve_connection(io, svc).with_upgrades();
+        let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());
+        if let Err(e) = drained.await {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
     };
     // The connection in a task of its own, so that this one, the
     // deadline's, wakes only for its timer or the connection's end.
@@ -360,10 +370,12 @@ impl Drain {
         }
     }
 
-    fn watch<C: GracefulConnection>(&self, conn: C) -> Draining<'_, C> {
+    /// `conn`, finished gracefully with `shutdown` once the drain starts.
+    fn watch<C: Future>(&self, conn: C, shutdown: fn(Pin<&mut C>)) -> Draining<'_, C> {
         Draining {
             conn,
             drain: self,
+            shutdown,
             id: None,
             asked: false,
         }
@@ -376,6 +388,8 @@ pin_project_lite::pin_project! {
         #[pin]
         conn: C,
         drain: &'a Drain,
+        // How it finishes gracefully.
+        shutdown: fn(Pin<&mut C>),
         // Its number in the drain's wakers, once registered.
         id: Option<u64>,
         // graceful_shutdown was called.
@@ -391,7 +405,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<C: GracefulConnection> Future for Draining<'_, C> {
+impl<C: Future> Future for Draining<'_, C> {
     type Output = C::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<C::Output> {
@@ -405,7 +419,7 @@ impl<C: GracefulConnection> Future for Draining<'_, C> {
             // Read after registering: a drain started in between is seen.
             if this.drain.started.load(Ordering::SeqCst) {
                 *this.asked = true;
-                this.conn.as_mut().graceful_shutdown();
+                (this.shutdown)(this.conn.as_mut());
             }
         }
         this.conn.poll(cx)

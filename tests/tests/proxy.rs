@@ -361,6 +361,45 @@ async fn origin_too_slow_is_504_on_either_path_and_the_connection_carries_on() {
     }
 }
 
+/// `limits.max_header_bytes` bounds the request head however it arrives
+/// (in one write, here, where the read buffer's bound alone let a head
+/// past it).
+#[tokio::test]
+async fn request_heads_past_max_header_bytes_are_431() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .unguarded()
+        .spawn()
+        .await;
+    // The default bound: 64 KiB.
+    for (size, want) in [
+        (60 * 1024, "HTTP/1.1 200"),
+        (100 * 1024, "HTTP/1.1 431"),
+        (1024 * 1024, "HTTP/1.1 431"),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let req = format!(
+            "GET /echo/big HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+            "a".repeat(size)
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.starts_with(want),
+            "{size} bytes: {}",
+            &text[..text.len().min(80)]
+        );
+    }
+    assert_eq!(
+        origin.requests(),
+        1,
+        "only the one under the bound reached the origin"
+    );
+}
+
 #[tokio::test]
 async fn slowloris_is_closed_by_the_header_timeout() {
     let origin = TestOrigin::start().await;
