@@ -157,12 +157,6 @@ impl Proxy {
                 .authority()
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
         };
-        let uri = match self.upstream_uri(req.uri()) {
-            Ok(u) => u,
-            Err(e) => {
-                return Problem::malformed(format!("bad request target: {e}")).into_response();
-            }
-        };
         let fwd = Forwarding::new(
             req.headers(),
             client,
@@ -181,12 +175,28 @@ impl Proxy {
             && http_body::Body::is_end_stream(req.body());
         let (result, body_failed) = if native {
             let mut send = self.upstream.native();
-            encode_forwarded(&req, &uri, &fwd, &extra, send.head());
+            // The target as it came, under the origin's base path if any.
+            let base = self.origin.path().trim_end_matches('/');
+            let pq = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+            let joined;
+            let target = if base.is_empty() {
+                pq
+            } else {
+                joined = format!("{base}{pq}");
+                &joined
+            };
+            encode_forwarded(&req, target, &fwd, &extra, send.head());
             let method = req.method().clone();
             drop(req);
             let result = self.in_time(send.send(method), watch, started).await;
             (result, None)
         } else {
+            let uri = match self.upstream_uri(req.uri()) {
+                Ok(u) => u,
+                Err(e) => {
+                    return Problem::malformed(format!("bad request target: {e}")).into_response();
+                }
+            };
             *req.uri_mut() = uri;
             *req.version_mut() = Version::HTTP_11;
             let h = req.headers_mut();
@@ -600,7 +610,7 @@ impl Forwarding {
 /// straight from the client's: no header map is edited or made.
 fn encode_forwarded(
     req: &Request<Body>,
-    target: &Uri,
+    target: &str,
     fwd: &Forwarding,
     extra: &HeaderMap,
     out: &mut Vec<u8>,
@@ -608,12 +618,7 @@ fn encode_forwarded(
     let h = req.headers();
     out.extend_from_slice(req.method().as_str().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(
-        target
-            .path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .as_bytes(),
-    );
+    out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut line = |name: &HeaderName, value: &HeaderValue| {
         out.extend_from_slice(name.as_str().as_bytes());
@@ -834,7 +839,7 @@ mod tests {
             extras.insert("sluice-admission", HeaderValue::from_static("token"));
         }
         let mut wire = Vec::new();
-        encode_forwarded(&req, &"/p?q=1".parse().unwrap(), &fwd, &extras, &mut wire);
+        encode_forwarded(&req, "/p?q=1", &fwd, &extras, &mut wire);
         let mut fields = [httparse::EMPTY_HEADER; 64];
         let mut parsed = httparse::Request::new(&mut fields);
         assert!(

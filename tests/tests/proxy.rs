@@ -400,6 +400,31 @@ async fn request_heads_past_max_header_bytes_are_431() {
     );
 }
 
+/// An origin under a base path gets every target under it, on both ways to
+/// it (a request without a body, and one with).
+#[tokio::test]
+async fn an_origin_base_path_prefixes_every_target() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(format!("{}/echo/base/", origin.url()))
+        .unguarded()
+        .spawn()
+        .await;
+    let client = TestClient::new();
+    let res = client.get(&format!("{}/x/y?q=1", gw.url()), &[]).await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.json()["path"], "/echo/base/x/y");
+    assert_eq!(res.json()["query"], "q=1");
+    let req = Request::post(format!("{}/z?r=2", gw.url()))
+        .body(body("data"))
+        .unwrap();
+    let res = client.send(req).await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.json()["path"], "/echo/base/z");
+    assert_eq!(res.json()["query"], "r=2");
+    assert_eq!(res.json()["body_bytes"], 4);
+}
+
 #[tokio::test]
 async fn slowloris_is_closed_by_the_header_timeout() {
     let origin = TestOrigin::start().await;
