@@ -9,14 +9,16 @@
 # bench). The proxying nginx gets as many workers as sluice gets I/O
 # threads (SLUICE_BENCH_WORKERS, default: every core).
 # Load: wrk over loopback, closed loop, fixed connections and duration.
-# Prints requests/s, p99 and CPU per request for each, and sluice/nginx ratios.
+# Prints requests/s, p99 and CPU per request for each run, the sluice/nginx
+# ratios of each round, and their medians.
 #
-# Usage: tests/bench/proxy.sh [seconds=10] [connections=64]
+# Usage: tests/bench/proxy.sh [seconds=10] [connections=64] [rounds=5]
 # Needs: nginx, wrk (apt-get install nginx-light wrk). Loopback only; stops by itself.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DUR="${1:-10}"
 CONNS="${2:-64}"
+ROUNDS="${3:-5}"
 THREADS=1
 WORKERS="${SLUICE_BENCH_WORKERS:-$(nproc)}"
 command -v nginx >/dev/null || { echo "nginx missing: apt-get install nginx-light" >&2; exit 2; }
@@ -99,14 +101,34 @@ run() { # name url pids-of-the-measured-server...
 }
 to_ms() { awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v); print v} else {sub(/s/,"",v); print v*1000} }'; }
 
-echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers; nginx workers = sluice I/O threads = $WORKERS" >&2
+echo "wrk: ${CONNS} connections, ${DUR}s, $THREADS thread; $(nproc) cores shared by load and servers; nginx workers = sluice I/O threads = $WORKERS; $ROUNDS rounds" >&2
 ORIGIN_WORKER=$(pgrep -P "$(cat "$work/origin.pid")" | head -1)
 PROXY_WORKERS=$(pgrep -P "$(cat "$work/proxy.pid")" | tr '\n' ' ')
 read -r o_rps o_p99 o_us < <(run origin "http://127.0.0.1:$ORIGIN/" "$ORIGIN_WORKER")
-# shellcheck disable=SC2086 # one pid per worker
-read -r n_rps n_p99 n_us < <(run nginx "http://127.0.0.1:$NGINX/" $PROXY_WORKERS)
-read -r s_rps s_p99 s_us < <(run sluice "http://127.0.0.1:$SLUICE/" "$SLUICE_PID")
-awk -v s="$s_rps" -v n="$n_rps" -v sp="$(to_ms "$s_p99")" -v np="$(to_ms "$n_p99")" \
-    -v su="$s_us" -v nu="$n_us" 'BEGIN {
-  printf "sluice/nginx throughput: %.2f   p99: sluice %.2f ms vs nginx %.2f ms (ratio %.2f)\n", s/n, sp, np, sp/np
-  printf "CPU per proxied request: sluice %.1f µs, nginx proxy_pass %.1f µs (ratio %.2f)\n", su, nu, su/nu }'
+# Rounds of both proxies, the first one to run alternating, so a noisy
+# spell on this shared machine lands on one round of one proxy rather than
+# on every measurement of the one that always runs last. Each round gives
+# ratios; the median round is the figure.
+ratios="$work/ratios"
+: > "$ratios"
+for round in $(seq "$ROUNDS"); do
+  if (( round % 2 )); then
+    # shellcheck disable=SC2086 # one pid per worker
+    read -r n_rps n_p99 n_us < <(run nginx "http://127.0.0.1:$NGINX/" $PROXY_WORKERS)
+    read -r s_rps s_p99 s_us < <(run sluice "http://127.0.0.1:$SLUICE/" "$SLUICE_PID")
+  else
+    read -r s_rps s_p99 s_us < <(run sluice "http://127.0.0.1:$SLUICE/" "$SLUICE_PID")
+    # shellcheck disable=SC2086
+    read -r n_rps n_p99 n_us < <(run nginx "http://127.0.0.1:$NGINX/" $PROXY_WORKERS)
+  fi
+  awk -v s="$s_rps" -v n="$n_rps" -v sp="$(to_ms "$s_p99")" -v np="$(to_ms "$n_p99")" \
+      -v su="$s_us" -v nu="$n_us" -v r="$round" 'BEGIN {
+    printf "round %d: throughput %.2f, p99 %.2f vs %.2f ms (%.2f), CPU/request %.1f vs %.1f µs (%.2f)\n", r, s/n, sp, np, sp/np, su, nu, su/nu > "/dev/stderr"
+    printf "%f %f %f %f %f %f %f\n", s/n, sp/np, su/nu, s, n, sp, np }' >> "$ratios"
+done
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+t=$(awk '{print $1}' "$ratios" | median)
+p=$(awk '{print $2}' "$ratios" | median)
+c=$(awk '{print $3}' "$ratios" | median)
+awk -v t="$t" -v p="$p" -v c="$c" -v n="$ROUNDS" 'BEGIN {
+  printf "median of %d rounds: sluice/nginx throughput %.2f, p99 ratio %.2f (under 1: sluice better), CPU per request ratio %.2f\n", n, t, p, c }'
