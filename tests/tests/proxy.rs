@@ -26,6 +26,52 @@ async fn setup() -> (TestOrigin, TestGateway) {
     (origin, gw)
 }
 
+/// One keep-alive HTTP/1.1 connection to `addr`, driven by hand so that
+/// every request takes it, and the task driving it.
+async fn keep_alive(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (tx, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .unwrap();
+    (tx, tokio::spawn(conn))
+}
+
+/// A GET without a body for [`keep_alive`] connections.
+fn get(path: &str) -> Request<http_body_util::Empty<bytes::Bytes>> {
+    Request::get(path)
+        .header("host", "shop.example")
+        .body(http_body_util::Empty::new())
+        .unwrap()
+}
+
+/// A WebSocket through the gateway at `addr` echoes `count` messages, sent
+/// `pause` apart.
+async fn websocket_echoes(addr: std::net::SocketAddr, count: usize, pause: Duration) {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut ws, res) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+        .await
+        .expect("websocket handshake through the gateway");
+    assert_eq!(res.status(), StatusCode::SWITCHING_PROTOCOLS);
+    for i in 0..count {
+        tokio::time::sleep(pause).await;
+        let msg = format!("hello {i}");
+        ws.send(Message::text(msg.clone())).await.unwrap();
+        let echoed = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(echoed.into_text().unwrap().as_str(), msg);
+    }
+    ws.close(None).await.unwrap();
+}
+
 #[tokio::test]
 async fn methods_and_query_strings_are_intact() {
     let (_origin, gw) = setup().await;
@@ -247,24 +293,8 @@ async fn large_bodies_stream_intact_without_buffering() {
 
 #[tokio::test]
 async fn websocket_echo_through_the_proxy() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
     let (_origin, gw) = setup().await;
-    let (mut ws, res) = tokio_tungstenite::connect_async(format!("ws://{}/ws", gw.addr))
-        .await
-        .expect("websocket handshake through the gateway");
-    assert_eq!(res.status(), StatusCode::SWITCHING_PROTOCOLS);
-    for i in 0..5 {
-        let msg = format!("hello {i}");
-        ws.send(Message::text(msg.clone())).await.unwrap();
-        let echoed = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        assert_eq!(echoed.into_text().unwrap().as_str(), msg);
-    }
-    ws.close(None).await.unwrap();
+    websocket_echoes(gw.addr, 5, Duration::ZERO).await;
 }
 
 #[tokio::test]
@@ -325,20 +355,7 @@ async fn origin_too_slow_is_504_on_either_path_and_the_connection_carries_on() {
         })
         .spawn()
         .await;
-    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let (mut tx, conn) = hyper::client::conn::http1::handshake::<
-        _,
-        http_body_util::Empty<bytes::Bytes>,
-    >(hyper_util::rt::TokioIo::new(stream))
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    let get = |path: &str| {
-        Request::get(path)
-            .header("host", "shop.example")
-            .body(http_body_util::Empty::new())
-            .unwrap()
-    };
+    let (mut tx, _conn) = keep_alive(gw.addr).await;
     for path in ["/slow/3000", "/slow/3001", "/slow/3000"] {
         tx.ready().await.unwrap();
         let res = tx.send_request(get(path)).await.unwrap();
@@ -475,8 +492,6 @@ async fn slowloris_is_closed_by_the_header_timeout() {
 /// cut by it.
 #[tokio::test]
 async fn the_header_timeout_never_cuts_a_request_being_answered() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
     let origin = TestOrigin::start().await;
     let gw = TestGateway::builder()
         .origin(origin.url())
@@ -486,20 +501,7 @@ async fn the_header_timeout_never_cuts_a_request_being_answered() {
         .await;
 
     // One keep-alive connection, driven by hand so every request takes it.
-    let stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    let (mut tx, conn) = hyper::client::conn::http1::handshake::<
-        _,
-        http_body_util::Empty<bytes::Bytes>,
-    >(hyper_util::rt::TokioIo::new(stream))
-    .await
-    .unwrap();
-    let conn = tokio::spawn(conn);
-    let get = |path: &str| {
-        Request::get(path)
-            .header("host", "shop.example")
-            .body(http_body_util::Empty::new())
-            .unwrap()
-    };
+    let (mut tx, conn) = keep_alive(gw.addr).await;
     // The origin takes 0.8 s to answer: the connection is busy, not idle.
     let res = tx.send_request(get("/slow/800")).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
@@ -530,21 +532,7 @@ async fn the_header_timeout_never_cuts_a_request_being_answered() {
     );
 
     // A WebSocket lives on well past the timeout, quiet between messages.
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", gw.addr))
-        .await
-        .unwrap();
-    for i in 0..3 {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        let msg = format!("still here {i}");
-        ws.send(Message::text(msg.clone())).await.unwrap();
-        let echoed = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        assert_eq!(echoed.into_text().unwrap().as_str(), msg);
-    }
-    ws.close(None).await.unwrap();
+    websocket_echoes(gw.addr, 3, Duration::from_millis(400)).await;
 }
 
 /// Connections go to the I/O thread with the fewest open, and each thread's
