@@ -347,45 +347,28 @@ mod tests {
         let text = t.render();
         let m = "sluice_upstream_request_duration_seconds";
         assert_eq!(text.matches(&format!("# TYPE {m} histogram")).count(), 1);
-        let two = "status_class=\"2xx\"";
-        assert_eq!(
-            value(&text, &format!("{m}_bucket{{{two},le=\"0.001\"}}")),
-            1.0
-        );
-        assert_eq!(
-            value(&text, &format!("{m}_bucket{{{two},le=\"0.0025\"}}")),
-            1.0
-        );
-        assert_eq!(
-            value(&text, &format!("{m}_bucket{{{two},le=\"0.005\"}}")),
-            3.0
-        );
-        assert_eq!(value(&text, &format!("{m}_bucket{{{two},le=\"30\"}}")), 3.0);
-        assert_eq!(
-            value(&text, &format!("{m}_bucket{{{two},le=\"+Inf\"}}")),
-            4.0
-        );
-        assert_eq!(value(&text, &format!("{m}_count{{{two}}}")), 4.0);
-        let sum = value(&text, &format!("{m}_sum{{{two}}}"));
+        // (series, labels, value); every class is there from the start.
+        let want = [
+            ("bucket", "status_class=\"2xx\",le=\"0.001\"", 1.0),
+            ("bucket", "status_class=\"2xx\",le=\"0.0025\"", 1.0),
+            ("bucket", "status_class=\"2xx\",le=\"0.005\"", 3.0),
+            ("bucket", "status_class=\"2xx\",le=\"30\"", 3.0),
+            ("bucket", "status_class=\"2xx\",le=\"+Inf\"", 4.0),
+            ("count", "status_class=\"2xx\"", 4.0),
+            ("bucket", "status_class=\"5xx\",le=\"30\"", 0.0),
+            ("bucket", "status_class=\"5xx\",le=\"+Inf\"", 1.0),
+            ("count", "status_class=\"1xx\"", 1.0),
+            ("count", "status_class=\"3xx\"", 0.0),
+        ];
+        for (series, labels, v) in want {
+            assert_eq!(
+                value(&text, &format!("{m}_{series}{{{labels}}}")),
+                v,
+                "{series} {labels}"
+            );
+        }
+        let sum = value(&text, &format!("{m}_sum{{status_class=\"2xx\"}}"));
         assert!((sum - 0.0065).abs() < 1e-9, "{sum}");
-        let five = "status_class=\"5xx\"";
-        assert_eq!(
-            value(&text, &format!("{m}_bucket{{{five},le=\"30\"}}")),
-            0.0
-        );
-        assert_eq!(
-            value(&text, &format!("{m}_bucket{{{five},le=\"+Inf\"}}")),
-            1.0
-        );
-        assert_eq!(
-            value(&text, &format!("{m}_count{{status_class=\"1xx\"}}")),
-            1.0
-        );
-        // Every class is there from the start, with zero counts.
-        assert_eq!(
-            value(&text, &format!("{m}_count{{status_class=\"3xx\"}}")),
-            0.0
-        );
     }
 
     #[test]
