@@ -102,12 +102,9 @@ fn request(f: &Fixture, method: &str, path: &str, auth: Auth, body: &[u8]) -> Re
     }
     let mut req = b.body(Body::from(body.to_vec())).expect("request");
     let peer: SocketAddr = "127.0.0.1:40000".parse().expect("addr");
-    req.extensions_mut().insert(ClientInfo {
-        peer,
-        ip: peer.ip(),
-        peer_trusted: false,
-        proto: "http",
-    });
+    // A direct client, as the server resolves one.
+    req.extensions_mut()
+        .insert(ClientInfo::resolve(peer, &http::HeaderMap::new(), &[]));
     req
 }
 

@@ -277,13 +277,9 @@ fn request(r: &Router, method: Method, path: &str, auth: Auth, body: Vec<u8>) ->
     }
     let mut req = b.body(Body::from(body)).unwrap();
     let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-    req.extensions_mut().insert(ClientInfo {
-        peer,
-        ip: peer.ip(),
-        peer_trusted: false,
-        proto: "http",
-        peer_text: None,
-    });
+    // A direct client, as the server resolves one.
+    req.extensions_mut()
+        .insert(ClientInfo::resolve(peer, &http::HeaderMap::new(), &[]));
     req
 }
 
