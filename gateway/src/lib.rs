@@ -38,6 +38,7 @@
 //! - [`app`] — routes, layers, shared state.
 //! - [`proxy`] — the reverse proxy.
 //! - [`upstream`] — the pooled connections to the origin.
+//! - [`front`] — HTTP/1.1 from the client for plain GET and HEAD requests.
 //! - [`h1`] — HTTP/1.1 toward the origin for requests without a body.
 //! - [`watch`] — a connection's header and origin deadlines, one timer each.
 //! - [`client_ip`] — the downstream client's address.
@@ -70,6 +71,7 @@ pub mod cookies;
 pub mod dashboard;
 pub mod demo_origin;
 pub mod events;
+pub mod front;
 pub mod gate;
 pub mod h1;
 pub mod page;

@@ -222,7 +222,11 @@ impl Proxy {
                 }));
                 Some(failed)
             };
-            let result = self.in_time(self.upstream.send(req), watch, started).await;
+            // Boxed: hyper's client future is large, and kept inline it
+            // would make every forwarded request's future (the bodiless
+            // ones too) as large, a copy of it at each move.
+            let send = Box::pin(self.upstream.send(req));
+            let result = self.in_time(send, watch, started).await;
             (result, body_failed)
         };
         let mut res = match result {
@@ -313,12 +317,14 @@ impl Proxy {
         watch: Option<&ConnWatch>,
         started: std::time::Instant,
     ) -> Result<T, Late> {
+        // Pinned where it is (`pin!` would move it, a copy of the whole
+        // future).
+        futures_util::pin_mut!(send);
         let Some(watch) = watch else {
             return tokio::time::timeout(self.response_timeout, send)
                 .await
                 .map_err(|_| Late);
         };
-        let mut send = std::pin::pin!(send);
         let mut late = watch.origin_wait(started);
         std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(answer) = send.as_mut().poll(cx) {

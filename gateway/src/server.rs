@@ -126,6 +126,11 @@ pub async fn serve(
         trusted: Arc::new(config.trusted_proxies.clone()),
         header_timeout: config.timeouts.header_read,
         upstream_response: config.timeouts.upstream_response,
+        native_http1: config.server.native_http1,
+        front_limits: crate::front::Limits {
+            head_bytes: config.limits.max_header_bytes,
+            headers: config.limits.max_headers,
+        },
     });
     let connections = Arc::new(tokio::sync::Semaphore::new(max_connections));
     // Dropped: the I/O threads' event loops end, and every connection
@@ -207,6 +212,9 @@ struct Shared {
     trusted: Arc<Vec<ipnet::IpNet>>,
     header_timeout: Duration,
     upstream_response: Duration,
+    /// Plain HTTP/1.1 requests read and answered by [`crate::front`].
+    native_http1: bool,
+    front_limits: crate::front::Limits,
 }
 
 /// A connection handed to an I/O thread, with its
@@ -309,27 +317,50 @@ async fn connection(
         tracing::debug!(%peer, "closed: no request within the header timeout");
         return;
     };
-    let head = (version == Version::Http1).then(|| Arc::new(ConnWatch::default()));
-    let svc = service(
-        shared.state.clone(),
-        shared.router.clone(),
-        shared.ids.clone(),
-        shared.trusted.clone(),
+    let watch = (version == Version::Http1).then(|| Arc::new(ConnWatch::default()));
+    let ctx = Arc::new(ConnCtx {
+        st: shared.state.clone(),
+        router: shared.router.clone(),
+        ids: shared.ids.clone(),
+        trusted: shared.trusted.clone(),
         peer,
-        head.clone(),
-    );
-    let io = TokioIo::new(stream);
-    let svc = TowerToHyperService::new(svc);
-    let Some(head) = head else {
+        peer_text: crate::proxy::peer_text(peer),
+        watch: watch.clone(),
+    });
+    let Some(watch) = watch else {
         // HTTP/2 bounds its streams and pings of its own.
-        let conn = shared.http2.serve_connection(io, svc);
+        let svc = TowerToHyperService::new(service(ctx));
+        let conn = shared.http2.serve_connection(TokioIo::new(stream), svc);
         let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());
         if let Err(e) = drained.await {
             tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
         return;
     };
+    let serving = watch.clone();
     let conn = async move {
+        let mut stream = stream;
+        // Plain requests are read and answered here (`crate::front`) until
+        // one is not: hyper takes the connection from there.
+        let read = if shared.native_http1 {
+            let stopping = || shared.drain.started();
+            let answered = crate::front::serve(
+                &mut stream,
+                shared.front_limits,
+                &serving,
+                stopping,
+                |req| answer(&ctx, req),
+            );
+            // Woken when the drain starts, to close an idle connection.
+            match shared.drain.watch(answered, |_| {}).await {
+                crate::front::Outcome::Closed => return,
+                crate::front::Outcome::Handoff(read) => read,
+            }
+        } else {
+            bytes::BytesMut::new()
+        };
+        let io = TokioIo::new(crate::front::Prefixed::new(read, stream));
+        let svc = TowerToHyperService::new(service(ctx));
         let conn = shared.http1.serve_connection(io, svc).with_upgrades();
         let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());
         if let Err(e) = drained.await {
@@ -341,7 +372,7 @@ async fn connection(
     let mut conn = tokio::spawn(conn);
     tokio::select! {
         _ = &mut conn => {}
-        () = head.enforce(header_timeout, upstream_response) => {
+        () = watch.enforce(header_timeout, upstream_response) => {
             tracing::debug!(%peer, "closed: no request head within the header timeout");
             conn.abort();
         }
@@ -362,6 +393,11 @@ struct Drain {
 }
 
 impl Drain {
+    /// The drain has started.
+    fn started(&self) -> bool {
+        self.started.load(Ordering::SeqCst)
+    }
+
     /// Tells every connection to finish and close.
     fn start(&self) {
         self.started.store(true, Ordering::SeqCst);
@@ -498,71 +534,86 @@ impl http_body::Body for ResponseBody {
     }
 }
 
-/// The service of one connection: a request no room guards goes straight
-/// to the proxy; everything else through the router and its layers.
-fn service(
+/// What the requests of one connection are answered with.
+struct ConnCtx {
     st: AppState,
     router: Router,
     ids: crate::app::RequestIds,
     trusted: Arc<Vec<ipnet::IpNet>>,
     peer: SocketAddr,
-    head: Option<Arc<ConnWatch>>,
+    /// The peer's address as a header value, made once.
+    peer_text: Option<http::HeaderValue>,
+    /// The connection's deadlines (HTTP/1).
+    watch: Option<Arc<ConnWatch>>,
+}
+
+/// The answer to one request, whichever server read it: a request no room
+/// guards goes straight to the proxy; everything else through the router
+/// and its layers.
+fn answer(
+    ctx: &Arc<ConnCtx>,
+    mut req: http::Request<axum::body::Body>,
+) -> impl Future<Output = http::Response<axum::body::Body>> + Send + use<> {
+    use futures_util::FutureExt as _;
+    let mut info = ClientInfo::resolve(ctx.peer, req.headers(), &ctx.trusted);
+    info.peer_text.clone_from(&ctx.peer_text);
+    if unguarded(&ctx.st, &req, &info) {
+        // Straight to the origin: no room guards the path.
+        let id = match req.headers().get(&REQUEST_ID) {
+            Some(v) => v.clone(),
+            None => {
+                let v = ctx.ids.next_value();
+                req.headers_mut().insert(REQUEST_ID, v.clone());
+                v
+            }
+        };
+        let ctx = ctx.clone();
+        futures_util::future::Either::Left(async move {
+            let forward = ctx.st.proxy().forward_watched(
+                req,
+                &info,
+                http::HeaderMap::new(),
+                ctx.watch.as_deref(),
+            );
+            // As the router's CatchPanicLayer: a bug is a 500, never a
+            // dropped connection.
+            let mut res = std::panic::AssertUnwindSafe(forward)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(crate::app::panic_response);
+            res.headers_mut().insert(REQUEST_ID, id);
+            res
+        })
+    } else {
+        req.extensions_mut().insert(info);
+        if let Some(watch) = &ctx.watch {
+            req.extensions_mut().insert(watch.clone());
+        }
+        futures_util::future::Either::Right(ctx.router.clone().oneshot(req).map(|res| match res {
+            Ok(res) => res,
+            Err(never) => match never {},
+        }))
+    }
+}
+
+/// The service hyper calls for each request of one connection: [`answer`],
+/// with the connection's watch told when the response is over.
+fn service(
+    ctx: Arc<ConnCtx>,
 ) -> impl tower::Service<
     http::Request<Incoming>,
     Response = http::Response<ResponseBody>,
     Error = std::convert::Infallible,
     Future = impl Future<Output = Result<http::Response<ResponseBody>, std::convert::Infallible>> + Send,
 > + Clone {
-    let peer_text = crate::proxy::peer_text(peer);
-    tower::service_fn(move |mut req: http::Request<Incoming>| {
+    tower::service_fn(move |req: http::Request<Incoming>| {
         use futures_util::FutureExt as _;
-        if let Some(head) = &head {
-            head.busy();
+        if let Some(watch) = &ctx.watch {
+            watch.busy();
         }
-        let watch = head.clone();
-        let head = head.clone();
-        let wrap = move |res: http::Response<axum::body::Body>| {
-            res.map(|inner| ResponseBody { inner, head })
-        };
-        let mut info = ClientInfo::resolve(peer, req.headers(), &trusted);
-        info.peer_text.clone_from(&peer_text);
-        if unguarded(&st, &req, &info) {
-            // Straight to the origin: no room guards the path.
-            let st = st.clone();
-            let id = match req.headers().get(&REQUEST_ID) {
-                Some(v) => v.clone(),
-                None => {
-                    let v = ids.next_value();
-                    req.headers_mut().insert(REQUEST_ID, v.clone());
-                    v
-                }
-            };
-            futures_util::future::Either::Left(async move {
-                let req = req.map(axum::body::Body::new);
-                let forward = st.proxy().forward_watched(
-                    req,
-                    &info,
-                    http::HeaderMap::new(),
-                    watch.as_deref(),
-                );
-                // As the router's CatchPanicLayer: a bug is a 500, never a
-                // dropped connection.
-                let mut res = std::panic::AssertUnwindSafe(forward)
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(crate::app::panic_response);
-                res.headers_mut().insert(REQUEST_ID, id);
-                Ok::<_, std::convert::Infallible>(wrap(res))
-            })
-        } else {
-            req.extensions_mut().insert(info);
-            if let Some(watch) = watch {
-                req.extensions_mut().insert(watch);
-            }
-            futures_util::future::Either::Right(
-                router.clone().oneshot(req).map(move |res| res.map(wrap)),
-            )
-        }
+        let head = ctx.watch.clone();
+        answer(&ctx, req.map(axum::body::Body::new))
+            .map(move |res| Ok(res.map(|inner| ResponseBody { inner, head })))
     })
 }
 
