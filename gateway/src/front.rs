@@ -15,11 +15,11 @@
 //! hyper's parser and framing rules: this path never decides where a body
 //! ends, which is where request smuggling lives; it only declines.
 //!
-//! Why: behind hyper's server, a proxied request cost about 22,000
-//! instructions, a third of them hyper's dispatcher and codec (README,
-//! "Measured"); here the head is parsed once into the `http::Request` the
-//! service wants, and the answer written without a task switch or a body
-//! channel.
+//! Why: behind hyper's server, every request crossed its dispatcher, a
+//! body channel and its codec before and after the service; here the head
+//! is parsed once into the `http::Request` the service wants, and the
+//! answer written without a task switch or a body channel (21,959 → 20,329
+//! instructions per proxied request, README "Measured").
 //!
 //! The response is written as hyper writes it: the same status line and
 //! reason phrase, the headers in their order, `content-length` or
