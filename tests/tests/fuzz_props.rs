@@ -18,7 +18,10 @@
 //!   bodies a valid signature, so every body reaches its parser; after each
 //!   case the event's stock invariant still holds;
 //! - the config: `Config::from_toml` + `validate` on arbitrary text and on
-//!   mutations of the example configuration.
+//!   mutations of the example configuration;
+//! - the gateway's own HTTP/1.1 reader (`front::serve`) on request-shaped
+//!   and arbitrary bytes: only plain requests answered, the rest handed on
+//!   to hyper untouched.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -499,4 +502,103 @@ proptest! {
         );
         config_never_panics(&text);
     }
+}
+
+// === the gateway's own HTTP/1.1 reader ===
+
+/// Serves `data` (then the client's end of input) with `front::serve`,
+/// answering each request it takes with its target: the requests taken,
+/// and how it ended.
+fn front_serve(data: &[u8]) -> (usize, sluice_gateway::front::Outcome) {
+    use tokio::io::AsyncWriteExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        client.write_all(data).await.unwrap();
+        client.shutdown().await.unwrap();
+        let limits = sluice_gateway::front::Limits {
+            head_bytes: 1024,
+            headers: 16,
+        };
+        let watch = sluice_gateway::watch::ConnWatch::default();
+        let taken = std::cell::Cell::new(0usize);
+        let answer = |req: Request<Body>| {
+            assert!(matches!(*req.method(), Method::GET | Method::HEAD));
+            for name in [
+                http::header::CONTENT_LENGTH,
+                http::header::TRANSFER_ENCODING,
+                http::header::UPGRADE,
+                http::header::EXPECT,
+            ] {
+                assert!(!req.headers().contains_key(name));
+            }
+            taken.set(taken.get() + 1);
+            std::future::ready(http::Response::new(Body::from(req.uri().to_string())))
+        };
+        let out = tokio::time::timeout(
+            Duration::from_secs(5),
+            sluice_gateway::front::serve(&mut server, limits, &watch, || false, answer),
+        )
+        .await
+        .expect("no hang");
+        (taken.get(), out)
+    })
+}
+
+/// Request-shaped pieces, so that generated input reaches past the
+/// request line.
+fn head_piece() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "GET / HTTP/1.1\r\n",
+            "HEAD /a?b HTTP/1.1\r\n",
+            "POST / HTTP/1.1\r\n",
+            "GET / HTTP/1.0\r\n",
+            "Host: a\r\n",
+            "Connection: close\r\n",
+            "Connection: keep-alive\r\n",
+            "Content-Length: 3\r\n",
+            "Transfer-Encoding: chunked\r\n",
+            "Expect: 100-continue\r\n",
+            " folded\r\n",
+            "\r\n",
+            "\n",
+            "0\r\n\r\n",
+            "abc",
+        ])
+        .prop_map(|s| s.as_bytes().to_vec()),
+        prop::collection::vec(any::<u8>(), 0..24),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Whatever a client sends: no panic or hang, only plain requests
+    /// answered, and what goes on to hyper is exactly what was not taken.
+    #[test]
+    fn the_front_takes_plain_heads_and_hands_on_the_rest_untouched(
+        pieces in prop::collection::vec(head_piece(), 0..12),
+    ) {
+        let data = pieces.concat();
+        let (_, out) = front_serve(&data);
+        if let sluice_gateway::front::Outcome::Handoff(rest) = out {
+            prop_assert!(!rest.is_empty());
+            prop_assert!(data.ends_with(&rest));
+        }
+    }
+}
+
+#[test]
+fn the_front_answers_each_plain_request_once_and_stops_at_the_first_other() {
+    let data = b"GET /1 HTTP/1.1\r\n\r\nHEAD /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET /4 HTTP/1.1\r\n\r\n";
+    let (taken, out) = front_serve(data);
+    assert_eq!(taken, 2);
+    let sluice_gateway::front::Outcome::Handoff(rest) = out else {
+        panic!("not handed off: {out:?}");
+    };
+    assert!(rest.starts_with(b"GET /3 HTTP/1.1\r\nContent-Length: 0"));
 }
