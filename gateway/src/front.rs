@@ -361,7 +361,7 @@ async fn write_response<S: AsyncWrite + Unpin>(
             wants_chunked = true;
             continue;
         } else if name == header::CONNECTION {
-            says_close |= has_close(value);
+            says_close |= crate::h1::has_token(value, "close");
         } else if name == header::DATE {
             wrote_date = true;
         }
@@ -518,14 +518,6 @@ fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-/// `close` among the tokens of a `Connection` value.
-fn has_close(value: &HeaderValue) -> bool {
-    value
-        .as_bytes()
-        .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 fn put_hex(out: &mut Vec<u8>, n: u64) {

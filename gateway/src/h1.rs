@@ -314,7 +314,8 @@ fn last_coding_is_chunked(value: &HeaderValue) -> bool {
         .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
 }
 
-fn has_token(value: &HeaderValue, token: &str) -> bool {
+/// `token` among the comma-separated tokens of `value`, case aside.
+pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {
     let v = value.as_bytes();
     // The usual value is one token.
     if !v.contains(&b',') {
