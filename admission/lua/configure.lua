@@ -2,8 +2,9 @@
 -- frontier to floors (configure, recover and reseed all land here).
 --
 -- KEYS: as lib.lua.
--- ARGV[1] mode: 'configure' (create or update) or 'reseed' (update only
---         the floors; {0} when the room has no state)
+-- ARGV[1] mode: 'configure' (create or update), 'reseed' (update only the
+--         floors; {0} when the room has no state) or 'recover' (create
+--         with the floors when the room has no state, else as 'reseed')
 -- ARGV[2] rate_m      ARGV[3] burst_u    ARGV[4] paused (0|1)
 -- ARGV[5] closed (0|1) ARGV[6] max_active (-1: none) ARGV[7] claim_ms
 -- ARGV[8] settings JSON
@@ -11,8 +12,15 @@
 -- ARGV[11] opens_ms (0: not scheduled)
 -- ARGV[12] hint_from ARGV[13] hint_n: a pre-queue draw a gateway saw
 --         (hint_n -1: none), adopted only while the pre-queue is open
--- Returns {0} (reseed of a room without state) or the snapshot reply of
--- lib.lua.
+-- ARGV[14] expected settings version (-1: unconditional): 'configure' of
+--         an existing state is refused with {3, version} when the stored
+--         version differs, and of a missing one answers {0}
+-- ARGV[15] the epoch the floors were seen in ('recover' of a missing
+--         state records it as covered: carry_epoch, carry_tail)
+-- ARGV[16] session ttl in ms (kept for the ended set's retention)
+-- Returns {0} (no state, where one is needed), {3, version} (a settings
+-- conflict) or the snapshot reply of lib.lua. Every settings write bumps
+-- settings_v; the JSON's own version is not read.
 --
 -- A new state gets epoch = TIME in ms (higher than any earlier one of the
 -- room, so tokens of a lost store are recognisable), a full bucket, and
@@ -27,14 +35,33 @@
 
 local now = now_ms()
 local mode = ARGV[1]
+local expected = tonumber(ARGV[14])
 local st = load()
+if mode == 'recover' and st then
+  -- room.rs RoomCore::extend_carry: a state that has handed out no seq of
+  -- its own yet widens what it covers with another gateway's floors
+  local epoch = tonumber(ARGV[15])
+  local floor = math.max(tonumber(ARGV[9]), tonumber(ARGV[10]))
+  if st.joins == 0 and epoch > 0 and epoch < st.epoch and floor > 0
+      and (st.carry_epoch == 0 or st.carry_epoch == epoch) then
+    st.carry_epoch = epoch
+    st.carry_tail = math.max(st.carry_tail, floor)
+  end
+  mode = 'reseed'
+end
 if mode == 'reseed' then
   if not st then
     return {0}
   end
 else
+  if st and expected >= 0 and st.settings_v ~= expected then
+    return {3, st.settings_v}
+  end
+  if not st and expected >= 0 then
+    return {0}
+  end
   if not st then
-    redis.call('DEL', CLAIMS, BATCHES, SESS)
+    redis.call('DEL', CLAIMS, BATCHES, SESS, ENDED, RESEATS)
     st = {}
     for _, f in ipairs(FIELDS) do
       st[f] = 0
@@ -45,6 +72,10 @@ else
     st.opens_ms = tonumber(ARGV[11])
     if st.opens_ms > 0 or tonumber(ARGV[13]) >= 0 then
       st.pq_n = -1
+    end
+    st.carry_tail = math.max(tonumber(ARGV[9]), tonumber(ARGV[10]))
+    if st.carry_tail > 0 then
+      st.carry_epoch = tonumber(ARGV[15])
     end
   else
     advance(st, now)
@@ -69,6 +100,8 @@ else
   if st.credit > st.burst_u then
     st.credit = st.burst_u
   end
+  st.settings_v = st.settings_v + 1
+  st.ttl_ms = tonumber(ARGV[16])
   redis.call('HSET', S, 'settings', ARGV[8])
 end
 reseed(st, tonumber(ARGV[9]), tonumber(ARGV[10]))

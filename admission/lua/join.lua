@@ -1,10 +1,13 @@
 -- join.lua: hand out the next seq; passthrough when nobody waits.
 --
--- KEYS: as lib.lua (state, claims, batches, sessions).
--- ARGV: none.
+-- KEYS: as lib.lua.
+-- ARGV[1]: 'join' (default) or 'passthrough' (admit on the spot or do
+--          nothing: no seq is handed out unless it is admitted)
 -- Returns:
 --   {0}                               the room has no state
 --   {2}                               the room is closed
+--   {3}                               passthrough: not admissible now;
+--                                     nothing handed out
 --   {1, seq, epoch, admitted(0|1), frontier, prequeue(0|1)}
 --     prequeue: the pre-queue is open (the seq is a ticket of the draw)
 --
@@ -24,6 +27,10 @@ if st.closed == 1 then
   return {2}
 end
 advance(st, now)
+if ARGV[1] == 'passthrough' and not admissible(st) then
+  save(st)
+  return {3}
+end
 local room = room_under_cap(st)
 st.tail = st.tail + 1
 local seq = st.tail

@@ -9,6 +9,11 @@
 --   KEYS[3] sluice:{room}:batches   list of "from:to:at_ms" advance batches
 --   KEYS[4] sluice:{room}:sessions  sorted set, member = session id,
 --                                   score = deadline (ms, store clock)
+--   KEYS[5] sluice:{room}:ended     sorted set, member = session id ended
+--                                   by a revoke, score = when (ms); kept
+--                                   for the session ttl + 30 s
+--   KEYS[6] sluice:{room}:reseats   hash, "epoch:seq" of an old-epoch
+--                                   queue token -> its seq in this epoch
 --
 -- State hash fields (all integers, written with '%d' so no value goes
 -- through Lua's 14-digit number formatting):
@@ -23,6 +28,11 @@
 --     its tickets; pq_n = -1 while the pre-queue is open, i.e. scheduled
 --     and not yet drawn; a state written before these fields reads 0, 0:
 --     no draw)
+--   ended_total (sessions ended by revoke so far)
+--   carry_epoch carry_tail (the epoch whose seqs the state was created
+--     above, and the tail floor it was created with; 0 0: none)
+--   settings_v (version of the settings, bumped by every write)
+--   ttl_ms (the session ttl of the settings, for the ended set)
 --   settings (JSON of RoomSettings, written by configure)
 --
 -- Every value stays below 2^53, so Lua's doubles are exact: rate_m <= 1e9
@@ -31,13 +41,16 @@
 -- The clock: redis.call('TIME') only, never the caller's.
 
 local S, CLAIMS, BATCHES, SESS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ENDED, RESEATS = KEYS[5], KEYS[6]
+local ENDED_SKEW_MS = 30000
 local MICRO = 1000000
 local MAX_ELAPSED = 3600000
 
 local FIELDS = {'tail', 'frontier', 'credit', 'last_ms', 'epoch', 'joins',
   'admitted', 'claimed', 'refunded', 'late', 'pending', 'settled', 'rate_m',
   'burst_u', 'paused', 'closed', 'max_active', 'claim_ms', 'opens_ms',
-  'pq_from', 'pq_n'}
+  'pq_from', 'pq_n', 'ended_total', 'carry_epoch', 'carry_tail', 'settings_v',
+  'ttl_ms'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -197,10 +210,20 @@ end
 
 -- The snapshot reply: {1, tail, frontier, credit, rate_m, burst_u, paused,
 -- closed, epoch, active_sessions, pending, max_active, admitted, claimed,
--- joins, refunded, late, now_ms, opens_ms, pq_from, pq_n}
+-- joins, refunded, late, now_ms, opens_ms, pq_from, pq_n, ended_total,
+-- carry_epoch, carry_tail, settings_v}
 local function snapshot(st, now, active)
   return {1, st.tail, st.frontier, st.credit, st.rate_m, st.burst_u,
     st.paused, st.closed, st.epoch, active, st.pending, st.max_active,
     st.admitted, st.claimed, st.joins, st.refunded, st.late, now,
-    st.opens_ms, st.pq_from, st.pq_n}
+    st.opens_ms, st.pq_from, st.pq_n, st.ended_total, st.carry_epoch,
+    st.carry_tail, st.settings_v}
+end
+
+-- room.rs RoomCore::passthrough's test: nobody waits, credit, not halted,
+-- under the cap. Call after advance.
+local function admissible(st)
+  local room = room_under_cap(st)
+  return not halted(st) and st.frontier == st.tail and st.credit >= MICRO
+    and (room < 0 or room >= 1)
 end

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::error::AdmissionError;
 use crate::settings::RoomSettings;
-use crate::store::{ClaimOutcome, QueueStore, Snapshot};
+use crate::store::{AdmitOutcome, ClaimOutcome, Floors, QueueStore, Snapshot};
 
 /// A store under test and control over its world.
 pub trait Harness: Send {
@@ -44,6 +44,14 @@ fn settings(rate: f64, burst: f64) -> RoomSettings {
         rate_per_sec: rate,
         burst,
         ..Default::default()
+    }
+}
+
+fn floors(tail: u64, frontier: u64) -> Floors {
+    Floors {
+        tail,
+        frontier,
+        epoch: 0,
     }
 }
 
@@ -353,10 +361,20 @@ pub async fn lost_store_reseed<H: Harness>(h: &mut H) {
     ));
     assert_eq!(store.settings(room).await.unwrap(), None);
     // a gateway pushes back the highest values it saw
-    let after = store
-        .recover(room, &s, before.tail, before.frontier)
-        .await
-        .unwrap();
+    let floors = Floors {
+        tail: before.tail,
+        frontier: before.frontier,
+        epoch: before.epoch,
+    };
+    let after = store.recover(room, &s, floors).await.unwrap();
+    assert_eq!(after.carried_epoch, before.epoch);
+    assert_eq!(after.carried_tail, before.tail);
+    assert!(after.covers(before.epoch, before.tail));
+    assert!(!after.covers(before.epoch, before.tail + 1));
+    assert!(
+        !after.covers(after.epoch + 1, 1),
+        "a newer epoch: the store went back"
+    );
     assert!(after.tail >= before.tail);
     assert!(after.frontier >= before.frontier);
     assert!(
@@ -365,16 +383,31 @@ pub async fn lost_store_reseed<H: Harness>(h: &mut H) {
         after.epoch,
         before.epoch
     );
+    // another gateway saw more of the lost epoch: before anyone joins the
+    // new state, its floors widen the coverage
+    let wider = Floors {
+        tail: before.tail + 3,
+        ..floors
+    };
+    let after = store.recover(room, &s, wider).await.unwrap();
+    assert_eq!(after.carried_tail, before.tail + 3);
+    assert!(after.covers(before.epoch, before.tail + 3));
     for _ in 0..10 {
         let j = store.join(room).await.unwrap();
-        assert!(j.seq > before.tail);
+        assert!(j.seq > before.tail + 3);
         assert!(seen.insert(j.seq), "seq {} reissued", j.seq);
         assert_eq!(j.epoch, after.epoch);
     }
     // a second gateway with older values changes nothing
-    let again = store.recover(room, &s, 5, 3).await.unwrap();
+    let older = Floors {
+        tail: 5,
+        frontier: 3,
+        epoch: 1,
+    };
+    let again = store.recover(room, &s, older).await.unwrap();
     assert!(again.tail >= before.tail + 10);
     assert_eq!(again.epoch, after.epoch);
+    assert_eq!(again.carried_epoch, before.epoch, "coverage is set once");
 }
 
 /// A closed room refuses joins and admits nobody.
@@ -637,7 +670,9 @@ pub async fn prequeue_lost_store<H: Harness>(h: &mut H) {
     }
     h.lose_state().await;
     let store = h.store();
-    let snap = retry(|| store.recover(room, &s, 12, 0)).await.unwrap();
+    let snap = retry(|| store.recover(room, &s, floors(12, 0)))
+        .await
+        .unwrap();
     assert!(snap.prequeue_open || snap.store_now_ms >= opens);
     let j = store.join(room).await.unwrap();
     assert_eq!(j.seq, 13);
@@ -649,7 +684,9 @@ pub async fn prequeue_lost_store<H: Harness>(h: &mut H) {
     let store = h.store();
     let mut hinted = s.clone();
     hinted.prequeue_draw = Some(draw);
-    let snap = retry(|| store.recover(room, &hinted, 14, 2)).await.unwrap();
+    let snap = retry(|| store.recover(room, &hinted, floors(14, 2)))
+        .await
+        .unwrap();
     assert_eq!(snap.prequeue_draw, Some(draw));
     assert!(!snap.prequeue_open);
     // the store's own draw wins over a different hint
@@ -734,6 +771,245 @@ pub async fn sold_out_and_adaptive_settings<H: Harness>(h: &mut H) {
     assert_eq!(snap.rate_per_sec, 100.0);
 }
 
+/// Passthrough admits on the spot or hands out nothing: never a seq it
+/// does not admit, whatever the state (queue, no credit, paused, capped,
+/// closed).
+pub async fn passthrough_takes_no_place<H: Harness>(h: &mut H) {
+    let room = "c-passthrough-only";
+    let mut s = settings(0.01, 2.0);
+    let store = setup(h, room, &s).await;
+    let a = store.passthrough(room).await.unwrap().unwrap();
+    assert!(a.admitted);
+    assert_eq!((a.seq, a.frontier), (1, 1));
+    assert!(store.passthrough(room).await.unwrap().unwrap().admitted);
+    // credit spent: nothing, and the tail stays
+    for _ in 0..20 {
+        assert_eq!(store.passthrough(room).await.unwrap(), None);
+    }
+    let snap = store.snapshot(room).await.unwrap();
+    assert_eq!((snap.tail, snap.frontier), (2, 2));
+    // paused, someone waiting: nothing either
+    s.burst = 5.0;
+    s.rate_per_sec = 1000.0;
+    s.version = store.settings(room).await.unwrap().unwrap().version;
+    store.update_settings(room, &s).await.unwrap();
+    s.version += 1;
+    let snap = store.snapshot(room).await.unwrap();
+    assert_eq!(snap.tail, 2);
+    s.paused = true;
+    store.update_settings(room, &s).await.unwrap();
+    s.version += 1;
+    store.join(room).await.unwrap();
+    h.elapse(Duration::from_millis(50)).await;
+    assert_eq!(store.passthrough(room).await.unwrap(), None);
+    assert_eq!(store.snapshot(room).await.unwrap().tail, 3);
+    s.closed = true;
+    store.update_settings(room, &s).await.unwrap();
+    assert_eq!(store.passthrough(room).await.unwrap(), None);
+    assert!(matches!(
+        store.passthrough("c-never").await,
+        Err(AdmissionError::RoomNotFound(_))
+    ));
+}
+
+/// Concurrent passthroughs admit exactly the credit there is, and take no
+/// other seq.
+pub async fn passthrough_race<H: Harness>(h: &mut H) {
+    let room = "c-passthrough-race";
+    let store = setup(h, room, &settings(0.01, 5.0)).await;
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let st = store.clone();
+        tasks.push(tokio::spawn(async move {
+            st.passthrough("c-passthrough-race").await.unwrap()
+        }));
+    }
+    let mut admitted = Vec::new();
+    for t in tasks {
+        if let Some(o) = t.await.unwrap() {
+            assert!(o.admitted);
+            admitted.push(o.seq);
+        }
+    }
+    admitted.sort_unstable();
+    assert_eq!(admitted, vec![1, 2, 3, 4, 5]);
+    let snap = store.snapshot(room).await.unwrap();
+    assert_eq!((snap.tail, snap.frontier), (5, 5));
+}
+
+/// One place, one session: claiming an admitted place again resumes the
+/// same session (the active count does not grow, a cap holds), and a
+/// revoked or expired session spends the place for good.
+pub async fn one_place_one_session<H: Harness>(h: &mut H) {
+    let room = "c-one-session";
+    let mut s = settings(0.01, 3.0);
+    s.max_active = Some(3);
+    let store = setup(h, room, &s).await;
+    for _ in 0..3 {
+        store.join(room).await.unwrap();
+    }
+    let j = store.join(room).await.unwrap();
+    assert!(!j.admitted);
+    let ttl = Duration::from_secs(30);
+    // seq 4 waits; 1..3 passed through (claimed by the join): a claim of
+    // them is a resume only for a live session
+    assert_eq!(
+        store.admit(room, 4, "e.4", ttl).await.unwrap(),
+        AdmitOutcome::NotAdmitted
+    );
+    assert_eq!(
+        store.admit(room, 1, "e.1", ttl).await.unwrap(),
+        AdmitOutcome::Spent,
+        "a claimed place with no session is spent"
+    );
+    // a place admitted by advance
+    let mut s2 = store.settings(room).await.unwrap().unwrap();
+    s2.max_active = Some(10);
+    s2.rate_per_sec = 1000.0;
+    store.update_settings(room, &s2).await.unwrap();
+    h.elapse(Duration::from_millis(50)).await;
+    assert!(store.advance(room).await.unwrap().frontier >= 4);
+    assert_eq!(
+        store.admit(room, 4, "e.4", ttl).await.unwrap(),
+        AdmitOutcome::Started { late: false }
+    );
+    let active = store.snapshot(room).await.unwrap().active_sessions;
+    for _ in 0..20 {
+        assert_eq!(
+            store.admit(room, 4, "e.4", ttl).await.unwrap(),
+            AdmitOutcome::Resumed
+        );
+    }
+    assert_eq!(store.snapshot(room).await.unwrap().active_sessions, active);
+    // revoked: spent, and listed in the ended set
+    let before = store.snapshot(room).await.unwrap();
+    assert!(store.session_end(room, "e.4").await.unwrap());
+    let after = store.snapshot(room).await.unwrap();
+    assert_eq!(after.ended_total, before.ended_total + 1);
+    assert_eq!(
+        store.admit(room, 4, "e.4", ttl).await.unwrap(),
+        AdmitOutcome::Spent
+    );
+    let ended = store.ended_since(room, 0, 100).await.unwrap();
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].0, "e.4");
+    let at = ended[0].1;
+    assert!(
+        store
+            .ended_since(room, at + 1, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.ended_since(room, at, 100).await.unwrap().len(), 1);
+    // ending it again counts once
+    assert!(!store.session_end(room, "e.4").await.unwrap());
+    assert_eq!(
+        store.snapshot(room).await.unwrap().ended_total,
+        after.ended_total
+    );
+    // a session that expired spends its place too
+    let j = store.join(room).await.unwrap();
+    h.elapse(Duration::from_millis(50)).await;
+    store.advance(room).await.unwrap();
+    let short = Duration::from_secs(1);
+    let sid = format!("e.{}", j.seq);
+    if !j.admitted {
+        assert_eq!(
+            store.admit(room, j.seq, &sid, short).await.unwrap(),
+            AdmitOutcome::Started { late: false }
+        );
+        h.elapse(Duration::from_millis(1_200)).await;
+        assert_eq!(
+            store.admit(room, j.seq, &sid, short).await.unwrap(),
+            AdmitOutcome::Spent
+        );
+    }
+}
+
+/// Settings are written compare-and-set on their version: a writer with a
+/// stale copy is refused and changes nothing, and every write bumps it.
+pub async fn settings_compare_and_set<H: Harness>(h: &mut H) {
+    let room = "c-settings-cas";
+    let store = setup(h, room, &settings(10.0, 2.0)).await;
+    let a = store.settings(room).await.unwrap().unwrap();
+    let v0 = a.version;
+    assert!(v0 >= 1);
+    assert_eq!(store.snapshot(room).await.unwrap().settings_version, v0);
+    let mut first = a.clone();
+    first.rate_per_sec = 20.0;
+    let mut second = a.clone();
+    second.paused = true;
+    let snap = store.update_settings(room, &first).await.unwrap();
+    assert_eq!(snap.settings_version, v0 + 1);
+    match store.update_settings(room, &second).await {
+        Err(AdmissionError::SettingsConflict { current }) => assert_eq!(current, v0 + 1),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let now = store.settings(room).await.unwrap().unwrap();
+    assert_eq!(now.rate_per_sec, 20.0);
+    assert!(!now.paused, "the stale write changed nothing");
+    assert_eq!(now.version, v0 + 1);
+    // the loser reads again and applies its change on top
+    let mut retried = now.clone();
+    retried.paused = true;
+    store.update_settings(room, &retried).await.unwrap();
+    let last = store.settings(room).await.unwrap().unwrap();
+    assert!(last.paused && last.rate_per_sec == 20.0);
+    // concurrent writers each applying one field: none is lost
+    let mut tasks = Vec::new();
+    for i in 0..8u64 {
+        let st = store.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let mut s = st.settings("c-settings-cas").await.unwrap().unwrap();
+                s.join_limit_per_prefix_per_min =
+                    Some(s.join_limit_per_prefix_per_min.unwrap_or(0) + (1 << i));
+                match st.update_settings("c-settings-cas", &s).await {
+                    Ok(_) => return,
+                    Err(AdmissionError::SettingsConflict { .. }) => continue,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let end = store.settings(room).await.unwrap().unwrap();
+    assert_eq!(end.join_limit_per_prefix_per_min, Some(255));
+    assert_eq!(end.version, v0 + 2 + 8);
+    // an update of a room the store lost does not create it
+    assert!(matches!(
+        store.update_settings("c-never-cas", &end).await,
+        Err(AdmissionError::RoomNotFound(_))
+    ));
+}
+
+/// A queue token of a lost epoch gets a place of the new one: the same
+/// for every ask, never a seq anyone else holds.
+pub async fn reseat_is_stable_and_unshared<H: Harness>(h: &mut H) {
+    let room = "c-reseat";
+    let store = setup(h, room, &settings(0.01, 1.0)).await;
+    store.join(room).await.unwrap();
+    let mut seqs = HashSet::new();
+    for _ in 0..5 {
+        assert!(seqs.insert(store.join(room).await.unwrap().seq));
+    }
+    let ttl = Duration::from_secs(60);
+    let r = store.reseat(room, 7, 3, ttl).await.unwrap();
+    assert!(!r.admitted);
+    assert!(seqs.insert(r.seq), "reseat shares seq {}", r.seq);
+    for _ in 0..5 {
+        assert_eq!(store.reseat(room, 7, 3, ttl).await.unwrap().seq, r.seq);
+    }
+    let other = store.reseat(room, 7, 4, ttl).await.unwrap();
+    assert!(seqs.insert(other.seq));
+    let j = store.join(room).await.unwrap();
+    assert!(seqs.insert(j.seq));
+    assert!(j.seq > other.seq);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each building its
 /// harness with `$make` (an expression of type `impl Future<Output =
 /// Option<H>>`; `None` skips).
@@ -745,7 +1021,9 @@ macro_rules! conformance_tests {
             no_show_refund sessions_and_max_active lost_store_reseed closed_room
             settings_roundtrip concurrent_joins snapshot_is_read_only
             prequeue prequeue_race prequeue_lost_store
-            steering_lease sold_out_and_adaptive_settings);
+            steering_lease sold_out_and_adaptive_settings
+            passthrough_takes_no_place passthrough_race one_place_one_session
+            settings_compare_and_set reseat_is_stable_and_unshared);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

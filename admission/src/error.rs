@@ -31,6 +31,33 @@ pub enum AdmissionError {
     /// refusal rather than a fault, kept here so `join` has one return type.
     #[error("room {0:?} is closed")]
     Closed(String),
+    /// The settings the store holds for a room are unparseable, larger
+    /// than [`crate::settings::MAX_SETTINGS_BYTES`] or invalid. The gateway
+    /// keeps its last good copy, logs it and counts it.
+    #[error("the store's settings of room {room:?} are refused: {reason}")]
+    StoredSettings {
+        /// The room.
+        room: String,
+        /// Why.
+        reason: String,
+    },
+    /// A settings write named a version the store no longer has: another
+    /// write came first. Read again, apply the change again, retry.
+    #[error("settings changed meanwhile (store version {current})")]
+    SettingsConflict {
+        /// The store's version now.
+        current: u64,
+    },
+    /// Fewer replicas acknowledged a join than `wait_replicas` asks for
+    /// (the seq may be lost by a failover; the gateway answers 503 and never
+    /// reuses it).
+    #[error("join acknowledged by {acked} of {wanted} replicas")]
+    NotReplicated {
+        /// Replicas asked for.
+        wanted: u32,
+        /// Replicas that acknowledged.
+        acked: u32,
+    },
     /// A room id that cannot be used as a key hash tag.
     #[error("invalid room id {0:?}: 1-64 characters of [A-Za-z0-9._-]")]
     InvalidRoomId(String),

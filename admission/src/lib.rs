@@ -99,7 +99,9 @@ pub use redis_store::{RedisConfig, RedisQueueStore};
 pub use settings::{
     AdaptiveState, InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active,
 };
-pub use store::{ClaimOutcome, JoinOutcome, QueueBackend, QueueStore, Snapshot};
+pub use store::{
+    AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueBackend, QueueStore, Snapshot,
+};
 pub use tokens::{
     AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id, unix_now_s,
 };

@@ -18,7 +18,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{AdmissionError, validate_room_id};
 use crate::room::RoomCore;
 use crate::settings::RoomSettings;
-use crate::store::{ClaimOutcome, JoinOutcome, QueueStore, Result, Snapshot};
+use crate::store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Result, Snapshot};
 
 /// The in-memory store; cheap to clone (clones share the rooms).
 #[derive(Clone)]
@@ -111,41 +111,93 @@ impl MemoryQueueStore {
         self.with_room(room, f)
     }
 
-    fn recover_sync(
+    /// Creates the room, or (`expected`: the compare-and-set of
+    /// [`QueueStore::update_settings`]; `None`: unconditional) changes its
+    /// settings; the store assigns the version.
+    fn configure_sync(
         &self,
         room: &str,
         settings: &RoomSettings,
-        min_tail: u64,
-        min_frontier: u64,
+        expected: Option<u64>,
     ) -> Result<Snapshot> {
         validate_room_id(room)?;
-        settings.validate()?;
+        settings.to_stored()?;
         let mut settings = settings.clone();
         settings.recalibrate();
         let now = self.now_ms();
-        let existing = self.inner.rooms.read().get(room).cloned();
-        if let Some(r) = existing {
-            let mut core = r.lock();
+        let mut update = |core: &mut RoomCore| -> Result<Snapshot> {
+            let current = core.settings().version;
+            if expected.is_some_and(|v| v != current) {
+                return Err(AdmissionError::SettingsConflict { current });
+            }
+            settings.version = current + 1;
             core.configure(now, &settings);
-            core.reseed(min_tail, min_frontier);
-            return Ok(core.snapshot(room, now));
+            Ok(core.snapshot(room, now))
+        };
+        if let Some(r) = self.inner.rooms.read().get(room).cloned() {
+            return update(&mut r.lock());
+        }
+        if expected.is_some() {
+            return Err(AdmissionError::RoomNotFound(room.to_owned()));
         }
         let mut rooms = self.inner.rooms.write();
         if let Some(r) = rooms.get(room).cloned() {
             // another caller created it meanwhile: update that one
             drop(rooms);
-            let mut core = r.lock();
-            core.configure(now, &settings);
-            core.reseed(min_tail, min_frontier);
-            return Ok(core.snapshot(room, now));
+            return update(&mut r.lock());
         }
-        // a new state: full bucket at the floors, nothing admitted yet
-        // (as configure.lua)
+        Ok(self.create(&mut rooms, room, settings, now, Floors::default()))
+    }
+
+    /// A new state: full bucket at the floors, nothing admitted yet (as
+    /// configure.lua).
+    fn create(
+        &self,
+        rooms: &mut HashMap<String, Arc<Mutex<RoomCore>>>,
+        room: &str,
+        mut settings: RoomSettings,
+        now: u64,
+        floors: Floors,
+    ) -> Snapshot {
+        settings.version = 1;
         let epoch = self.next_epoch(now);
-        let core = RoomCore::new(now, &settings, epoch, min_tail, min_frontier);
+        let core = RoomCore::carrying(
+            now,
+            &settings,
+            epoch,
+            floors.tail,
+            floors.frontier,
+            floors.epoch,
+        );
         let snap = core.snapshot(room, now);
         rooms.insert(room.to_owned(), Arc::new(Mutex::new(core)));
-        Ok(snap)
+        snap
+    }
+
+    fn recover_sync(
+        &self,
+        room: &str,
+        settings: &RoomSettings,
+        floors: Floors,
+    ) -> Result<Snapshot> {
+        validate_room_id(room)?;
+        settings.to_stored()?;
+        let mut settings = settings.clone();
+        settings.recalibrate();
+        let now = self.now_ms();
+        let reseed = |core: &mut RoomCore| {
+            core.extend_carry(floors.tail, floors.frontier, floors.epoch);
+            core.snapshot(room, now)
+        };
+        if let Some(r) = self.inner.rooms.read().get(room).cloned() {
+            return Ok(reseed(&mut r.lock()));
+        }
+        let mut rooms = self.inner.rooms.write();
+        if let Some(r) = rooms.get(room).cloned() {
+            drop(rooms);
+            return Ok(reseed(&mut r.lock()));
+        }
+        Ok(self.create(&mut rooms, room, settings, now, floors))
     }
 
     /// [`QueueStore::join`], synchronously.
@@ -165,17 +217,59 @@ impl MemoryQueueStore {
 
 impl QueueStore for MemoryQueueStore {
     async fn configure(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
-        self.recover_sync(room, settings, 0, 0)
+        self.configure_sync(room, settings, None)
     }
 
     async fn recover(
         &self,
         room: &str,
         settings: &RoomSettings,
-        min_tail: u64,
-        min_frontier: u64,
+        floors: Floors,
     ) -> Result<Snapshot> {
-        self.recover_sync(room, settings, min_tail, min_frontier)
+        self.recover_sync(room, settings, floors)
+    }
+
+    async fn update_settings(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
+        self.configure_sync(room, settings, Some(settings.version))
+    }
+
+    async fn passthrough(&self, room: &str) -> Result<Option<JoinOutcome>> {
+        self.with_room(room, |c, now| c.passthrough(now))
+    }
+
+    async fn reseat(
+        &self,
+        room: &str,
+        old_epoch: u64,
+        old_seq: u64,
+        ttl: Duration,
+    ) -> Result<JoinOutcome> {
+        self.with_room(room, |c, now| {
+            c.reseat(now, old_epoch, old_seq, ttl.as_millis() as u64)
+        })?
+        .ok_or_else(|| AdmissionError::Closed(room.to_owned()))
+    }
+
+    async fn admit(
+        &self,
+        room: &str,
+        place: u64,
+        session_id: &str,
+        ttl: Duration,
+    ) -> Result<AdmitOutcome> {
+        validate_session_id(session_id)?;
+        self.with_room(room, |c, now| {
+            c.admit(now, place, session_id, ttl.as_millis() as u64)
+        })
+    }
+
+    async fn ended_since(
+        &self,
+        room: &str,
+        since_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>> {
+        self.with_room(room, |c, _| c.ended_since(since_ms, limit))
     }
 
     async fn settings(&self, room: &str) -> Result<Option<RoomSettings>> {

@@ -10,7 +10,7 @@
 //! # Key schema
 //!
 //! All keys of a room share the hash tag `{room}`, and every script gets all
-//! four in `KEYS[]`, so the scripts run unchanged on Redis Cluster:
+//! six in `KEYS[]`, so the scripts run unchanged on Redis Cluster:
 //!
 //! | key | type | holds |
 //! |---|---|---|
@@ -18,10 +18,19 @@
 //! | `sluice:{room}:claims` | string | the claim bitmap: bit `seq` set = claimed |
 //! | `sluice:{room}:batches` | list | open advance batches `from:to:at_ms`, oldest first |
 //! | `sluice:{room}:sessions` | sorted set | session id → deadline (ms, `TIME`) |
+//! | `sluice:{room}:ended` | sorted set | session id ended by a revoke → when (ms); kept for the session ttl + 30 s |
+//! | `sluice:{room}:reseats` | hash | `epoch:seq` of an old-epoch queue token → its seq in this epoch ([`QueueStore::reseat`]) |
 //! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
 //!
 //! The prefix `sluice` is [`RedisConfig::prefix`]. Requires Redis ≥ 7.0
 //! (`BITCOUNT … BIT`).
+//!
+//! With [`RedisConfig::wait_replicas`] = n > 0, the scripts that hand out a
+//! seq (join, passthrough, reseat) are sent with `WAIT n timeout` in one
+//! pipeline on a connection of their own (as the reservation store's holds
+//! are), and a join fewer replicas acknowledged fails with
+//! [`AdmissionError::NotReplicated`]: a failover could lose it, and the
+//! gateway never reuses a seq it saw.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +45,7 @@ use crate::error::{AdmissionError, validate_room_id};
 use crate::memory::validate_session_id;
 use crate::prequeue::PrequeueDraw;
 use crate::settings::RoomSettings;
-use crate::store::{ClaimOutcome, JoinOutcome, QueueStore, Result, Snapshot};
+use crate::store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Result, Snapshot};
 
 const LIB: &str = include_str!("../lua/lib.lua");
 const JOIN: &str = include_str!("../lua/join.lua");
@@ -46,6 +55,9 @@ const CLAIM: &str = include_str!("../lua/claim.lua");
 const CONFIGURE: &str = include_str!("../lua/configure.lua");
 const SESSION: &str = include_str!("../lua/session.lua");
 const LEASE: &str = include_str!("../lua/lease.lua");
+const ADMIT: &str = include_str!("../lua/admit.lua");
+const RESEAT: &str = include_str!("../lua/reseat.lua");
+const ENDED: &str = include_str!("../lua/ended.lua");
 
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
@@ -54,6 +66,11 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// Key prefix. Default `sluice`.
     pub prefix: String,
+    /// Replicas that must acknowledge a join (`WAIT`) before it is
+    /// answered. Default 0: as soon as the primary applied it.
+    pub wait_replicas: u32,
+    /// How long `WAIT` may block. Default 100 ms.
+    pub wait_timeout: Duration,
 }
 
 impl Default for RedisConfig {
@@ -61,6 +78,8 @@ impl Default for RedisConfig {
         Self {
             timeout: Duration::from_secs(1),
             prefix: "sluice".into(),
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
         }
     }
 }
@@ -114,6 +133,9 @@ struct Scripts {
     configure: Script,
     session: Script,
     lease: Script,
+    admit: Script,
+    reseat: Script,
+    ended: Script,
 }
 
 impl Scripts {
@@ -127,6 +149,9 @@ impl Scripts {
             configure: s(CONFIGURE),
             session: s(SESSION),
             lease: Script::new(LEASE),
+            admit: s(ADMIT),
+            reseat: s(RESEAT),
+            ended: s(ENDED),
         }
     }
 }
@@ -135,6 +160,10 @@ impl Scripts {
 #[derive(Clone)]
 pub struct RedisQueueStore {
     conn: Conn,
+    /// The connection joins and their `WAIT` run on, when
+    /// [`RedisConfig::wait_replicas`] asks for one (`WAIT` blocks the
+    /// connection it runs on).
+    durable: Option<Conn>,
     scripts: Arc<Scripts>,
     cfg: RedisConfig,
 }
@@ -154,6 +183,21 @@ impl RedisQueueStore {
     /// `redis+sentinel://host:port[,host:port…]/service` (the primary Redis
     /// Sentinel names, followed across failovers).
     pub async fn connect(url: &str, cfg: RedisConfig) -> Result<Self> {
+        let conn = Self::open(url, &cfg).await?;
+        let durable = if cfg.wait_replicas > 0 {
+            Some(Self::open(url, &cfg).await?)
+        } else {
+            None
+        };
+        Ok(Self {
+            conn,
+            durable,
+            scripts: Arc::new(Scripts::new()),
+            cfg,
+        })
+    }
+
+    async fn open(url: &str, cfg: &RedisConfig) -> Result<Conn> {
         if url.starts_with(sluice_sentinel::SCHEME) {
             let conn = tokio::time::timeout(
                 cfg.timeout * 2,
@@ -161,11 +205,7 @@ impl RedisQueueStore {
             )
             .await
             .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
-            return Ok(Self {
-                conn: Conn::Sentinel(conn),
-                scripts: Arc::new(Scripts::new()),
-                cfg,
-            });
+            return Ok(Conn::Sentinel(conn));
         }
         if let Some(rest) = url.strip_prefix("redis+cluster://") {
             let nodes: Vec<String> = rest
@@ -173,7 +213,7 @@ impl RedisQueueStore {
                 .split(',')
                 .map(|n| format!("redis://{n}"))
                 .collect();
-            return Self::connect_cluster(&nodes, cfg).await;
+            return Self::open_cluster(&nodes, cfg).await;
         }
         let client = redis::Client::open(url)?;
         let mcfg = ConnectionManagerConfig::new()
@@ -185,17 +225,28 @@ impl RedisQueueStore {
         )
         .await
         .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
-        Ok(Self::from_manager(cm, cfg))
+        Ok(Conn::Single(cm))
     }
 
-    /// Connects to a Redis Cluster through any of `nodes` (`redis://…`).
-    pub async fn connect_cluster(nodes: &[String], cfg: RedisConfig) -> Result<Self> {
+    async fn open_cluster(nodes: &[String], cfg: &RedisConfig) -> Result<Conn> {
         let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
         let conn = tokio::time::timeout(cfg.timeout * 2, client.get_async_connection())
             .await
             .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
+        Ok(Conn::Cluster(conn))
+    }
+
+    /// Connects to a Redis Cluster through any of `nodes` (`redis://…`).
+    pub async fn connect_cluster(nodes: &[String], cfg: RedisConfig) -> Result<Self> {
+        let conn = Self::open_cluster(nodes, &cfg).await?;
+        let durable = if cfg.wait_replicas > 0 {
+            Some(Self::open_cluster(nodes, &cfg).await?)
+        } else {
+            None
+        };
         Ok(Self {
-            conn: Conn::Cluster(conn),
+            conn,
+            durable,
             scripts: Arc::new(Scripts::new()),
             cfg,
         })
@@ -204,20 +255,23 @@ impl RedisQueueStore {
     /// Wraps an existing connection manager.
     pub fn from_manager(cm: ConnectionManager, cfg: RedisConfig) -> Self {
         Self {
-            conn: Conn::Single(cm),
+            conn: Conn::Single(cm.clone()),
+            durable: (cfg.wait_replicas > 0).then_some(Conn::Single(cm)),
             scripts: Arc::new(Scripts::new()),
             cfg,
         }
     }
 
-    /// The four keys of `room`, in the scripts' `KEYS[]` order.
-    pub fn keys(&self, room: &str) -> [String; 4] {
+    /// The six keys of `room`, in the scripts' `KEYS[]` order.
+    pub fn keys(&self, room: &str) -> [String; 6] {
         let p = &self.cfg.prefix;
         [
             format!("{p}:{{{room}}}:state"),
             format!("{p}:{{{room}}}:claims"),
             format!("{p}:{{{room}}}:batches"),
             format!("{p}:{{{room}}}:sessions"),
+            format!("{p}:{{{room}}}:ended"),
+            format!("{p}:{{{room}}}:reseats"),
         ]
     }
 
@@ -245,16 +299,84 @@ impl RedisQueueStore {
         }
         let mut conn = self.conn.clone();
         let reply: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        Self::status(room, reply)
+    }
+
+    /// [`Self::run`] for a script that hands out a seq: with
+    /// `wait_replicas`, sent with `WAIT` in one pipeline on the durable
+    /// connection, and refused ([`AdmissionError::NotReplicated`]) when fewer
+    /// replicas acknowledged it.
+    async fn run_waited(&self, script: &Script, room: &str, args: &[String]) -> Result<Vec<i64>> {
+        let Some(durable) = &self.durable else {
+            return self.run(script, room, args).await;
+        };
+        validate_room_id(room)?;
+        let keys = self.keys(room);
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(&keys[..])
+            .arg(args);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .add_command(evalsha)
+            .cmd("WAIT")
+            .arg(self.cfg.wait_replicas)
+            .arg(self.cfg.wait_timeout.as_millis() as u64);
+        // A NOSCRIPT (a fresh or just-promoted server) ran nothing: load the
+        // script on this connection and send the pipeline once more.
+        for attempt in 0..2 {
+            let mut conn = durable.clone();
+            let mut replies: Vec<redis::RedisResult<Vec<i64>>> =
+                self.bounded(pipe.query_async(&mut conn)).await?;
+            let waited = replies.pop();
+            let reply = replies.pop();
+            match reply {
+                Some(Err(e))
+                    if attempt == 0
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    let mut conn = durable.clone();
+                    self.bounded(script.prepare_invoke().load_async(&mut conn))
+                        .await?;
+                }
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(reply)) => {
+                    let reply = Self::status(room, reply)?;
+                    let acked = match waited {
+                        Some(Ok(w)) => w.first().copied().unwrap_or(0),
+                        Some(Err(e)) => return Err(e.into()),
+                        None => 0,
+                    };
+                    let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
+                    if acked < self.cfg.wait_replicas {
+                        return Err(AdmissionError::NotReplicated {
+                            wanted: self.cfg.wait_replicas,
+                            acked,
+                        });
+                    }
+                    return Ok(reply);
+                }
+                None => break,
+            }
+        }
+        Err(AdmissionError::Protocol("script and WAIT: no reply".into()))
+    }
+
+    fn status(room: &str, reply: Vec<i64>) -> Result<Vec<i64>> {
         match reply.first() {
             Some(1) => Ok(reply),
             Some(0) => Err(AdmissionError::RoomNotFound(room.to_owned())),
             Some(2) => Err(AdmissionError::Closed(room.to_owned())),
+            Some(3) => Ok(reply),
             _ => Err(AdmissionError::Protocol(format!("script reply {reply:?}"))),
         }
     }
 
     fn snapshot_from(room: &str, r: &[i64]) -> Result<Snapshot> {
-        if r.len() < 21 {
+        if r.len() < 25 {
             return Err(AdmissionError::Protocol(format!("snapshot reply {r:?}")));
         }
         let u = |i: usize| r[i].max(0) as u64;
@@ -285,6 +407,23 @@ impl RedisQueueStore {
                     n: u(20),
                 },
             ),
+            ended_total: u(21),
+            carried_epoch: u(22),
+            carried_tail: u(23),
+            settings_version: u(24),
+        })
+    }
+
+    fn join_from(r: &[i64]) -> Result<JoinOutcome> {
+        if r.len() < 6 {
+            return Err(AdmissionError::Protocol(format!("join reply {r:?}")));
+        }
+        Ok(JoinOutcome {
+            seq: r[1].max(0) as u64,
+            epoch: r[2].max(0) as u64,
+            admitted: r[3] == 1,
+            frontier: r[4].max(0) as u64,
+            prequeue: r[5] == 1,
         })
     }
 
@@ -293,18 +432,17 @@ impl RedisQueueStore {
         mode: &str,
         room: &str,
         settings: Option<&RoomSettings>,
-        min_tail: u64,
-        min_frontier: u64,
+        floors: Floors,
+        expected: Option<u64>,
     ) -> Result<Snapshot> {
         let mut args = vec![mode.to_owned()];
         match settings {
             Some(s) => {
-                s.validate()?;
+                s.to_stored()?;
                 let mut s = s.clone();
                 s.recalibrate();
                 let p = BucketParams::from_settings(&s);
-                let json = serde_json::to_string(&s)
-                    .map_err(|e| AdmissionError::Protocol(e.to_string()))?;
+                let json = s.to_stored()?;
                 args.extend([
                     p.rate_milli.to_string(),
                     p.burst_micro.to_string(),
@@ -320,8 +458,8 @@ impl RedisQueueStore {
             }
             None => args.extend(std::iter::repeat_n(String::from("0"), 7)),
         }
-        args.push(min_tail.to_string());
-        args.push(min_frontier.to_string());
+        args.push(floors.tail.to_string());
+        args.push(floors.frontier.to_string());
         let hint = settings.and_then(|s| s.prequeue_draw);
         args.extend([
             settings
@@ -330,8 +468,18 @@ impl RedisQueueStore {
                 .to_string(),
             hint.map_or(0, |d| d.from).to_string(),
             hint.map_or(-1, |d| d.n as i64).to_string(),
+            expected.map_or(-1, |v| v as i64).to_string(),
+            floors.epoch.to_string(),
+            settings
+                .map_or(0, |s| s.session_ttl.as_millis() as u64)
+                .to_string(),
         ]);
         let r = self.run(&self.scripts.configure, room, &args).await?;
+        if r.first() == Some(&3) {
+            return Err(AdmissionError::SettingsConflict {
+                current: r.get(1).copied().unwrap_or(0).max(0) as u64,
+            });
+        }
         Self::snapshot_from(room, &r)
     }
 
@@ -351,7 +499,7 @@ impl RedisQueueStore {
 
 impl QueueStore for RedisQueueStore {
     async fn configure(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
-        self.configure_script("configure", room, Some(settings), 0, 0)
+        self.configure_script("configure", room, Some(settings), Floors::default(), None)
             .await
     }
 
@@ -359,10 +507,9 @@ impl QueueStore for RedisQueueStore {
         &self,
         room: &str,
         settings: &RoomSettings,
-        min_tail: u64,
-        min_frontier: u64,
+        floors: Floors,
     ) -> Result<Snapshot> {
-        self.configure_script("configure", room, Some(settings), min_tail, min_frontier)
+        self.configure_script("recover", room, Some(settings), floors, None)
             .await
     }
 
@@ -370,28 +517,114 @@ impl QueueStore for RedisQueueStore {
         validate_room_id(room)?;
         let [state, ..] = self.keys(room);
         let mut conn = self.conn.clone();
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(state).arg("settings");
-        let json: Option<String> = self.bounded(cmd.query_async(&mut conn)).await?;
-        json.map(|j| {
-            serde_json::from_str(&j)
-                .map_err(|e| AdmissionError::Protocol(format!("stored settings: {e}")))
-        })
-        .transpose()
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(state).arg("settings").arg("settings_v");
+        let (json, version): (Option<String>, Option<u64>) =
+            self.bounded(cmd.query_async(&mut conn)).await?;
+        let Some(json) = json else {
+            return Ok(None);
+        };
+        let mut s =
+            RoomSettings::from_stored(&json).map_err(|e| AdmissionError::StoredSettings {
+                room: room.to_owned(),
+                reason: e.to_string(),
+            })?;
+        s.version = version.unwrap_or(0);
+        Ok(Some(s))
+    }
+
+    async fn update_settings(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
+        self.configure_script(
+            "configure",
+            room,
+            Some(settings),
+            Floors::default(),
+            Some(settings.version),
+        )
+        .await
+    }
+
+    async fn passthrough(&self, room: &str) -> Result<Option<JoinOutcome>> {
+        let r = match self
+            .run_waited(&self.scripts.join, room, &["passthrough".to_owned()])
+            .await
+        {
+            Err(AdmissionError::Closed(_)) => return Ok(None),
+            r => r?,
+        };
+        if r.first() == Some(&3) {
+            return Ok(None);
+        }
+        Self::join_from(&r).map(Some)
+    }
+
+    async fn reseat(
+        &self,
+        room: &str,
+        old_epoch: u64,
+        old_seq: u64,
+        ttl: Duration,
+    ) -> Result<JoinOutcome> {
+        let args = [
+            old_epoch.to_string(),
+            old_seq.to_string(),
+            (ttl.as_millis() as u64).max(1).to_string(),
+        ];
+        let r = self.run_waited(&self.scripts.reseat, room, &args).await?;
+        Self::join_from(&r)
+    }
+
+    async fn admit(
+        &self,
+        room: &str,
+        place: u64,
+        session_id: &str,
+        ttl: Duration,
+    ) -> Result<AdmitOutcome> {
+        validate_session_id(session_id)?;
+        let args = [
+            place.to_string(),
+            session_id.to_owned(),
+            (ttl.as_millis() as u64).to_string(),
+        ];
+        let r = self.run(&self.scripts.admit, room, &args).await?;
+        match r.get(1) {
+            Some(0) => Ok(AdmitOutcome::Started { late: false }),
+            Some(1) => Ok(AdmitOutcome::Resumed),
+            Some(2) => Ok(AdmitOutcome::NotAdmitted),
+            Some(3) => Ok(AdmitOutcome::Started { late: true }),
+            Some(4) => Ok(AdmitOutcome::Spent),
+            _ => Err(AdmissionError::Protocol(format!("admit reply {r:?}"))),
+        }
+    }
+
+    async fn ended_since(
+        &self,
+        room: &str,
+        since_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>> {
+        validate_room_id(room)?;
+        let mut inv = self.scripts.ended.prepare_invoke();
+        for k in self.keys(room) {
+            inv.key(k);
+        }
+        inv.arg(since_ms).arg(limit.max(1));
+        let mut conn = self.conn.clone();
+        let flat: Vec<String> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let mut out = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks_exact(2) {
+            let at = pair[1]
+                .parse::<f64>()
+                .map_err(|_| AdmissionError::Protocol(format!("ended score {:?}", pair[1])))?;
+            out.push((pair[0].clone(), at as u64));
+        }
+        Ok(out)
     }
 
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
-        let r = self.run(&self.scripts.join, room, &[]).await?;
-        if r.len() < 6 {
-            return Err(AdmissionError::Protocol(format!("join reply {r:?}")));
-        }
-        Ok(JoinOutcome {
-            seq: r[1] as u64,
-            epoch: r[2] as u64,
-            admitted: r[3] == 1,
-            frontier: r[4] as u64,
-            prequeue: r[5] == 1,
-        })
+        let r = self.run_waited(&self.scripts.join, room, &[]).await?;
+        Self::join_from(&r)
     }
 
     async fn advance(&self, room: &str) -> Result<Snapshot> {
@@ -433,7 +666,12 @@ impl QueueStore for RedisQueueStore {
     }
 
     async fn reseed(&self, room: &str, min_tail: u64, min_frontier: u64) -> Result<Snapshot> {
-        self.configure_script("reseed", room, None, min_tail, min_frontier)
+        let floors = Floors {
+            tail: min_tail,
+            frontier: min_frontier,
+            epoch: 0,
+        };
+        self.configure_script("reseed", room, None, floors, None)
             .await
     }
 

@@ -26,7 +26,13 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use crate::bucket::{Bucket, BucketParams, MICRO};
 use crate::prequeue::PrequeueDraw;
 use crate::settings::RoomSettings;
-use crate::store::{ClaimOutcome, JoinOutcome, Snapshot};
+use crate::store::{AdmitOutcome, ClaimOutcome, JoinOutcome, Snapshot};
+
+/// How long an ended session stays in the room's ended set past its end:
+/// the session's idle lifetime (no admission token of it outlives that,
+/// since renewal needs a live session) plus this allowance for clock skew
+/// between gateways.
+pub const ENDED_SKEW_MS: u64 = 30_000;
 
 /// An advance batch: seqs `from..=to` admitted at `at_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +125,20 @@ pub struct RoomCore {
     settled: u64,
     sessions: HashMap<String, u64>,
     deadlines: BTreeSet<(u64, String)>,
+    /// Sessions ended by a revoke: id → when (store clock), kept for the
+    /// session's idle lifetime (see [`ENDED_SKEW_MS`]) so every gateway
+    /// learns them ([`RoomCore::ended_since`]).
+    ended: HashMap<String, u64>,
+    ended_order: BTreeSet<(u64, String)>,
+    ended_total: u64,
+    /// The epoch whose seqs this state's floors cover (0: none), and the
+    /// tail floor it was created with: a queue token of an older epoch
+    /// keeps its seq as its place only when covered (see [`Snapshot`]).
+    carried_epoch: u64,
+    carried_tail: u64,
+    /// Old-epoch places given a place of this epoch: (epoch, seq) → (seq
+    /// here, forget at ms).
+    reseats: HashMap<(u64, u64), (u64, u64)>,
     /// When the room opens (store clock, ms); 0: not scheduled.
     opens_ms: u64,
     /// The pre-queue draw; `None` while the pre-queue is open (scheduled,
@@ -137,6 +157,20 @@ impl RoomCore {
         epoch: u64,
         min_tail: u64,
         min_frontier: u64,
+    ) -> Self {
+        Self::carrying(now_ms, settings, epoch, min_tail, min_frontier, 0)
+    }
+
+    /// [`RoomCore::new`] for a state recovered from a lost one: the floors
+    /// are the highest tail and frontier seen of `carried_epoch` (0: none
+    /// known), so that epoch's seqs up to the tail floor keep their places.
+    pub fn carrying(
+        now_ms: u64,
+        settings: &RoomSettings,
+        epoch: u64,
+        min_tail: u64,
+        min_frontier: u64,
+        carried_epoch: u64,
     ) -> Self {
         let params = BucketParams::from_settings(settings);
         let mut bucket = Bucket::new(now_ms, &params);
@@ -164,6 +198,16 @@ impl RoomCore {
             settled: min_frontier,
             sessions: HashMap::new(),
             deadlines: BTreeSet::new(),
+            ended: HashMap::new(),
+            ended_order: BTreeSet::new(),
+            ended_total: 0,
+            carried_epoch: if min_tail.max(min_frontier) > 0 {
+                carried_epoch
+            } else {
+                0
+            },
+            carried_tail: min_tail.max(min_frontier),
+            reseats: HashMap::new(),
             counters: Counters::default(),
         }
     }
@@ -284,6 +328,119 @@ impl RoomCore {
         n
     }
 
+    /// A place admitted on the spot, or nothing: only when nobody waits,
+    /// credit allows, the room is not halted and is under its cap. Unlike
+    /// [`RoomCore::join`] it never hands out a seq it does not admit (a
+    /// place in line is bought with proof of work, at the join endpoint).
+    /// The place is claimed by the call itself.
+    pub fn passthrough(&mut self, now_ms: u64) -> Option<JoinOutcome> {
+        if self.params.closed {
+            return None;
+        }
+        self.advance(now_ms);
+        let room = self.room_under_cap();
+        let params = self.live_params();
+        let b = &self.bucket;
+        if params.halted() || b.frontier != b.tail || b.credit_micro < MICRO || room < 1 {
+            return None;
+        }
+        let (seq, admitted) = self.bucket.join(&params, room);
+        debug_assert!(admitted, "checked above");
+        self.counters.joins += 1;
+        self.counters.admitted += 1;
+        self.counters.claimed += 1;
+        self.claims.set(seq);
+        Some(JoinOutcome {
+            seq,
+            epoch: self.epoch,
+            admitted: true,
+            frontier: self.bucket.frontier,
+            prequeue: false,
+        })
+    }
+
+    /// A place of this epoch for a queue token of another (`old_epoch`,
+    /// `old_seq`) that this state's floors do not cover: the same one
+    /// however often asked (until `ttl_ms` after the last ask), a new seq
+    /// at the back of the line the first time, never admitted on the spot.
+    /// `None` when the room is closed.
+    pub fn reseat(
+        &mut self,
+        now_ms: u64,
+        old_epoch: u64,
+        old_seq: u64,
+        ttl_ms: u64,
+    ) -> Option<JoinOutcome> {
+        if self.params.closed {
+            return None;
+        }
+        self.advance(now_ms);
+        if self.reseats.len() >= 4096 {
+            self.reseats.retain(|_, (_, until)| *until > now_ms);
+        }
+        let forget = now_ms.saturating_add(ttl_ms);
+        let seq = match self.reseats.get_mut(&(old_epoch, old_seq)) {
+            Some((seq, until)) => {
+                *until = forget;
+                *seq
+            }
+            None => {
+                self.bucket.tail += 1;
+                self.counters.joins += 1;
+                let seq = self.bucket.tail;
+                self.reseats.insert((old_epoch, old_seq), (seq, forget));
+                seq
+            }
+        };
+        Some(JoinOutcome {
+            seq,
+            epoch: self.epoch,
+            admitted: false,
+            frontier: self.bucket.frontier,
+            prequeue: self.draw.is_none(),
+        })
+    }
+
+    /// Claims the place `place` and starts its session `sid` in one step,
+    /// so that one place is one session however often (and from however
+    /// many tabs) it is claimed: a place claimed before resumes its session
+    /// (renewed for `ttl_ms`) while it lives, and is spent once it ended
+    /// (revoked, or expired). A late claim (after the claim window) waits
+    /// while the room is at its cap.
+    pub fn admit(&mut self, now_ms: u64, place: u64, sid: &str, ttl_ms: u64) -> AdmitOutcome {
+        self.prune_sessions(now_ms);
+        // A late claim's slot went back as credit (and may be in use by
+        // someone admitted since): it is honoured only while the room is
+        // under its cap, else it waits for a slot like anyone admitted.
+        let late_unclaimed = place != 0
+            && place <= self.bucket.frontier
+            && place <= self.settled
+            && !self.claims.get(place);
+        if late_unclaimed && self.room_under_cap() < 1 {
+            return AdmitOutcome::NotAdmitted;
+        }
+        match self.claim(place) {
+            ClaimOutcome::NotAdmitted => AdmitOutcome::NotAdmitted,
+            ClaimOutcome::Claimed | ClaimOutcome::Late if self.ended.contains_key(sid) => {
+                AdmitOutcome::Spent
+            }
+            c @ (ClaimOutcome::Claimed | ClaimOutcome::Late) => {
+                self.session_start(now_ms, sid, ttl_ms);
+                AdmitOutcome::Started {
+                    late: c == ClaimOutcome::Late,
+                }
+            }
+            ClaimOutcome::AlreadyClaimed => {
+                if self.sessions.contains_key(sid) && !self.ended.contains_key(sid) {
+                    self.session_start(now_ms, sid, ttl_ms);
+                    AdmitOutcome::Resumed
+                } else {
+                    AdmitOutcome::Spent
+                }
+            }
+        }
+    }
+
     /// Joins: `None` when the room is closed.
     pub fn join(&mut self, now_ms: u64) -> Option<JoinOutcome> {
         if self.params.closed {
@@ -349,9 +506,18 @@ impl RoomCore {
         }
     }
 
-    /// Ends a session.
+    /// Ends a session (a revoke): it leaves the active count, and joins
+    /// the ended set (whether it was active or not: a revoke of a session
+    /// that expired meanwhile still spends it) for the session's idle
+    /// lifetime, so every gateway refuses its tokens.
     pub fn session_end(&mut self, now_ms: u64, id: &str) -> bool {
         self.prune_sessions(now_ms);
+        self.prune_ended(now_ms);
+        if !self.ended.contains_key(id) {
+            self.ended.insert(id.to_owned(), now_ms);
+            self.ended_order.insert((now_ms, id.to_owned()));
+            self.ended_total += 1;
+        }
         match self.sessions.remove(id) {
             Some(d) => {
                 self.deadlines.remove(&(d, id.to_owned()));
@@ -359,6 +525,33 @@ impl RoomCore {
             }
             None => false,
         }
+    }
+
+    /// How long an ended session is kept in the ended set.
+    fn ended_keep_ms(&self) -> u64 {
+        self.settings.session_ttl.as_millis() as u64 + ENDED_SKEW_MS
+    }
+
+    fn prune_ended(&mut self, now_ms: u64) {
+        let keep = self.ended_keep_ms();
+        while let Some((at, _)) = self.ended_order.first() {
+            if at.saturating_add(keep) > now_ms {
+                break;
+            }
+            if let Some((_, id)) = self.ended_order.pop_first() {
+                self.ended.remove(&id);
+            }
+        }
+    }
+
+    /// Sessions ended at or after `since_ms` (store clock), oldest first,
+    /// at most `limit`, with when each ended.
+    pub fn ended_since(&self, since_ms: u64, limit: usize) -> Vec<(String, u64)> {
+        self.ended_order
+            .range((since_ms, String::new())..)
+            .take(limit)
+            .map(|(at, id)| (id.clone(), *at))
+            .collect()
     }
 
     /// Seeds `n` places admitted at `now_ms` and not yet claimed (the
@@ -381,6 +574,25 @@ impl RoomCore {
         });
         self.pending += n;
         from
+    }
+
+    /// A later recovery of the same loss ([`crate::QueueStore::recover`] of
+    /// a state that exists): while this state has handed out no seq of its
+    /// own, the floors of another gateway (which may have seen more of the
+    /// lost epoch) widen what it covers; once it has, only the floors rise.
+    pub fn extend_carry(&mut self, min_tail: u64, min_frontier: u64, epoch: u64) {
+        let fresh = self.counters.joins == 0;
+        let floor = min_tail.max(min_frontier);
+        if fresh
+            && epoch > 0
+            && epoch < self.epoch
+            && floor > 0
+            && (self.carried_epoch == 0 || self.carried_epoch == epoch)
+        {
+            self.carried_epoch = epoch;
+            self.carried_tail = self.carried_tail.max(floor);
+        }
+        self.reseed(min_tail, min_frontier);
     }
 
     /// Raises tail and frontier. Seqs admitted this way are in no batch:
@@ -420,6 +632,10 @@ impl RoomCore {
             prequeue_draw: self
                 .draw
                 .filter(|d| self.opens_ms > 0 || *d != PrequeueDraw::default()),
+            ended_total: self.ended_total,
+            carried_epoch: self.carried_epoch,
+            carried_tail: self.carried_tail,
+            settings_version: self.settings.version,
         }
     }
 }
@@ -495,6 +711,85 @@ mod tests {
                     }
                     proptest::prop_assert_eq!(d.n, tickets);
                 }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever visitors do (join, passthrough, claim their place any
+        /// number of times, get revoked, come back with a token of a lost
+        /// epoch), under a cap: active sessions never exceed `max_active`,
+        /// a passthrough that admits nobody hands out no seq, no seq is
+        /// handed out twice, and a revoked place never admits again.
+        #[test]
+        fn one_place_one_session_and_a_real_cap(
+            cap in 1u64..6,
+            ops in proptest::collection::vec((0u8..6, 0u64..40, 0u64..400), 1..300),
+        ) {
+            let s = RoomSettings {
+                rate_per_sec: 20.0,
+                burst: 3.0,
+                max_active: Some(cap),
+                claim_window: Duration::from_secs(2),
+                session_ttl: Duration::from_secs(3),
+                ..Default::default()
+            };
+            let mut r = RoomCore::new(0, &s, 1, 0, 0);
+            let mut now = 0u64;
+            let mut handed = std::collections::HashSet::new();
+            let mut revoked = std::collections::HashSet::new();
+            let ttl = 3_000;
+            for (op, arg, dt) in ops {
+                now += dt;
+                match op {
+                    0 => {
+                        let j = r.join(now).unwrap();
+                        proptest::prop_assert!(handed.insert(j.seq));
+                        if j.admitted {
+                            r.session_start(now, &format!("s{}", j.seq), ttl);
+                        }
+                    }
+                    1 => {
+                        let tail = r.bucket.tail;
+                        match r.passthrough(now) {
+                            Some(j) => {
+                                proptest::prop_assert!(j.admitted);
+                                proptest::prop_assert!(handed.insert(j.seq));
+                                r.session_start(now, &format!("s{}", j.seq), ttl);
+                            }
+                            None => proptest::prop_assert_eq!(r.bucket.tail, tail),
+                        }
+                    }
+                    2 | 3 => {
+                        let seq = arg.min(r.bucket.tail).max(1);
+                        let sid = format!("s{seq}");
+                        let o = r.admit(now, seq, &sid, ttl);
+                        if revoked.contains(&seq) {
+                            proptest::prop_assert!(!o.is_admitted(), "{o:?}");
+                        }
+                    }
+                    4 => {
+                        // the origin revokes a session it saw: a claimed place's
+                        let seq = arg.min(r.bucket.tail).max(1);
+                        if r.claims.get(seq) {
+                            r.session_end(now, &format!("s{seq}"));
+                            revoked.insert(seq);
+                        }
+                    }
+                    _ => {
+                        let j = r.reseat(now, 0, arg, 60_000).unwrap();
+                        let again = r.reseat(now, 0, arg, 60_000).unwrap();
+                        proptest::prop_assert_eq!(j.seq, again.seq);
+                        handed.insert(j.seq);
+                    }
+                }
+                r.advance(now);
+                let snap = r.snapshot("r", now);
+                proptest::prop_assert!(
+                    snap.active_sessions <= cap,
+                    "{} active over a cap of {}", snap.active_sessions, cap
+                );
+                proptest::prop_assert!(snap.frontier <= snap.tail);
             }
         }
     }

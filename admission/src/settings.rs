@@ -119,7 +119,36 @@ pub struct RoomSettings {
     /// Adaptive admission's shared state (the gateway steers the rate from
     /// the origin's latency and errors). Default: off.
     pub adaptive: AdaptiveState,
+    /// The lowest proof-of-work difficulty, in leading zero bits, set live
+    /// by the admin API (`difficulty_floor_bits`). `None`: the gateway's
+    /// configuration. Checked against the work cap by the gateway, which
+    /// owns the difficulty policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub difficulty_floor_bits: Option<u8>,
+    /// The highest difficulty before the room counts as under attack
+    /// (`difficulty_ceiling_bits`). `None`: the configuration's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub difficulty_ceiling_bits: Option<u8>,
+    /// Challenges and joins allowed per client network per minute
+    /// (`join_limit_per_prefix_per_min`; 0 turns the limit off). `None`: the
+    /// configuration's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_limit_per_prefix_per_min: Option<u32>,
+    /// Bumped by the store at every write of these settings: a write names
+    /// the version it read, and is refused when another write came first
+    /// ([`crate::QueueStore::update_settings`]), so two writers never
+    /// revert each other.
+    pub version: u64,
 }
+
+/// The largest settings document a store keeps (its JSON, in bytes). A
+/// write above it is refused and a read above it is ignored (the last good
+/// copy stays in force): a pushed document past a hard limit must never
+/// meet code that assumed it could not happen.
+pub const MAX_SETTINGS_BYTES: usize = 16 * 1024;
+
+/// The longest adaptive `mode` or `reason` text kept.
+pub const MAX_REASON_LEN: usize = 256;
 
 /// Adaptive admission's state, kept with the room's settings so that every
 /// gateway sharing the store sees it within a tick: whether it steers the
@@ -168,6 +197,10 @@ impl Default for RoomSettings {
             prequeue_seed: None,
             prequeue_draw: None,
             adaptive: AdaptiveState::default(),
+            difficulty_floor_bits: None,
+            difficulty_ceiling_bits: None,
+            join_limit_per_prefix_per_min: None,
+            version: 0,
         }
     }
 }
@@ -271,7 +304,68 @@ impl RoomSettings {
         {
             return Err(invalid("prequeue_draw", "out of range"));
         }
+        let a = &self.adaptive;
+        if a.mode.len() > MAX_REASON_LEN || a.reason.len() > MAX_REASON_LEN {
+            return Err(invalid("adaptive", "mode or reason too long"));
+        }
+        for (field, v) in [
+            ("adaptive.p99_ms", a.p99_ms),
+            ("adaptive.error_ratio", a.error_ratio),
+        ] {
+            if v.is_some_and(|v| !v.is_finite() || v < 0.0) {
+                return Err(invalid(field, "must be a finite number, not negative"));
+            }
+        }
+        if let (Some(f), Some(c)) = (self.difficulty_floor_bits, self.difficulty_ceiling_bits)
+            && f > c
+        {
+            return Err(invalid(
+                "difficulty_floor_bits",
+                "must not be above difficulty_ceiling_bits",
+            ));
+        }
+        for (field, v) in [
+            ("difficulty_floor_bits", self.difficulty_floor_bits),
+            ("difficulty_ceiling_bits", self.difficulty_ceiling_bits),
+        ] {
+            if v.is_some_and(|b| b > 32) {
+                return Err(invalid(field, "must be an integer from 0 to 32"));
+            }
+        }
+        if self
+            .join_limit_per_prefix_per_min
+            .is_some_and(|l| l > 1_000_000)
+        {
+            return Err(invalid(
+                "join_limit_per_prefix_per_min",
+                "must be an integer from 0 to 1000000",
+            ));
+        }
         Ok(())
+    }
+
+    /// The settings as the store keeps them (JSON), refused when invalid
+    /// or larger than [`MAX_SETTINGS_BYTES`].
+    pub fn to_stored(&self) -> Result<String, InvalidSetting> {
+        self.validate()?;
+        let json = serde_json::to_string(self).map_err(|e| invalid("settings", e.to_string()))?;
+        if json.len() > MAX_SETTINGS_BYTES {
+            return Err(invalid("settings", "larger than the store keeps"));
+        }
+        Ok(json)
+    }
+
+    /// Settings read back from the store: refused when unparseable, larger
+    /// than [`MAX_SETTINGS_BYTES`] or invalid, so a reader keeps its last
+    /// good copy (and says so) instead of applying them.
+    pub fn from_stored(json: &str) -> Result<RoomSettings, InvalidSetting> {
+        if json.len() > MAX_SETTINGS_BYTES {
+            return Err(invalid("settings", "larger than the store keeps"));
+        }
+        let s: RoomSettings =
+            serde_json::from_str(json).map_err(|e| invalid("settings", e.to_string()))?;
+        s.validate()?;
+        Ok(s)
     }
 
     /// Re-derives `rate_per_sec` from `capacity_rps` when that is set.

@@ -57,6 +57,45 @@ pub enum ClaimOutcome {
     Late,
 }
 
+/// What [`QueueStore::admit`] found: a claim and the place's session in
+/// one atomic step (one place, one session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum AdmitOutcome {
+    /// The frontier has not reached this place: keep waiting.
+    NotAdmitted,
+    /// First claim of the place: its session started. `late`: after the
+    /// claim window (honoured; see [`ClaimOutcome::Late`]).
+    Started {
+        /// Claimed after the claim window.
+        late: bool,
+    },
+    /// Claimed before (a retry, a second tab) and its session is live: the
+    /// same session, renewed. Never a second one.
+    Resumed,
+    /// Claimed before and its session is over (revoked, or expired): the
+    /// place is spent and admits nobody again.
+    Spent,
+}
+
+impl AdmitOutcome {
+    /// Whether the visitor may have its admission token.
+    pub fn is_admitted(self) -> bool {
+        matches!(self, AdmitOutcome::Started { .. } | AdmitOutcome::Resumed)
+    }
+}
+
+/// The floors a gateway recovers a lost room with: the highest tail and
+/// frontier it has seen, and the epoch they were seen in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Floors {
+    /// Highest tail seen.
+    pub tail: u64,
+    /// Highest frontier seen.
+    pub frontier: u64,
+    /// The epoch they belong to (0: none seen).
+    pub epoch: u64,
+}
+
 impl ClaimOutcome {
     /// Whether the visitor may have its admission token.
     pub fn is_admitted(self) -> bool {
@@ -113,9 +152,30 @@ pub struct Snapshot {
     /// new schedule replaces it). Places of its tickets come from
     /// [`crate::PlaceMap`]; `frontier` counts places.
     pub prequeue_draw: Option<PrequeueDraw>,
+    /// Sessions ended by revoke so far (a gateway fetches the ended set
+    /// when this moves: [`QueueStore::ended_since`]).
+    pub ended_total: u64,
+    /// The epoch whose seqs this state was created above (0: none known).
+    /// A queue token of an older epoch keeps its seq as its place only when
+    /// its epoch is at most this and its seq at most `carried_tail`; any
+    /// other is given a place of this epoch ([`QueueStore::reseat`]).
+    pub carried_epoch: u64,
+    /// The tail floor this state was created with.
+    pub carried_tail: u64,
+    /// The version of the room's settings in the store.
+    pub settings_version: u64,
 }
 
 impl Snapshot {
+    /// Whether a queue token of `epoch` holding `seq` keeps `seq` as its
+    /// place here: a token of this epoch, or of an older one whose seqs this
+    /// state was created above. Any other (an epoch this state knows
+    /// nothing of, or a newer one: the store went back) is reseated.
+    pub fn covers(&self, epoch: u64, seq: u64) -> bool {
+        epoch == self.epoch
+            || (epoch < self.epoch && epoch <= self.carried_epoch && seq <= self.carried_tail)
+    }
+
     /// Visitors waiting (or holding pre-queue tickets): `tail − frontier`.
     pub fn queue_length(&self) -> u64 {
         self.tail.saturating_sub(self.frontier)
@@ -148,21 +208,75 @@ pub trait QueueStore: Send + Sync {
         settings: &RoomSettings,
     ) -> impl Future<Output = Result<Snapshot>> + Send;
 
-    /// Like [`QueueStore::configure`], and raises tail and frontier to at
-    /// least the given floors in the same atomic step. The gateway calls it
-    /// when an operation answered [`AdmissionError::RoomNotFound`] (the store
-    /// lost its state), with the highest tail and frontier it has seen, so no
-    /// seq is reissued and no position moves back.
+    /// Recreates a room the store lost, above the floors: a new state (new
+    /// epoch) with `settings`, tail and frontier at least the floors, and
+    /// the floors' epoch recorded as covered ([`Snapshot::carried_epoch`]).
+    /// When the room has a state (another gateway recovered it first, or a
+    /// replica went back in time) the floors are raised, settings and epoch
+    /// untouched; while that state has handed out no seq yet, floors of the
+    /// epoch it covers (or of any, if it covers none) widen its coverage. The gateway calls it with the highest values it has
+    /// seen, so no seq is reissued and no position moves back.
     fn recover(
         &self,
         room: &str,
         settings: &RoomSettings,
-        min_tail: u64,
-        min_frontier: u64,
+        floors: Floors,
     ) -> impl Future<Output = Result<Snapshot>> + Send;
 
-    /// The room's settings, `None` when the store has no state for it.
+    /// The room's settings (with the store's [`RoomSettings::version`]),
+    /// `None` when the store has no state for it.
+    /// [`AdmissionError::StoredSettings`] when what the store holds is
+    /// unparseable, oversized or invalid: the caller keeps its last good
+    /// copy.
     fn settings(&self, room: &str) -> impl Future<Output = Result<Option<RoomSettings>>> + Send;
+
+    /// Writes `settings` if the store's version is still
+    /// `settings.version` (compare and set), bumping it:
+    /// [`AdmissionError::SettingsConflict`] when another write came first
+    /// (read again, apply the change again, retry), `RoomNotFound` when the
+    /// room has no state. Re-anchors the bucket as `configure` does.
+    fn update_settings(
+        &self,
+        room: &str,
+        settings: &RoomSettings,
+    ) -> impl Future<Output = Result<Snapshot>> + Send;
+
+    /// Admits a new visitor on the spot when nobody waits and credit (and
+    /// the active cap) allow, claiming the place; otherwise changes nothing
+    /// and hands out no seq (`None`). For requests without proof of work: a
+    /// place in line is only ever bought at [`QueueStore::join`].
+    fn passthrough(&self, room: &str) -> impl Future<Output = Result<Option<JoinOutcome>>> + Send;
+
+    /// A place of the current epoch for a queue token of `old_epoch` that
+    /// the state does not cover ([`Snapshot::covers`]): a new seq at the
+    /// back the first time, the same one for every later ask (remembered
+    /// for `ttl` after the last), never shared with any other visitor.
+    fn reseat(
+        &self,
+        room: &str,
+        old_epoch: u64,
+        old_seq: u64,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<JoinOutcome>> + Send;
+
+    /// Claims `place` and starts (or resumes) its session `session_id` in
+    /// one atomic step: see [`AdmitOutcome`].
+    fn admit(
+        &self,
+        room: &str,
+        place: u64,
+        session_id: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<AdmitOutcome>> + Send;
+
+    /// Sessions ended (revoked) at or after `since_ms` (store clock), with
+    /// when each ended, oldest first, at most `limit`.
+    fn ended_since(
+        &self,
+        room: &str,
+        since_ms: u64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(String, u64)>>> + Send;
 
     /// Hands out the next seq; admits it at once when nobody waits and credit
     /// allows (passthrough). [`AdmissionError::Closed`] when the room is closed.
@@ -197,8 +311,9 @@ pub trait QueueStore: Send + Sync {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Ends a session at once (revoke), freeing its slot; `false` when it
-    /// was not active.
+    /// Ends a session at once (revoke), freeing its slot, and records it in
+    /// the room's ended set (kept for the session's idle lifetime, see
+    /// [`QueueStore::ended_since`]); `false` when it was not active.
     fn session_end(
         &self,
         room: &str,
@@ -267,13 +382,44 @@ impl QueueStore for QueueBackend {
         &self,
         room: &str,
         settings: &RoomSettings,
-        min_tail: u64,
-        min_frontier: u64,
+        floors: Floors,
     ) -> Result<Snapshot> {
-        delegate!(self, s => s.recover(room, settings, min_tail, min_frontier))
+        delegate!(self, s => s.recover(room, settings, floors))
     }
     async fn settings(&self, room: &str) -> Result<Option<RoomSettings>> {
         delegate!(self, s => s.settings(room))
+    }
+    async fn update_settings(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
+        delegate!(self, s => s.update_settings(room, settings))
+    }
+    async fn passthrough(&self, room: &str) -> Result<Option<JoinOutcome>> {
+        delegate!(self, s => s.passthrough(room))
+    }
+    async fn reseat(
+        &self,
+        room: &str,
+        old_epoch: u64,
+        old_seq: u64,
+        ttl: Duration,
+    ) -> Result<JoinOutcome> {
+        delegate!(self, s => s.reseat(room, old_epoch, old_seq, ttl))
+    }
+    async fn admit(
+        &self,
+        room: &str,
+        place: u64,
+        session_id: &str,
+        ttl: Duration,
+    ) -> Result<AdmitOutcome> {
+        delegate!(self, s => s.admit(room, place, session_id, ttl))
+    }
+    async fn ended_since(
+        &self,
+        room: &str,
+        since_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(String, u64)>> {
+        delegate!(self, s => s.ended_since(room, since_ms, limit))
     }
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
         delegate!(self, s => s.join(room))

@@ -599,10 +599,21 @@ pub async fn run_steering(
         a.p99_ms = window.p99_ms;
         a.error_ratio = window.error_ratio();
         a.decided_at_ms = now_ms;
-        match store.configure(room.id(), &settings).await {
+        // Compare and set on the version read above: a PATCH (or a sold-out
+        // flag) written meanwhile wins, and this decision is taken again at
+        // the next interval from what the store holds then.
+        match store.update_settings(room.id(), &settings).await {
             Ok(snap) => {
+                settings.version += 1;
                 room.set_settings(settings.clone());
                 room.record(snap);
+            }
+            Err(sluice_admission::AdmissionError::SettingsConflict { .. }) => {
+                tracing::debug!(
+                    room = room.id(),
+                    "adaptive admission: settings changed meanwhile; deciding again next interval"
+                );
+                continue;
             }
             Err(e) => {
                 tracing::warn!(room = room.id(), error = %e, "adaptive admission: rate not written");

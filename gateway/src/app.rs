@@ -77,6 +77,8 @@ struct Inner {
     /// Permits of the requests that may touch the stores
     /// (`limits.max_store_requests`, see [`store_bound`]).
     store_slots: Arc<tokio::sync::Semaphore>,
+    /// Permits of the admin API's calls (`limits.max_admin_requests`).
+    admin_slots: Arc<tokio::sync::Semaphore>,
     background: Vec<tokio::task::AbortHandle>,
 }
 
@@ -177,6 +179,9 @@ impl AppState {
         let store_slots = Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_store_requests,
         ));
+        let admin_slots = Arc::new(tokio::sync::Semaphore::new(
+            config.limits.max_admin_requests,
+        ));
         let verify_cache = VerifyCache::new(config.limits.token_cache_entries);
         Ok(AppState {
             inner: Arc::new(Inner {
@@ -194,6 +199,7 @@ impl AppState {
                 shutting_down: AtomicBool::new(false),
                 admin_failures: AdminFailures::default(),
                 store_slots,
+                admin_slots,
                 background,
             }),
         })
@@ -281,9 +287,11 @@ impl AppState {
                 .is_some_and(|r| r.settings().sold_out)
     }
 
-    /// Signs an admission token for visitor `sub` and starts its session
-    /// (counted against `max_active`).
-    pub async fn issue_admission(
+    /// Signs an admission token for visitor `sub`. Its session is the
+    /// place's own (`epoch.seq`, [`crate::visitor::session_of`]): however
+    /// often a place is claimed, its tokens name one session. A token with
+    /// no place (failing open) has a session of its own.
+    pub fn issue_admission(
         &self,
         room: &Room,
         sub: &str,
@@ -295,7 +303,10 @@ impl AppState {
         let now = now_s();
         let mut claims = AdmitClaims::new(room.id(), sub, epoch, now, settings.session_ttl);
         claims.seq = seq;
-        claims.sid = Some(claims.jti.clone());
+        claims.sid = Some(match seq {
+            Some(seq) => crate::visitor::session_of(epoch, seq),
+            None => claims.jti.clone(),
+        });
         if let Some(cap) = room.config.session_hard_cap {
             claims.hcap = Some(now + cap.as_secs());
         }
@@ -307,18 +318,17 @@ impl AppState {
             .keyring
             .sign_admit(&claims)
             .map_err(|e| Problem::internal().log_cause(&e))?;
-        if let Some(sid) = &claims.sid
-            && let Err(e) = self
-                .inner
-                .queue
-                .session_start(room.id(), sid, settings.session_ttl)
-                .await
-        {
-            // The token verifies locally; a session the store did not count
-            // only loosens max_active until the store is back.
+        Ok((token, claims))
+    }
+
+    /// Starts session `sid` of a place admitted on the spot (counted
+    /// against `max_active`). A session the store did not record only
+    /// loosens the cap until the store is back: the token verifies locally.
+    pub async fn start_session(&self, room: &Room, sid: &str) {
+        let ttl = room.settings().session_ttl;
+        if let Err(e) = self.inner.queue.session_start(room.id(), sid, ttl).await {
             tracing::warn!(room = room.id(), error = %e, "session not recorded");
         }
-        Ok((token, claims))
     }
 
     /// Marks the gateway as draining: readiness fails from now on.
@@ -574,19 +584,57 @@ pub fn touches_store(path: &str) -> bool {
 /// one past it is answered at once with 503 `store_unavailable`
 /// (`"reason": "overloaded"`, `Retry-After`), so a slow store makes quick
 /// refusals instead of an ever-growing pile of waiting requests.
+///
+/// The body is read first, whole, within `timeouts.body_read` and
+/// `limits.control_body_bytes` (408 `request_timeout`, 413
+/// `body_too_large`): a body that trickles or never comes holds no permit.
+/// Admin calls have a budget of their own (`limits.max_admin_requests`), so
+/// visitors filling the store's budget never lock an operator out.
 async fn store_bound(
     State(state): State<AppState>,
     req: Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if !touches_store(req.uri().path()) {
+    let path = req.uri().path();
+    if !touches_store(path) {
         return next.run(req).await;
     }
-    let Ok(_permit) = state.inner.store_slots.clone().try_acquire_owned() else {
-        state.telemetry().shed("store");
+    let admin = path == "/_sluice/admin" || path.starts_with("/_sluice/admin/");
+    let req = match read_body(&state, req).await {
+        Ok(r) => r,
+        Err(p) => return p.into_response(),
+    };
+    let (slots, what) = if admin {
+        (&state.inner.admin_slots, "admin")
+    } else {
+        (&state.inner.store_slots, "store")
+    };
+    let Ok(_permit) = slots.clone().try_acquire_owned() else {
+        state.telemetry().shed(what);
         return Problem::store_overloaded().into_response();
     };
     next.run(req).await
+}
+
+/// The request with its body read into memory, within the body deadline
+/// and the control plane's size limit.
+async fn read_body(state: &AppState, req: Request) -> Result<Request, Problem> {
+    if http_body::Body::is_end_stream(req.body()) {
+        return Ok(req);
+    }
+    let limit = state.config().limits.control_body_bytes;
+    let deadline = state.config().timeouts.body_read;
+    let (parts, body) = req.into_parts();
+    let bytes = match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
+        Err(_) => {
+            return Err(Problem::request_timeout()
+                .with("timeout_ms", deadline.as_millis() as u64)
+                .log_cause(&"the request body did not arrive in time"));
+        }
+        Ok(Err(_)) => return Err(Problem::body_too_large().with("limit_bytes", limit)),
+        Ok(Ok(b)) => b,
+    };
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 // === admin ===

@@ -225,6 +225,16 @@ pub struct Timeouts {
     /// Idle time after which a pooled upstream connection is closed.
     #[serde(with = "humantime_serde")]
     pub upstream_idle: Duration,
+    /// Time a client has to send the whole body of a request to the
+    /// gateway's own endpoints (read and bounded before any store permit is
+    /// taken), and the longest pause between two pieces of a body forwarded
+    /// to the origin. Past it: 408 `request_timeout`.
+    #[serde(with = "humantime_serde")]
+    pub body_read: Duration,
+    /// Idle time after which a WebSocket tunnel is closed (no byte either
+    /// way).
+    #[serde(with = "humantime_serde")]
+    pub tunnel_idle: Duration,
 }
 
 impl Default for Timeouts {
@@ -235,6 +245,8 @@ impl Default for Timeouts {
             upstream_response: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             upstream_idle: Duration::from_secs(90),
+            body_read: Duration::from_secs(10),
+            tunnel_idle: Duration::from_secs(300),
         }
     }
 }
@@ -271,6 +283,14 @@ pub struct Limits {
     /// cache drops expired entries first, then starts over: memory stays
     /// bounded, and the next polls pay one signature check each.
     pub token_cache_entries: usize,
+    /// Most admin API calls in flight at once (default 16): a budget of
+    /// their own, apart from `max_store_requests`, so an operator is never
+    /// locked out by visitors (or by stalled requests) filling the other.
+    pub max_admin_requests: usize,
+    /// Status polls one queue token may make per minute (default 120; 0
+    /// turns the limit off). Past it: 429 `rate_limited` with
+    /// `Retry-After`. The page polls every 1 to 30 s.
+    pub status_polls_per_token_per_min: u32,
 }
 
 impl Default for Limits {
@@ -283,6 +303,8 @@ impl Default for Limits {
             max_store_requests: 1024,
             max_origin_requests: 4096,
             token_cache_entries: 100_000,
+            max_admin_requests: 16,
+            status_polls_per_token_per_min: 120,
         }
     }
 }
@@ -324,6 +346,16 @@ pub struct RoomConfig {
     pub bypass_paths: Vec<String>,
     /// Client address ranges that are never queued (monitoring, partners).
     pub bypass_ips: Vec<IpNet>,
+    /// Match `paths` and `bypass_paths` ignoring ASCII case, for an origin
+    /// that serves `/Tickets` as `/tickets` (IIS, a case-insensitive file
+    /// system). Off by default.
+    pub case_insensitive_paths: bool,
+    /// Pass an encoded slash (`%2F`) in a path this room guards through to
+    /// the origin, for an origin that really uses them (routing decides on
+    /// the decoded form, where `%2F` is `/`). Off by default: such a
+    /// request is answered 400 `malformed_request`, since origins disagree
+    /// on whether `%2F` separates segments.
+    pub allow_encoded_slashes: bool,
     /// Admissions per second (0 with `capacity_rps` set: derived from it).
     pub rate_per_sec: f64,
     /// Admissions saved up while nobody waits (at least 1).
@@ -409,6 +441,8 @@ impl Default for RoomConfig {
         RoomConfig {
             id: "default".to_owned(),
             hosts: Vec::new(),
+            case_insensitive_paths: false,
+            allow_encoded_slashes: false,
             paths: Vec::new(),
             bypass_paths: vec!["/robots.txt".to_owned(), "/favicon.ico".to_owned()],
             bypass_ips: Vec::new(),
@@ -647,6 +681,7 @@ impl Config {
                 "limits.max_origin_requests",
                 self.limits.max_origin_requests,
             ),
+            ("limits.max_admin_requests", self.limits.max_admin_requests),
         ] {
             if n == 0 || n > 1_000_000 {
                 return Err(ConfigError::invalid(name, "must be from 1 to 1000000"));
@@ -657,6 +692,20 @@ impl Config {
                 "server.io_threads",
                 "must be from 0 (one per core) to 1024",
             ));
+        }
+        if self.limits.status_polls_per_token_per_min > 60_000 {
+            return Err(ConfigError::invalid(
+                "limits.status_polls_per_token_per_min",
+                "must be from 0 (off) to 60000",
+            ));
+        }
+        for (name, d) in [
+            ("timeouts.body_read", self.timeouts.body_read),
+            ("timeouts.tunnel_idle", self.timeouts.tunnel_idle),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(86_400) {
+                return Err(ConfigError::invalid(name, "must be from 1 ms to 24 h"));
+            }
         }
         if !(16..=10_000_000).contains(&self.limits.token_cache_entries) {
             return Err(ConfigError::invalid(
@@ -679,19 +728,31 @@ impl Config {
                     format!("room `{}` is defined twice", room.id),
                 ));
             }
-            for p in room.paths.iter().chain(&room.bypass_paths) {
-                if !p.starts_with('/') {
-                    return Err(ConfigError::invalid(
-                        format!("{field}.paths"),
-                        format!("`{p}` must start with /"),
-                    ));
+            for (name, list) in [("paths", &room.paths), ("bypass_paths", &room.bypass_paths)] {
+                for p in list {
+                    if !p.starts_with('/') {
+                        return Err(ConfigError::invalid(
+                            format!("{field}.{name}"),
+                            format!("`{p}` must start with /"),
+                        ));
+                    }
+                    // A rule is matched in its canonical form, so one that
+                    // cannot be normalised could never match as written.
+                    let canonical = crate::canonical::normalize_rule(p).map_err(|e| {
+                        ConfigError::invalid(format!("{field}.{name}"), format!("`{p}`: {e}"))
+                    })?;
+                    if canonical == "/_sluice" || canonical.starts_with("/_sluice/") {
+                        return Err(ConfigError::invalid(
+                            format!("{field}.{name}"),
+                            "/_sluice/ is reserved for the gateway",
+                        ));
+                    }
                 }
-                if p.starts_with("/_sluice") {
-                    return Err(ConfigError::invalid(
-                        format!("{field}.paths"),
-                        "/_sluice/ is reserved for the gateway",
-                    ));
-                }
+            }
+            for h in &room.hosts {
+                crate::canonical::normalize_host(h).map_err(|e| {
+                    ConfigError::invalid(format!("{field}.hosts"), format!("`{h}`: {e}"))
+                })?;
             }
             if !(room.rate_per_sec.is_finite() && room.rate_per_sec >= 0.0) {
                 return Err(ConfigError::invalid(

@@ -51,6 +51,47 @@ pub fn set(headers: &mut HeaderMap, name: &str, value: &str, max_age_s: u64, sec
     if let Ok(v) = HeaderValue::from_str(&c) {
         headers.append(header::SET_COOKIE, v);
     }
+    never_shared(headers);
+}
+
+/// Makes a response that sets one of the gateway's cookies unstorable by a
+/// shared cache (RFC 9111 §5.2.2.7): `public` and `s-maxage` go, `private`
+/// is added (the browser may still cache it for itself), and `Vary:
+/// Cookie`, so a CDN in front never hands one visitor's admission to the
+/// next (an origin's `Cache-Control: public` on an asset would otherwise
+/// carry the visitor's cookie into the cache with it).
+pub fn never_shared(headers: &mut HeaderMap) {
+    let kept: Vec<String> = headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|d| {
+            let name = d.split('=').next().unwrap_or("").trim();
+            !d.is_empty()
+                && !name.eq_ignore_ascii_case("public")
+                && !name.eq_ignore_ascii_case("s-maxage")
+                && !name.eq_ignore_ascii_case("private")
+        })
+        .map(str::to_owned)
+        .collect();
+    let value = std::iter::once("private".to_owned())
+        .chain(kept)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(header::CACHE_CONTROL, v);
+    }
+    let varies_on_cookie = headers
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("cookie") || t.trim() == "*");
+    if !varies_on_cookie {
+        headers.append(header::VARY, HeaderValue::from_static("Cookie"));
+    }
 }
 
 /// Sets a room's admission cookie, living as long as its sessions.
@@ -82,6 +123,7 @@ pub fn clear(headers: &mut HeaderMap, name: &str) {
     )) {
         headers.append(header::SET_COOKIE, v);
     }
+    never_shared(headers);
 }
 
 #[cfg(test)]
@@ -103,6 +145,27 @@ mod tests {
         let c = out[header::SET_COOKIE].to_str().unwrap();
         for flag in ["HttpOnly", "SameSite=Lax", "Path=/", "Secure", "Max-Age=60"] {
             assert!(c.contains(flag), "{c}");
+        }
+        assert_eq!(out[header::CACHE_CONTROL], "private");
+        assert_eq!(out[header::VARY], "Cookie");
+    }
+
+    #[test]
+    fn a_cookie_makes_any_cache_policy_private() {
+        for (given, want) in [
+            ("public, max-age=600", "private, max-age=600"),
+            ("public,s-maxage=60,max-age=10", "private, max-age=10"),
+            ("no-store", "private, no-store"),
+            ("PUBLIC, immutable", "private, immutable"),
+            ("private", "private"),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::CACHE_CONTROL, given.parse().unwrap());
+            h.insert(header::VARY, "Accept-Encoding".parse().unwrap());
+            set(&mut h, "sluice_a_x", "v", 60, false);
+            assert_eq!(h[header::CACHE_CONTROL], want, "{given}");
+            let vary: Vec<_> = h.get_all(header::VARY).iter().collect();
+            assert_eq!(vary, ["Accept-Encoding", "Cookie"]);
         }
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use sluice_admission::{QueueClaims, QueueStore, new_visitor_id};
+use sluice_admission::{AdmitClaims, QueueStore, new_visitor_id};
 
 use crate::app::{AppState, now_s};
 use crate::client_ip::ClientInfo;
@@ -43,12 +43,32 @@ pub fn guarding_room<'a, B>(
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()));
-    let path = req.uri().path();
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .map(host_name);
+    // The canonical path ([`crate::canonical`]: the edge rewrote the target
+    // before any decision), read as an origin that decodes `%2F` would.
+    let path = req
+        .extensions()
+        .get::<RoutePath>()
+        .map_or_else(|| req.uri().path(), |r| r.0.as_str());
     state
         .rooms()
         .route(host, path)
         .filter(|room| !rooms::bypasses(room, path, ip))
+}
+
+/// The route path of a request whose target holds an encoded slash
+/// (`%2F`, passed through by a room that opted in): rules are matched on
+/// it, where `%2F` is a `/`. Any other request routes on its own path.
+#[derive(Clone, Debug)]
+pub struct RoutePath(pub String);
+
+/// The name of a canonical `Host` value (`name[:port]`, IPv6 in brackets).
+pub fn host_name(host: &str) -> &str {
+    match host.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(host, |end| &host[..end + 2]),
+        None => host.split(':').next().unwrap_or(host),
+    }
 }
 
 /// Everything outside `/_sluice/`: the gate, then the origin.
@@ -67,79 +87,58 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
         .map(|pq| visitor::safe_return_to(Some(pq.as_str())))
         .unwrap_or_else(|| "/".to_owned());
 
-    if let Some((token, claims)) = visitor::admission_from(&state, req.headers(), &room, &client) {
-        // Sliding session: past half its life, the token is renewed.
-        let ttl = room.settings().session_ttl;
-        let now = now_s();
-        let renewed = if now.saturating_sub(claims.iat) * 2 >= ttl.as_secs() {
-            claims.renewed(now, ttl).and_then(|c| {
-                let t = state.keyring().sign_admit(&c).ok()?;
-                Some((t, c))
-            })
-        } else {
-            None
-        };
-        if let (Some(_), Some(sid)) = (&renewed, &claims.sid) {
-            let store = state.queue().clone();
-            let (room_id, sid) = (room.id().to_owned(), sid.clone());
-            tokio::spawn(async move {
-                let _ = store.session_touch(&room_id, &sid, ttl).await;
-            });
-        }
-        let forwarded = renewed.as_ref().map(|(t, _)| t.as_str()).unwrap_or(&token);
-        let started = std::time::Instant::now();
-        let mut res = state
-            .proxy()
-            .forward(req, &client, admission_header(forwarded))
-            .await;
-        room.observe_upstream(started.elapsed(), res.status());
-        let revoke = res
-            .extensions()
-            .get::<OriginCommand>()
-            .is_some_and(|c| c.0 == "revoke");
-        if revoke {
-            if let Some(sid) = &claims.sid
-                && let Err(e) = state.queue().session_end(room.id(), sid).await
-            {
-                tracing::warn!(room = room.id(), error = %e, "revoke: could not end the session");
-            }
-            cookies::clear(res.headers_mut(), &cookies::admit_name(room.id()));
-        } else if let Some((t, _)) = renewed {
-            cookies::set_admission(res.headers_mut(), &room, &t, &client);
-        }
-        return res;
+    let admission = visitor::admission_from(&state, req.headers(), &room, &client);
+    // A revoked session is refused by every gateway within a tick of the
+    // revoke (the room's ended set), whatever its token still says.
+    let revoked = admission
+        .as_ref()
+        .and_then(|(_, c)| c.sid.as_deref())
+        .is_some_and(|sid| room.is_ended(sid));
+    if let Some((token, claims)) = admission.filter(|_| !revoked) {
+        return admitted(&state, &room, req, &client, &token, &claims).await;
     }
 
     let snap = room.snapshot();
     if !room.store_ok() {
-        if rooms::fail_open(&room) {
+        if rooms::fail_open(&room) && !revoked {
             let started = std::time::Instant::now();
             let res = state.proxy().forward(req, &client, HeaderMap::new()).await;
             room.observe_upstream(started.elapsed(), res.status());
             return res;
         }
-        return waiting(&state, &room, req.headers(), None, &client, &ret);
+        return waiting(&state, &room, req.headers(), revoked, &client, &ret);
     }
+    // Passthrough: a request with no place at an idle room is admitted on
+    // the spot, or gets the waiting room. It never gets a place in line
+    // (that is bought with proof of work at the join endpoint): the store
+    // admits it atomically or hands out nothing. Limited per network like
+    // the join endpoint, and to the credit the last snapshot showed.
     let cap_free = snap
         .max_active
         .is_none_or(|m| snap.active_sessions + snap.pending_claims < m);
     let has_queue_cookie = cookies::token(req.headers(), &cookies::queue_name(room.id())).is_some();
-    if !has_queue_cookie
+    let idle = !has_queue_cookie
+        && !revoked
         && snap.queue_length() == 0
         && snap.credit >= 1.0
         && !snap.paused
         && !snap.closed
         && !snap.prequeue_open
-        && cap_free
+        && !state.sold_out(room.id())
+        && cap_free;
+    if idle
+        && room
+            .check_rate_limit(sluice_pow::network_prefix(client.ip))
+            .is_ok()
+        && room.take_passthrough()
     {
-        match rooms::join(&room, state.queue()).await {
-            Ok(o) if o.admitted => {
-                let _ = state.queue().claim(room.id(), o.seq).await;
+        match rooms::passthrough(&room, state.queue()).await {
+            Ok(Some(o)) => {
                 let sub = new_visitor_id();
-                match state
-                    .issue_admission(&room, &sub, Some(o.seq), o.epoch, &client)
-                    .await
-                {
+                state
+                    .start_session(&room, &visitor::session_of(o.epoch, o.seq))
+                    .await;
+                match state.issue_admission(&room, &sub, Some(o.seq), o.epoch, &client) {
                     Ok((token, _)) => {
                         let started = std::time::Instant::now();
                         let mut res = state
@@ -153,43 +152,133 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
                     Err(p) => return p.into_response(),
                 }
             }
-            Ok(o) => {
-                // Someone got there first: this visitor now has a place.
-                let mut claims = QueueClaims::new(
-                    room.id(),
-                    &new_visitor_id(),
-                    o.seq,
-                    o.epoch,
-                    now_s(),
-                    room.config.queue_token_ttl,
-                );
-                claims.ret = Some(ret.clone());
-                let token = state.keyring().sign_queue(&claims).ok();
-                return waiting(
-                    &state,
-                    &room,
-                    req.headers(),
-                    token.as_deref(),
-                    &client,
-                    &ret,
-                );
-            }
+            Ok(None) => {}
             Err(e) => {
-                tracing::warn!(room = room.id(), error = %e, "passthrough join failed");
+                tracing::warn!(room = room.id(), error = %e, "passthrough failed");
             }
         }
     }
-    waiting(&state, &room, req.headers(), None, &client, &ret)
+    waiting(&state, &room, req.headers(), revoked, &client, &ret)
+}
+
+/// A request with a valid admission token for its room (not revoked): to
+/// the origin, the token renewed past half its life while its session
+/// lives, the session ended at once when the origin says `Sluice-Command:
+/// revoke`.
+async fn admitted(
+    state: &AppState,
+    room: &Arc<Room>,
+    mut req: Request,
+    client: &ClientInfo,
+    token: &str,
+    claims: &AdmitClaims,
+) -> Response {
+    // Sliding session: past half its life, the token is renewed, but only
+    // for a session the store still has (a revoke through a gateway that
+    // has not told this one yet, or a session that ended, is not renewed:
+    // its token runs out). A store that lost the session (a new epoch: Redis
+    // restarted empty) is told about it again.
+    let ttl = room.settings().session_ttl;
+    let now = now_s();
+    let renewed = if now.saturating_sub(claims.iat) * 2 >= ttl.as_secs() {
+        let live = match &claims.sid {
+            Some(sid) => session_lives(state, room, claims, sid, ttl).await,
+            None => true,
+        };
+        live.then(|| claims.renewed(now, ttl))
+            .flatten()
+            .and_then(|c| {
+                let t = state.keyring().sign_admit(&c).ok()?;
+                Some((t, c))
+            })
+    } else {
+        None
+    };
+    let forwarded = renewed.as_ref().map(|(t, _)| t.as_str()).unwrap_or(token);
+    if let Some(bound) = tunnel_bound(room, claims, renewed.as_ref().map(|(_, c)| c)) {
+        req.extensions_mut().insert(bound);
+    }
+    let started = std::time::Instant::now();
+    let mut res = state
+        .proxy()
+        .forward(req, client, admission_header(forwarded))
+        .await;
+    room.observe_upstream(started.elapsed(), res.status());
+    let revoke = res
+        .extensions()
+        .get::<OriginCommand>()
+        .is_some_and(|c| c.0 == "revoke");
+    if revoke {
+        if let Some(sid) = &claims.sid {
+            room.note_ended(sid);
+            if let Err(e) = state.queue().session_end(room.id(), sid).await {
+                tracing::warn!(room = room.id(), error = %e, "revoke: could not end the session in the store");
+            }
+        }
+        // The place is spent: neither token admits again.
+        cookies::clear(res.headers_mut(), &cookies::admit_name(room.id()));
+        cookies::clear(res.headers_mut(), &cookies::queue_name(room.id()));
+    } else if let Some((t, _)) = renewed {
+        cookies::set_admission(res.headers_mut(), room, &t, client);
+    }
+    res
+}
+
+/// Whether the session `sid` of an admission token may be renewed: the
+/// store renews it (it lives), or the store lost it (the token is of an
+/// older epoch than the room's: it is started again, unless this gateway
+/// knows it was revoked). A store that does not answer renews nothing now:
+/// the token stays valid until it expires, and the next request tries again.
+async fn session_lives(
+    state: &AppState,
+    room: &Room,
+    claims: &AdmitClaims,
+    sid: &str,
+    ttl: std::time::Duration,
+) -> bool {
+    match state.queue().session_touch(room.id(), sid, ttl).await {
+        Ok(true) => true,
+        Ok(false) => {
+            let epoch = room.snapshot().epoch;
+            if claims.epoch < epoch && !room.is_ended(sid) {
+                state.start_session(room, sid).await;
+                true
+            } else {
+                false
+            }
+        }
+        Err(e) => {
+            tracing::debug!(room = room.id(), error = %e, "session not renewed: store unavailable");
+            false
+        }
+    }
+}
+
+/// How long a WebSocket opened with this admission may stay open: until
+/// its admission ends (the token's expiry, or a revoke of its session).
+fn tunnel_bound(
+    room: &Arc<Room>,
+    claims: &AdmitClaims,
+    renewed: Option<&AdmitClaims>,
+) -> Option<crate::proxy::TunnelBound> {
+    let exp = renewed.map_or(claims.exp, |c| c.exp);
+    let room = room.clone();
+    let sid = claims.sid.clone();
+    Some(crate::proxy::TunnelBound {
+        expires_at_s: exp,
+        ended: Arc::new(move || sid.as_deref().is_some_and(|s| room.is_ended(s))),
+    })
 }
 
 /// The waiting room: the page for browsers, 503 `waiting_room_active` for
-/// other clients. `queue_token`, when given, is set as the queue cookie.
+/// other clients. `revoked`: the request carried the tokens of a revoked
+/// session, whose cookies are cleared.
 fn waiting(
     state: &AppState,
     room: &Arc<Room>,
     headers: &HeaderMap,
-    queue_token: Option<&str>,
-    client: &ClientInfo,
+    revoked: bool,
+    _client: &ClientInfo,
     return_to: &str,
 ) -> Response {
     let wants_html = headers
@@ -222,8 +311,9 @@ fn waiting(
     };
     res.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(t) = queue_token {
-        cookies::set_queue(res.headers_mut(), room, t, client);
+    if revoked {
+        cookies::clear(res.headers_mut(), &cookies::admit_name(room.id()));
+        cookies::clear(res.headers_mut(), &cookies::queue_name(room.id()));
     }
     res
 }

@@ -41,6 +41,8 @@
 //! - [`front`] — HTTP/1.1 from the client for plain GET and HEAD requests.
 //! - [`h1`] — HTTP/1.1 toward the origin for requests without a body.
 //! - [`watch`] — a connection's header and origin deadlines, one timer each.
+//! - [`canonical`] — one spelling of each path and host (the canonical
+//!   request every decision and the origin see).
 //! - [`client_ip`] — the downstream client's address.
 //! - [`problem`] — problem+json errors (the one place faults become HTTP).
 //! - [`rooms`] — the waiting rooms, their snapshots and the ticker.
@@ -64,6 +66,7 @@
 pub mod adaptive;
 pub mod admin_cli;
 pub mod app;
+pub mod canonical;
 pub mod cli;
 pub mod client_ip;
 pub mod config;

@@ -200,6 +200,38 @@ impl Problem {
         .retry_after(1)
     }
 
+    /// 408 `request_timeout`: the request's body did not arrive within
+    /// `timeouts.body_read`.
+    pub fn request_timeout() -> Problem {
+        Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "The request body did not arrive in time",
+        )
+    }
+
+    /// 423 `room_closed`.
+    pub fn room_closed() -> Problem {
+        Problem::new(
+            StatusCode::LOCKED,
+            "room_closed",
+            "This waiting room is closed",
+        )
+    }
+
+    /// 429 `pow_too_early`: a valid solution sent before the challenge's
+    /// minimum solve age; the same solution is accepted for the same place
+    /// once `retry_after_ms` have passed.
+    pub fn pow_too_early(retry_after_ms: u64) -> Problem {
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "pow_too_early",
+            "Solved sooner than this challenge allows; send the same solution again shortly",
+        )
+        .with("retry_after_ms", retry_after_ms)
+        .retry_after(retry_after_ms.div_ceil(1000).max(1))
+    }
+
     /// 500 `internal_error` (a bug; the cause is logged).
     pub fn internal() -> Problem {
         Problem::new(
@@ -207,6 +239,20 @@ impl Problem {
             "internal_error",
             "Internal error",
         )
+    }
+}
+
+/// The admission store's faults as answers: what the visitor or the
+/// operator can do about each (the cause is logged once, here).
+impl From<sluice_admission::AdmissionError> for Problem {
+    fn from(e: sluice_admission::AdmissionError) -> Problem {
+        use sluice_admission::AdmissionError as E;
+        match &e {
+            E::Closed(_) => Problem::room_closed(),
+            E::InvalidRoomId(_) => Problem::room_not_found(),
+            E::InvalidSetting(i) => Problem::invalid_setting(i.field, i.reason.clone()),
+            _ => Problem::store_unavailable().log_cause(&e),
+        }
     }
 }
 

@@ -62,6 +62,11 @@ pub struct Proxy {
     origin_host: HeaderValue,
     preserve_host: bool,
     response_timeout: Duration,
+    /// A WebSocket tunnel with no byte either way for this long is closed.
+    tunnel_idle: Duration,
+    /// A request body forwarded upstream that pauses this long fails
+    /// (`timeouts.body_read`), so a stalled upload holds no origin slot.
+    body_idle: Duration,
     telemetry: Telemetry,
     /// Permits of the requests waiting for the origin
     /// (`limits.max_origin_requests`).
@@ -99,6 +104,8 @@ impl Proxy {
             origin_host,
             preserve_host: cfg.preserve_host,
             response_timeout: timeouts.upstream_response,
+            tunnel_idle: timeouts.tunnel_idle,
+            body_idle: timeouts.body_read,
             telemetry,
             slots: std::sync::Arc::new(tokio::sync::Semaphore::new(max_in_flight)),
         })
@@ -142,10 +149,14 @@ impl Proxy {
             return Problem::origin_overloaded().into_response();
         };
         let upgrade = wants_upgrade(&req);
-        let downstream_upgrade = if upgrade.is_some() {
-            Some(hyper::upgrade::on(&mut req))
+        let (downstream_upgrade, bound, hold) = if upgrade.is_some() {
+            (
+                Some(hyper::upgrade::on(&mut req)),
+                req.extensions_mut().remove::<TunnelBound>(),
+                req.extensions_mut().remove::<ConnHold>(),
+            )
         } else {
-            None
+            (None, None, None)
         };
 
         // The host the client asked for: its `Host`, else the authority of
@@ -215,7 +226,7 @@ impl Proxy {
             } else {
                 let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
                 let flag = failed.clone();
-                let body = std::mem::take(req.body_mut());
+                let body = IdleBody::new(std::mem::take(req.body_mut()), self.body_idle);
                 *req.body_mut() = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
                     flag.store(true, std::sync::atomic::Ordering::Relaxed);
                     e
@@ -265,21 +276,23 @@ impl Proxy {
         self.telemetry
             .upstream(res.status().as_u16(), started.elapsed().as_secs_f64());
 
-        if res.status() == http::StatusCode::SWITCHING_PROTOCOLS
-            && let Some(downstream) = downstream_upgrade
-        {
+        if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+            // The tunnel opens only on the origin's 101 to a WebSocket
+            // handshake; a 101 to anything else is the origin's fault.
+            let Some(downstream) = downstream_upgrade else {
+                self.telemetry.upstream_error("unexpected_upgrade");
+                return Problem::origin_unreachable()
+                    .log_cause(
+                        &"the origin switched protocols on a request that asked for no upgrade",
+                    )
+                    .into_response();
+            };
             {
                 let upstream = hyper::upgrade::on(&mut res);
+                let idle = self.tunnel_idle;
                 tokio::spawn(async move {
                     match tokio::try_join!(downstream, upstream) {
-                        Ok((down, up)) => {
-                            let mut down = TokioIo::new(down);
-                            let mut up = TokioIo::new(up);
-                            if let Err(e) = tokio::io::copy_bidirectional(&mut down, &mut up).await
-                            {
-                                tracing::debug!(error = %e, "upgraded connection ended");
-                            }
-                        }
+                        Ok((down, up)) => tunnel(down, up, idle, bound, hold).await,
                         Err(e) => tracing::warn!(error = %e, "upgrade failed"),
                     }
                 });
@@ -367,7 +380,215 @@ fn wants_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
     if !conn_upgrade {
         return None;
     }
-    req.headers().get(header::UPGRADE).cloned()
+    // Only WebSocket is tunnelled: any other protocol (h2c above all, whose
+    // upgrade would hand the client an HTTP/2 connection to the origin that
+    // no gate sees) is served as a plain request, its upgrade headers
+    // removed with the other hop-by-hop ones. One `Upgrade` header naming
+    // exactly `websocket` (RFC 6455 §4.1), nothing else.
+    let mut upgrades = req.headers().get_all(header::UPGRADE).iter();
+    let proto = upgrades.next()?;
+    if upgrades.next().is_some() || !proto.as_bytes().eq_ignore_ascii_case(b"websocket") {
+        return None;
+    }
+    Some(proto.clone())
+}
+
+pin_project_lite::pin_project! {
+    /// A request body that fails when no piece of it comes for `idle`: a
+    /// client that starts an upload and stalls does not hold the origin's
+    /// slot (and connection) for as long as it likes.
+    struct IdleBody {
+        #[pin]
+        inner: Body,
+        #[pin]
+        timer: tokio::time::Sleep,
+        idle: Duration,
+    }
+}
+
+impl IdleBody {
+    fn new(inner: Body, idle: Duration) -> Self {
+        IdleBody {
+            inner,
+            timer: tokio::time::sleep(idle),
+            idle,
+        }
+    }
+}
+
+impl http_body::Body for IdleBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        match this.inner.poll_frame(cx) {
+            std::task::Poll::Pending => {}
+            ready => {
+                this.timer
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + *this.idle);
+                return ready;
+            }
+        }
+        match this.timer.poll(cx) {
+            std::task::Poll::Ready(()) => {
+                std::task::Poll::Ready(Some(Err(axum::Error::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the request body stalled (timeouts.body_read)",
+                )))))
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Where a WebSocket opened through the gate must end: when the admission
+/// it was opened with expires (`expires_at_s`, Unix seconds) or its
+/// session is revoked (`ended`). Put in the request's extensions by the
+/// gate.
+#[derive(Clone)]
+pub struct TunnelBound {
+    /// The admission token's expiry.
+    pub expires_at_s: u64,
+    /// Whether the admission's session has ended (a revoke).
+    pub ended: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// What a downstream connection holds while it is open (its
+/// `limits.max_connections` permit and its count in
+/// `sluice_open_connections`), shared with a tunnel made of it, so an
+/// upgraded connection stays counted until the tunnel closes.
+#[derive(Clone)]
+pub struct ConnHold(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+/// How often a tunnel checks its idle time and its admission.
+const TUNNEL_CHECK: Duration = Duration::from_secs(1);
+
+/// Splices a WebSocket's two sides until either closes, no byte crosses for
+/// `idle`, or its admission ends (`bound`); holds the downstream
+/// connection's `hold` meanwhile.
+async fn tunnel(
+    down: hyper::upgrade::Upgraded,
+    up: hyper::upgrade::Upgraded,
+    idle: Duration,
+    bound: Option<TunnelBound>,
+    hold: Option<ConnHold>,
+) {
+    let _hold = hold;
+    let last = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = tokio::time::Instant::now();
+    let mut down = Activity::new(TokioIo::new(down), last.clone(), start);
+    let mut up = Activity::new(TokioIo::new(up), last.clone(), start);
+    let copy = tokio::io::copy_bidirectional(&mut down, &mut up);
+    tokio::pin!(copy);
+    let mut check = tokio::time::interval(TUNNEL_CHECK.min(idle));
+    loop {
+        tokio::select! {
+            done = &mut copy => {
+                if let Err(e) = done {
+                    tracing::debug!(error = %e, "upgraded connection ended");
+                }
+                return;
+            }
+            _ = check.tick() => {
+                let quiet = start.elapsed().saturating_sub(Duration::from_millis(
+                    last.load(std::sync::atomic::Ordering::Relaxed),
+                ));
+                if quiet >= idle {
+                    tracing::debug!("tunnel closed: idle");
+                    return;
+                }
+                if let Some(b) = &bound {
+                    if crate::app::now_s() >= b.expires_at_s {
+                        tracing::debug!("tunnel closed: its admission expired");
+                        return;
+                    }
+                    if (b.ended)() {
+                        tracing::debug!("tunnel closed: its session was revoked");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An I/O that notes when bytes last moved through it (ms since
+    /// `start`), for the tunnel's idle timeout.
+    struct Activity<T> {
+        #[pin]
+        io: T,
+        last: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        start: tokio::time::Instant,
+    }
+}
+
+impl<T> Activity<T> {
+    fn new(
+        io: T,
+        last: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        start: tokio::time::Instant,
+    ) -> Self {
+        Activity { io, last, start }
+    }
+}
+
+fn touch(last: &std::sync::atomic::AtomicU64, start: tokio::time::Instant) {
+    let ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    last.store(ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl<T: tokio::io::AsyncRead> tokio::io::AsyncRead for Activity<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let r = this.io.poll_read(cx, buf);
+        if buf.filled().len() > before {
+            touch(this.last, *this.start);
+        }
+        r
+    }
+}
+
+impl<T: tokio::io::AsyncWrite> tokio::io::AsyncWrite for Activity<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.project().io.poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.project().io.poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.project().io.poll_shutdown(cx)
+    }
 }
 
 /// Headers that describe one hop, never the message (RFC 9110 §7.6.1),
@@ -381,6 +602,8 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
         Some(b't') => matches!(name, "te" | "trailer" | "transfer-encoding"),
         Some(b'u') => name == "upgrade",
         Some(b'p') => name.starts_with("proxy-"),
+        // h2c's upgrade settings (RFC 9113 §3.2 of 7540): one connection's
+        Some(b'h') => name == "http2-settings",
         _ => false,
     }
 }

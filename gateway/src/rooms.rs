@@ -27,8 +27,8 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sluice_admission::{
-    AdmissionError, JoinOutcome, PlaceMap, PrequeueDraw, QueueBackend, QueueStore, RateMeter,
-    RoomPatch, RoomSettings, Snapshot,
+    AdmissionError, Floors, JoinOutcome, PlaceMap, PrequeueDraw, QueueBackend, QueueStore,
+    RateMeter, RoomPatch, RoomSettings, Snapshot,
 };
 use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
 
@@ -73,10 +73,36 @@ pub struct Room {
     window: crate::adaptive::Window,
     /// This gateway holds the room's steering lease.
     steering: AtomicBool,
+    /// Sessions ended by a revoke (through any gateway): session id → when
+    /// it ended (store clock, ms). Learnt from the store within a tick
+    /// ([`QueueStore::ended_since`]), kept for the session's idle lifetime
+    /// (no admission token of it outlives that), so the gate refuses their
+    /// tokens with a lookup in memory, never a store call per request.
+    ended: Mutex<HashMap<String, u64>>,
+    /// How far the ended set has been read: the store's `ended_total` and
+    /// the latest end time seen.
+    ended_read: Mutex<(u64, u64)>,
+    /// Passthroughs this gateway may still try before the next snapshot:
+    /// the credit the snapshot showed, so that a crowd of cookie-less
+    /// requests costs at most that many store calls a tick (the store
+    /// decides each one atomically).
+    passthrough_budget: std::sync::atomic::AtomicI64,
+    /// Status polls per queue token (its epoch and seq).
+    poll_limiter: Option<DefaultKeyedRateLimiter<(u64, u64)>>,
+    /// The last settings error read from the store, so it is logged once.
+    bad_settings: Mutex<Option<String>>,
 }
 
+/// The most sessions a gateway remembers as ended per room: a revoke per
+/// admission at 1,000 admissions a second for a 5-minute session ttl.
+pub const MAX_ENDED: usize = 300_000;
+
 impl Room {
-    fn new(config: RoomConfig, pow_secret: Option<&str>) -> anyhow::Result<Room> {
+    fn new(
+        config: RoomConfig,
+        pow_secret: Option<&str>,
+        polls_per_token_per_min: u32,
+    ) -> anyhow::Result<Room> {
         let mut settings = settings_from_config(&config);
         if let Some(t) = &config.opens_at {
             let ms = crate::schedule::parse_rfc3339_ms(t)
@@ -111,6 +137,15 @@ impl Room {
             limiter: ArcSwap::from_pointee(limiter(limit)),
             window: crate::adaptive::Window::default(),
             steering: AtomicBool::new(false),
+            ended: Mutex::new(HashMap::new()),
+            ended_read: Mutex::new((0, 0)),
+            passthrough_budget: std::sync::atomic::AtomicI64::new(0),
+            poll_limiter: std::num::NonZeroU32::new(polls_per_token_per_min).map(|n| {
+                // a burst of a quarter minute's worth: two tabs, a reload
+                let burst = std::num::NonZeroU32::new((n.get() / 4).max(4)).unwrap_or(n);
+                RateLimiter::keyed(Quota::per_minute(n).allow_burst(burst))
+            }),
+            bad_settings: Mutex::new(None),
             config,
         };
         Ok(room)
@@ -194,6 +229,96 @@ impl Room {
             l.retain_recent();
             l.shrink_to_fit();
         }
+        if let Some(l) = &self.poll_limiter {
+            l.retain_recent();
+            l.shrink_to_fit();
+        }
+    }
+
+    /// Takes one status poll of the queue token (`epoch`, `seq`), or
+    /// `Err(seconds)` to wait.
+    pub fn check_poll_limit(&self, epoch: u64, seq: u64) -> Result<(), u64> {
+        let Some(l) = &self.poll_limiter else {
+            return Ok(());
+        };
+        l.check_key(&(epoch, seq)).map_err(|not_until| {
+            let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                &governor::clock::DefaultClock::default(),
+            ));
+            wait.as_secs().max(1)
+        })
+    }
+
+    /// Whether the session `sid` ended (was revoked) on any gateway, as far
+    /// as this one has learnt (within a tick of the revoke).
+    pub fn is_ended(&self, sid: &str) -> bool {
+        self.ended.lock().contains_key(sid)
+    }
+
+    /// Notes a session this gateway ended itself (before the store's ended
+    /// set comes back with it).
+    pub fn note_ended(&self, sid: &str) {
+        let at = self.snapshot().store_now_ms;
+        let mut ended = self.ended.lock();
+        if ended.len() < MAX_ENDED {
+            ended.insert(sid.to_owned(), at);
+        }
+    }
+
+    /// Sessions this gateway knows as ended.
+    pub fn ended_count(&self) -> usize {
+        self.ended.lock().len()
+    }
+
+    /// Learns the sessions ended since the last read, when the snapshot's
+    /// count moved, and forgets those whose tokens can no longer be valid.
+    async fn sync_ended(
+        &self,
+        store: &QueueBackend,
+        snap: &Snapshot,
+    ) -> Result<(), AdmissionError> {
+        const PAGE: usize = 10_000;
+        let (read_total, cursor) = *self.ended_read.lock();
+        let keep =
+            self.settings().session_ttl.as_millis() as u64 + sluice_admission::room::ENDED_SKEW_MS;
+        let now = snap.store_now_ms;
+        if snap.ended_total != read_total {
+            // a second of overlap: ends in the same millisecond as the last
+            // one read are read again (a set: no harm)
+            let since = cursor.saturating_sub(1_000);
+            let page = store.ended_since(self.id(), since, PAGE).await?;
+            let mut latest = cursor;
+            {
+                let mut ended = self.ended.lock();
+                for (sid, at) in &page {
+                    latest = latest.max(*at);
+                    if ended.len() < MAX_ENDED || ended.contains_key(sid) {
+                        ended.insert(sid.clone(), *at);
+                    } else {
+                        tracing::warn!(
+                            room = self.id(),
+                            "ended sessions: more than {MAX_ENDED} remembered; {sid} not kept"
+                        );
+                    }
+                }
+            }
+            // a full page: read on from its end at the next tick
+            let total = if page.len() >= PAGE {
+                read_total
+            } else {
+                snap.ended_total
+            };
+            *self.ended_read.lock() = (total, latest);
+        }
+        self.ended
+            .lock()
+            .retain(|_, at| at.saturating_add(keep) > now);
+        Ok(())
+    }
+
+    /// Takes one passthrough attempt of this tick's budget.
+    pub fn take_passthrough(&self) -> bool {
+        self.passthrough_budget.fetch_sub(1, Ordering::AcqRel) > 0
     }
 
     /// Number of networks the rate limiter currently remembers.
@@ -324,7 +449,66 @@ impl Room {
         self.admits
             .lock()
             .record(snap.store_now_ms, snap.admitted_total);
+        let budget = if snap.queue_length() == 0 && !snap.paused && !snap.closed {
+            snap.credit.floor().max(0.0) as i64
+        } else {
+            0
+        };
+        self.passthrough_budget.store(budget, Ordering::Release);
         self.snapshot.store(Arc::new(snap));
+    }
+
+    /// The floors to recover a lost state with: the highest tail and
+    /// frontier seen, in the epoch last seen.
+    fn floors(&self) -> Floors {
+        Floors {
+            tail: self.max_tail.load(Ordering::Relaxed),
+            frontier: self.max_frontier.load(Ordering::Relaxed),
+            epoch: self.snapshot().epoch,
+        }
+    }
+
+    /// Applies settings read from the store (or just written): the cached
+    /// copy, and what this gateway keeps of them itself (difficulty bounds,
+    /// the per-network limit). Settings the gateway cannot apply (a
+    /// difficulty outside the work cap) are refused as a whole: the last
+    /// good copy stays.
+    fn adopt(&self, s: RoomSettings) -> Result<(), String> {
+        let floor = s
+            .difficulty_floor_bits
+            .unwrap_or(self.config.difficulty_floor_bits);
+        let ceiling = s
+            .difficulty_ceiling_bits
+            .unwrap_or(self.config.difficulty_ceiling_bits);
+        let d = self.difficulty.snapshot();
+        if (floor, ceiling) != (d.floor_bits, d.ceiling_bits) {
+            self.difficulty
+                .set_floor_ceiling(floor, ceiling)
+                .map_err(|e| format!("difficulty bounds {floor}..{ceiling}: {e}"))?;
+        }
+        let limit = s
+            .join_limit_per_prefix_per_min
+            .unwrap_or(self.config.join_limit_per_prefix_per_min);
+        if limit != self.join_limit_per_min.load(Ordering::Relaxed) {
+            self.set_join_limit(limit);
+        }
+        self.settings.store(Arc::new(s));
+        Ok(())
+    }
+
+    /// Settings from the store that cannot be used: the last good copy
+    /// stays in force, the error is logged once and counted.
+    fn refuse_settings(&self, telemetry: &Telemetry, reason: &str) {
+        telemetry.settings_rejected(self.id());
+        let mut last = self.bad_settings.lock();
+        if last.as_deref() != Some(reason) {
+            tracing::error!(
+                room = self.id(),
+                reason,
+                "settings in the store refused; keeping the last good ones"
+            );
+            *last = Some(reason.to_owned());
+        }
     }
 
     /// The state a visitor is told: `closed`, `sold_out`, `paused`, or
@@ -386,6 +570,10 @@ fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
         opens_at_ms: settings.opens_at_ms,
         prequeue_open: settings.opens_at_ms.is_some(),
         prequeue_draw: None,
+        ended_total: 0,
+        carried_epoch: 0,
+        carried_tail: 0,
+        settings_version: 0,
     }
 }
 
@@ -431,7 +619,11 @@ impl Rooms {
         let mut rooms = Vec::new();
         let mut by_id = HashMap::new();
         for rc in &config.rooms {
-            let room = Arc::new(Room::new(rc.clone(), config.pow_secret.as_deref())?);
+            let room = Arc::new(Room::new(
+                canonical_rules(rc.clone()),
+                config.pow_secret.as_deref(),
+                config.limits.status_polls_per_token_per_min,
+            )?);
             by_id.insert(rc.id.clone(), room.clone());
             rooms.push(room);
         }
@@ -448,19 +640,17 @@ impl Rooms {
         &self.rooms
     }
 
-    /// The room guarding a request, if any: among rooms whose hosts match
-    /// (or that name none), the longest matching path prefix wins; a room
-    /// naming the host beats one that does not at equal length.
+    /// The room guarding a request, if any, decided on its canonical host
+    /// name (no port) and route path ([`crate::canonical`]): among rooms
+    /// whose hosts match (or that name none), the most specific rule wins
+    /// (rules cover whole segments); a room naming the host beats one that
+    /// does not at equal length.
     pub fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<Room>> {
-        // Hosts compare case-insensitively below: no lowercased copy.
-        let host = host.map(|h| h.split(':').next().unwrap_or(h));
         let mut best: Option<(&Arc<Room>, (usize, bool))> = None;
         for room in &self.rooms {
             let c = &room.config;
             let host_specific = !c.hosts.is_empty();
-            if host_specific
-                && !host.is_some_and(|h| c.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)))
-            {
+            if host_specific && !host.is_some_and(|h| c.hosts.iter().any(|x| x == h)) {
                 continue;
             }
             let len = if c.paths.is_empty() {
@@ -468,8 +658,9 @@ impl Rooms {
             } else {
                 c.paths
                     .iter()
-                    .filter(|p| path_has_prefix(path, p))
-                    .map(|p| p.len())
+                    .filter_map(|p| {
+                        crate::canonical::rule_covers(path, p, c.case_insensitive_paths)
+                    })
                     .max()
             };
             if let Some(len) = len {
@@ -483,27 +674,34 @@ impl Rooms {
     }
 }
 
-/// `path` is `prefix` or lies under it (`/a` covers `/a`, `/a/b`, `/a?x`,
-/// not `/ab`), unless the prefix ends with `/` or is `/`.
-pub fn path_has_prefix(path: &str, prefix: &str) -> bool {
-    if prefix == "/" {
-        return true;
-    }
-    match path.strip_prefix(prefix) {
-        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
-        None => false,
-    }
+/// A room's configuration with its rules in canonical form (the form
+/// requests are matched in): paths and bypass paths normalised as request
+/// paths are, hosts as `Host` headers are (lowercase, no trailing dot, no
+/// port). `Config::validate` refused any that cannot be.
+fn canonical_rules(mut c: RoomConfig) -> RoomConfig {
+    let rule = |p: &String| crate::canonical::normalize_rule(p).unwrap_or_else(|_| p.clone());
+    c.paths = c.paths.iter().map(rule).collect();
+    c.bypass_paths = c.bypass_paths.iter().map(rule).collect();
+    c.hosts = c
+        .hosts
+        .iter()
+        .map(|h| {
+            crate::canonical::normalize_host(h).map_or_else(|_| h.to_ascii_lowercase(), |h| h.name)
+        })
+        .collect();
+    c
 }
 
 /// Whether a request to `room` bypasses the queue (configured paths such as
-/// `/robots.txt`, or allow-listed client ranges).
+/// `/robots.txt`, or allow-listed client ranges). `path` is the canonical
+/// route path.
 pub fn bypasses(room: &Room, path: &str, ip: IpAddr) -> bool {
     let ip = canonical_ip(ip);
-    room.config
-        .bypass_paths
+    let c = &room.config;
+    c.bypass_paths
         .iter()
-        .any(|p| path_has_prefix(path, p))
-        || room.config.bypass_ips.iter().any(|n| n.contains(&ip))
+        .any(|p| crate::canonical::rule_covers(path, p, c.case_insensitive_paths).is_some())
+        || c.bypass_ips.iter().any(|n| n.contains(&ip))
 }
 
 // === the ticker ===
@@ -532,7 +730,7 @@ pub async fn run_ticker(
         }
         for (i, room) in rooms.all().iter().enumerate() {
             if !initialised[i] {
-                match init_room(room, &store).await {
+                match init_room(room, &store, &telemetry).await {
                     Ok(()) => initialised[i] = true,
                     Err(e) => {
                         mark_down(room, &e);
@@ -540,7 +738,7 @@ pub async fn run_ticker(
                     }
                 }
             }
-            match tick_room(room, &store).await {
+            match tick_room(room, &store, &telemetry).await {
                 Ok(()) => {
                     if !room.store_ok.swap(true, Ordering::Relaxed) {
                         tracing::info!(room = room.id(), "store answers");
@@ -567,7 +765,9 @@ pub async fn run_ticker(
 /// nor a join's passthrough moves the frontier), and lifting it resumes.
 /// Each gateway writes it when *its* view of the stock changes (edge
 /// triggered, so gateways whose views differ for the second between two
-/// inventory refreshes do not flap it), and only when the store disagrees.
+/// inventory refreshes do not flap it), and only when the store disagrees;
+/// the write is a compare and set on the settings' version, so it never
+/// reverts a PATCH made meanwhile.
 async fn sync_sold_out(
     room: &Room,
     store: &QueueBackend,
@@ -580,21 +780,88 @@ async fn sync_sold_out(
     if *seen == Some(sold_out) {
         return Ok(());
     }
-    let current = room.settings();
-    if current.sold_out != sold_out {
-        let mut s = (*current).clone();
-        s.sold_out = sold_out;
-        let snap = store.configure(room.id(), &s).await?;
-        room.settings.store(Arc::new(s));
-        room.record(snap);
-        if sold_out {
-            tracing::info!(room = room.id(), "sold out: admission stopped");
-        } else {
-            tracing::info!(room = room.id(), "stock is back: admission resumes");
+    if room.settings().sold_out != sold_out {
+        let changed = modify_settings(room, store, |s| {
+            s.sold_out = sold_out;
+            Ok::<_, AdmissionError>(())
+        })
+        .await?;
+        if changed {
+            if sold_out {
+                tracing::info!(room = room.id(), "sold out: admission stopped");
+            } else {
+                tracing::info!(room = room.id(), "stock is back: admission resumes");
+            }
         }
     }
     *seen = Some(sold_out);
     Ok(())
+}
+
+/// How often a settings write is tried again when another write came
+/// first, before giving up.
+const SETTINGS_RETRIES: usize = 16;
+
+/// Changes a room's settings in the store by `change`, never reverting a
+/// write another gateway made meanwhile: reads the store's settings, applies
+/// `change` to them, writes them compare-and-set on their version, and on a
+/// conflict starts again from the store's newer copy. The local copy follows
+/// only a write that succeeded, so a failed change leaves everything as it
+/// was. `Ok(false)` when `change` left the settings as they were (nothing
+/// written).
+pub async fn modify_settings<E>(
+    room: &Room,
+    store: &QueueBackend,
+    mut change: impl FnMut(&mut RoomSettings) -> Result<(), E>,
+) -> Result<bool, E>
+where
+    E: From<AdmissionError>,
+{
+    for _ in 0..SETTINGS_RETRIES {
+        let current = match store.settings(room.id()).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(AdmissionError::RoomNotFound(room.id().to_owned()).into()),
+            // What the store holds is refused: the change applies to the
+            // last good copy, written over the bad one (compare and set on
+            // the store's version, as the snapshot saw it), so an operator
+            // can always repair a room.
+            Err(AdmissionError::StoredSettings { .. }) => {
+                let mut s = (*room.settings()).clone();
+                s.version = room.snapshot().settings_version;
+                s
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut next = current.clone();
+        change(&mut next)?;
+        next.version = current.version;
+        if next == current {
+            return Ok(false);
+        }
+        match store.update_settings(room.id(), &next).await {
+            Ok(snap) => {
+                next.version += 1;
+                if let Err(reason) = room.adopt(next) {
+                    // checked by the caller before writing; a config this
+                    // gateway cannot apply is still the store's now
+                    tracing::error!(
+                        room = room.id(),
+                        reason,
+                        "settings written but not applicable here"
+                    );
+                }
+                room.record(snap);
+                return Ok(true);
+            }
+            Err(AdmissionError::SettingsConflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(AdmissionError::Store(format!(
+        "settings of room {} changed {SETTINGS_RETRIES} times while being written",
+        room.id()
+    ))
+    .into())
 }
 
 fn mark_down(room: &Room, e: &dyn std::fmt::Display) {
@@ -603,17 +870,28 @@ fn mark_down(room: &Room, e: &dyn std::fmt::Display) {
     }
 }
 
-async fn init_room(room: &Room, store: &QueueBackend) -> Result<(), AdmissionError> {
-    match store.settings(room.id()).await? {
-        Some(s) => {
-            room.settings.store(Arc::new(s));
+async fn init_room(
+    room: &Room,
+    store: &QueueBackend,
+    telemetry: &Telemetry,
+) -> Result<(), AdmissionError> {
+    match store.settings(room.id()).await {
+        Ok(Some(s)) => {
+            if let Err(reason) = room.adopt(s) {
+                room.refuse_settings(telemetry, &reason);
+            }
         }
-        None => {
+        Ok(None) => {
             let s = room.initial.clone();
             let snap = store.configure(room.id(), &s).await?;
             room.settings.store(Arc::new(s));
             room.record(snap);
         }
+        Err(AdmissionError::StoredSettings { reason, .. }) => {
+            // the configuration's settings stand until the store's are good
+            room.refuse_settings(telemetry, &reason);
+        }
+        Err(e) => return Err(e),
     }
     Ok(())
 }
@@ -632,7 +910,6 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
     let seen = room.max_tail.load(Ordering::Relaxed);
     let mut outcome = store.join(room.id()).await?;
     if outcome.seq <= seen {
-        let max_frontier = room.max_frontier.load(Ordering::Relaxed);
         tracing::warn!(
             room = room.id(),
             store_seq = outcome.seq,
@@ -640,7 +917,7 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
             "store handed out a seq already seen: recovering from the highest values seen"
         );
         let snap = store
-            .recover(room.id(), &room.settings_for_store(), seen, max_frontier)
+            .recover(room.id(), &room.settings_for_store(), room.floors())
             .await?;
         room.record(snap);
         outcome = store.join(room.id()).await?;
@@ -649,7 +926,40 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
     Ok(outcome)
 }
 
-async fn tick_room(room: &Arc<Room>, store: &QueueBackend) -> Result<(), AdmissionError> {
+/// A passthrough (admit on the spot or nothing, [`QueueStore::passthrough`])
+/// with the same guard against a store that went back as [`join`].
+pub async fn passthrough(
+    room: &Room,
+    store: &QueueBackend,
+) -> Result<Option<JoinOutcome>, AdmissionError> {
+    let seen = room.max_tail.load(Ordering::Relaxed);
+    let Some(outcome) = store.passthrough(room.id()).await? else {
+        return Ok(None);
+    };
+    if outcome.seq <= seen {
+        // a seq handed out before: not this visitor's to take. Recover
+        // above everything seen; the visitor gets the waiting room.
+        tracing::warn!(
+            room = room.id(),
+            store_seq = outcome.seq,
+            seen_tail = seen,
+            "store passed through a seq already seen: recovering from the highest values seen"
+        );
+        let snap = store
+            .recover(room.id(), &room.settings_for_store(), room.floors())
+            .await?;
+        room.record(snap);
+        return Ok(None);
+    }
+    room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
+    Ok(Some(outcome))
+}
+
+async fn tick_room(
+    room: &Arc<Room>,
+    store: &QueueBackend,
+    telemetry: &Telemetry,
+) -> Result<(), AdmissionError> {
     // The highest values seen, read *before* the store is asked: joins
     // answered while `advance` runs raise `max_tail` above the tail the
     // store had then, and must not be mistaken for a store that lost state.
@@ -660,18 +970,16 @@ async fn tick_room(room: &Arc<Room>, store: &QueueBackend) -> Result<(), Admissi
         Err(AdmissionError::RoomNotFound(_)) => {
             // The store lost the room (Redis restarted empty): recreate it
             // above every seq this gateway has seen, with a new epoch.
-            let max_tail = room.max_tail.load(Ordering::Relaxed);
-            let max_frontier = room.max_frontier.load(Ordering::Relaxed);
+            let floors = room.floors();
             tracing::warn!(
                 room = room.id(),
-                seen_tail = max_tail,
-                seen_frontier = max_frontier,
+                seen_tail = floors.tail,
+                seen_frontier = floors.frontier,
+                seen_epoch = floors.epoch,
                 "store has no state for the room: recovering from the highest values seen"
             );
             let settings = room.settings_for_store();
-            let snap = store
-                .recover(room.id(), &settings, max_tail, max_frontier)
-                .await?;
+            let snap = store.recover(room.id(), &settings, floors).await?;
             room.record(snap);
             return Ok(());
         }
@@ -679,8 +987,6 @@ async fn tick_room(room: &Arc<Room>, store: &QueueBackend) -> Result<(), Admissi
     };
     let lost = snap.tail < seen_tail || snap.frontier < seen_frontier;
     let snap = if lost {
-        let max_tail = room.max_tail.load(Ordering::Relaxed);
-        let max_frontier = room.max_frontier.load(Ordering::Relaxed);
         tracing::warn!(
             room = room.id(),
             store_tail = snap.tail,
@@ -688,22 +994,34 @@ async fn tick_room(room: &Arc<Room>, store: &QueueBackend) -> Result<(), Admissi
             "store lost the room's state: recovering from the highest values seen"
         );
         let settings = room.settings_for_store();
-        store
-            .recover(room.id(), &settings, max_tail, max_frontier)
-            .await?
+        store.recover(room.id(), &settings, room.floors()).await?
     } else {
         snap
     };
-    if let Some(s) = store.settings(room.id()).await? {
-        if **room.settings.load() != s {
-            room.settings.store(Arc::new(s));
+    // Settings are read when their version moved (a PATCH, a sold-out flag,
+    // adaptive steering on any gateway), not every tick.
+    if snap.settings_version != room.settings().version || snap.settings_version == 0 {
+        match store.settings(room.id()).await {
+            Ok(Some(s)) => {
+                if let Err(reason) = room.adopt(s) {
+                    room.refuse_settings(telemetry, &reason);
+                } else {
+                    *room.bad_settings.lock() = None;
+                }
+            }
+            Ok(None) => {
+                // The store has the room's queue but not its settings
+                // (lost): write back what this gateway knows.
+                let s = room.settings_for_store();
+                store.configure(room.id(), &s).await?;
+            }
+            Err(AdmissionError::StoredSettings { reason, .. }) => {
+                room.refuse_settings(telemetry, &reason);
+            }
+            Err(e) => return Err(e),
         }
-    } else {
-        // The store has the room's queue but not its settings (lost): write
-        // back what this gateway knows.
-        let s = room.settings_for_store();
-        store.configure(room.id(), &s).await?;
     }
+    room.sync_ended(store, &snap).await?;
     let now_ms = snap.store_now_ms;
     room.difficulty.set_pressure(
         room.joins_per_sec(),
@@ -905,49 +1223,79 @@ pub async fn admin_patch(
     let patch: RoomPatch = serde_json::from_value(Value::Object(store_patch))
         .map_err(|e| Problem::invalid_setting("body", e.to_string()))?;
     let manual_rate = patch.rate_per_sec.is_some();
-    let mut settings = (*room.settings()).clone();
-    if let Some(opens) = opens_at {
-        schedule(room, &mut settings, opens)?;
-    }
-    if let Some(on) = adaptive_enabled {
-        settings.adaptive.enabled = on;
-        if !on {
-            settings.adaptive.override_until_ms = 0;
-        }
-    }
-    patch
-        .apply(&mut settings)
-        .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
-    // An operator's manual rate overrides adaptive admission for a while:
-    // the PATCH's adaptive_override_secs, else the room's configured time.
-    if settings.adaptive.enabled && (manual_rate || override_secs.is_some()) {
-        let secs = override_secs.unwrap_or(room.config.adaptive.override_for.as_secs());
-        // the store's clock (one tick old), which the steering gateway reads
-        let now = match room.snapshot().store_now_ms {
-            0 => crate::app::now_ms(),
-            t => t,
-        };
-        settings.adaptive.override_until_ms = if secs == 0 { 0 } else { now + secs * 1000 };
-    }
+    // The difficulty bounds as they will be, checked against the work cap
+    // before anything is written.
     if floor.is_some() || ceiling.is_some() {
         let d = room.difficulty.snapshot();
-        let f = floor.unwrap_or(u64::from(d.floor_bits)) as u8;
-        let c = ceiling.unwrap_or(u64::from(d.ceiling_bits)) as u8;
-        room.difficulty
-            .set_floor_ceiling(f, c)
-            .map_err(|e| Problem::invalid_setting("difficulty_floor_bits", e.to_string()))?;
+        let f = floor.map_or(d.floor_bits, |f| f as u8);
+        let c = ceiling.map_or(d.ceiling_bits, |c| c as u8);
+        room.difficulty.config().check_bits(f, c).map_err(|e| {
+            let field = if floor.is_some() {
+                "difficulty_floor_bits"
+            } else {
+                "difficulty_ceiling_bits"
+            };
+            Problem::invalid_setting(field, e.to_string())
+        })?;
     }
-    if let Some(l) = join_limit {
-        room.set_join_limit(l);
-    }
-    if settings != *room.settings() {
-        let snap = store
-            .configure(room.id(), &settings)
-            .await
-            .map_err(|e| Problem::store_unavailable().log_cause(&e))?;
-        room.settings.store(Arc::new(settings));
-        room.record(snap);
-    }
+    // Bad values are refused before the store is asked: the change on this
+    // gateway's copy first, as a dry run.
+    patch
+        .apply(&mut (*room.settings()).clone())
+        .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
+    // Applied to the store's copy as it is when written (compare and set,
+    // retried on a conflict): a PATCH through another gateway, the sold-out
+    // flag or adaptive steering written meanwhile are kept, and nothing
+    // changes anywhere unless the write succeeds.
+    let change = |settings: &mut RoomSettings| -> Result<(), Problem> {
+        if let Some(opens) = opens_at {
+            schedule(room, settings, opens)?;
+        }
+        if let Some(on) = adaptive_enabled {
+            settings.adaptive.enabled = on;
+            if !on {
+                settings.adaptive.override_until_ms = 0;
+            }
+        }
+        patch
+            .apply(settings)
+            .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
+        // An operator's manual rate overrides adaptive admission for a
+        // while: the PATCH's adaptive_override_secs, else the room's
+        // configured time.
+        if settings.adaptive.enabled && (manual_rate || override_secs.is_some()) {
+            let secs = override_secs.unwrap_or(room.config.adaptive.override_for.as_secs());
+            // the store's clock (one tick old), which the steering gateway reads
+            let now = match room.snapshot().store_now_ms {
+                0 => crate::app::now_ms(),
+                t => t,
+            };
+            settings.adaptive.override_until_ms = if secs == 0 { 0 } else { now + secs * 1000 };
+        }
+        if let Some(f) = floor {
+            settings.difficulty_floor_bits = Some(f as u8);
+        }
+        if let Some(c) = ceiling {
+            settings.difficulty_ceiling_bits = Some(c as u8);
+        }
+        if floor.is_some() != ceiling.is_some() {
+            // one bound given: the other as in force now, so the pair in the
+            // store is always one the work cap was checked against
+            let d = room.difficulty.snapshot();
+            settings.difficulty_floor_bits.get_or_insert(d.floor_bits);
+            settings
+                .difficulty_ceiling_bits
+                .get_or_insert(d.ceiling_bits);
+        }
+        if let Some(l) = join_limit {
+            settings.join_limit_per_prefix_per_min = Some(l);
+        }
+        settings
+            .to_stored()
+            .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
+        Ok(())
+    };
+    modify_settings(room, store, change).await?;
     Ok(admin_view(room))
 }
 
@@ -1014,7 +1362,7 @@ mod tests {
             let m = n.saturating_sub(lag);
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
-                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }, None).unwrap();
+                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }, None, 0).unwrap();
                 let clock = Arc::new(sluice_admission::SystemClock);
                 let primary = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock.clone()));
                 let replica = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock));
@@ -1037,11 +1385,12 @@ mod tests {
 
     #[test]
     fn prefixes_respect_segments() {
-        assert!(path_has_prefix("/tickets", "/tickets"));
-        assert!(path_has_prefix("/tickets/1", "/tickets"));
-        assert!(!path_has_prefix("/ticketsx", "/tickets"));
-        assert!(path_has_prefix("/static/x.css", "/static/"));
-        assert!(path_has_prefix("/anything", "/"));
+        let covers = |p, r| crate::canonical::rule_covers(p, r, false).is_some();
+        assert!(covers("/tickets", "/tickets"));
+        assert!(covers("/tickets/1", "/tickets"));
+        assert!(!covers("/ticketsx", "/tickets"));
+        assert!(covers("/static/x.css", "/static/"));
+        assert!(covers("/anything", "/"));
     }
 
     #[test]
@@ -1076,10 +1425,8 @@ mod tests {
         assert_eq!(id(None, "/"), Some("all".into()));
         assert_eq!(id(Some("a.example"), "/tickets/1"), Some("tickets".into()));
         assert_eq!(id(None, "/tickets/vip/2"), Some("vip".into()));
-        assert_eq!(
-            id(Some("b.example:8080"), "/tickets"),
-            Some("other-host".into())
-        );
-        assert_eq!(id(Some("B.EXAMPLE"), "/other"), Some("all".into()));
+        // the host is the canonical name: lowercase, no port
+        assert_eq!(id(Some("b.example"), "/tickets"), Some("other-host".into()));
+        assert_eq!(id(Some("b.example"), "/other"), Some("all".into()));
     }
 }

@@ -310,8 +310,11 @@ async fn connection(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
-    _held: (tokio::sync::OwnedSemaphorePermit, OpenCount),
+    held: (tokio::sync::OwnedSemaphorePermit, OpenCount),
 ) {
+    // Shared with a WebSocket tunnel made of this connection, which then
+    // stays counted (and holds its permit) until the tunnel closes.
+    let hold = crate::proxy::ConnHold(Arc::new(held));
     let (header_timeout, upstream_response) = (shared.header_timeout, shared.upstream_response);
     let Some(version) = first_bytes_within(&stream, header_timeout).await else {
         tracing::debug!(%peer, "closed: no request within the header timeout");
@@ -326,6 +329,7 @@ async fn connection(
         peer,
         peer_text: crate::proxy::peer_text(peer),
         watch: watch.clone(),
+        hold,
     });
     let Some(watch) = watch else {
         // HTTP/2 bounds its streams and pings of its own.
@@ -545,6 +549,8 @@ struct ConnCtx {
     peer_text: Option<http::HeaderValue>,
     /// The connection's deadlines (HTTP/1).
     watch: Option<Arc<ConnWatch>>,
+    /// The connection's permit and count, for a tunnel made of it.
+    hold: crate::proxy::ConnHold,
 }
 
 /// The answer to one request, whichever server read it: a request no room
@@ -557,6 +563,19 @@ fn answer(
     use futures_util::FutureExt as _;
     let mut info = ClientInfo::resolve(ctx.peer, req.headers(), &ctx.trusted);
     info.peer_text.clone_from(&ctx.peer_text);
+    // One canonical request, decided once: every decision from here on
+    // (routes, rooms, bypasses, the gate) and the origin see this form.
+    if let Err(p) = canonicalise(&ctx.st, &mut req, &info) {
+        let id = ctx.ids.next_value();
+        let mut res = axum::response::IntoResponse::into_response(p);
+        res.headers_mut().insert(REQUEST_ID, id);
+        return futures_util::future::Either::Left(futures_util::future::Either::Right(
+            std::future::ready(res),
+        ));
+    }
+    if req.headers().contains_key(http::header::UPGRADE) {
+        req.extensions_mut().insert(ctx.hold.clone());
+    }
     if unguarded(&ctx.st, &req, &info) {
         // Straight to the origin: no room guards the path.
         let id = match req.headers().get(&REQUEST_ID) {
@@ -568,7 +587,7 @@ fn answer(
             }
         };
         let ctx = ctx.clone();
-        futures_util::future::Either::Left(async move {
+        futures_util::future::Either::Left(futures_util::future::Either::Left(async move {
             let forward = ctx.st.proxy().forward_watched(
                 req,
                 &info,
@@ -583,7 +602,7 @@ fn answer(
                 .unwrap_or_else(crate::app::panic_response);
             res.headers_mut().insert(REQUEST_ID, id);
             res
-        })
+        }))
     } else {
         req.extensions_mut().insert(info);
         if let Some(watch) = &ctx.watch {
@@ -615,6 +634,140 @@ fn service(
         answer(&ctx, req.map(axum::body::Body::new))
             .map(move |res| Ok(res.map(|inner| ResponseBody { inner, head })))
     })
+}
+
+/// Puts a request in its canonical form ([`crate::canonical`]) in place, or
+/// answers 400 `malformed_request`:
+/// - the host: one `Host` at most, agreeing with an absolute-form target or
+///   HTTP/2's `:authority` (RFC 9112 §3.2, RFC 9113 §8.3.1), lowercase, no
+///   trailing dot, its port parsed; written back as the `Host` header;
+/// - the target: in origin form, its path normalised (dot segments,
+///   merged slashes, unreserved escapes decoded), the query as sent. A
+///   path with an encoded slash is refused unless every room that guards
+///   either reading of it (`%2F` as a separator or as data) opted in; the
+///   route reading is then kept for the gate ([`crate::gate::RoutePath`]).
+///
+/// `*` (`OPTIONS *`) and CONNECT's authority form are left as they are.
+/// Already-canonical requests (nearly all) are checked without a copy.
+fn canonicalise(
+    st: &AppState,
+    req: &mut http::Request<axum::body::Body>,
+    client: &ClientInfo,
+) -> Result<(), crate::problem::Problem> {
+    use crate::canonical::{normalize_host, normalize_path};
+    use crate::problem::Problem;
+    use http::header::HOST;
+    let bad = |what: &str, e: crate::canonical::Malformed| {
+        Problem::malformed(format!("{what}: {}", e.reason()))
+    };
+    // === the host ===
+    let mut given = req.headers().get_all(HOST).iter();
+    let host = given.next();
+    if given.next().is_some() {
+        return Err(Problem::malformed("more than one Host header"));
+    }
+    let host = match host {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| Problem::malformed("the Host header is not ASCII"))?,
+        ),
+        None => None,
+    };
+    let authority = req.uri().authority().map(|a| a.as_str());
+    let canonical_host = match (host, authority) {
+        (Some(h), None) if plain_host(h) => None,
+        (Some(h), None) => Some(normalize_host(h).map_err(|e| bad("Host", e))?),
+        (h, Some(a)) => {
+            let a = normalize_host(a).map_err(|e| bad("target authority", e))?;
+            if let Some(h) = h {
+                let h = normalize_host(h).map_err(|e| bad("Host", e))?;
+                let port = if req.uri().scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                };
+                if !h.same_host_with_default_port(&a, port) {
+                    return Err(Problem::malformed(
+                        "the Host header disagrees with the request target",
+                    ));
+                }
+            }
+            Some(a)
+        }
+        (None, None) => None,
+    };
+    if let Some(h) = canonical_host {
+        let v =
+            http::HeaderValue::from_str(&h.to_string()).map_err(|_| Problem::malformed("Host"))?;
+        req.headers_mut().insert(HOST, v);
+    }
+    // === the target ===
+    if *req.method() == http::Method::CONNECT || req.uri().path() == "*" {
+        return Ok(());
+    }
+    let uri = req.uri();
+    let path = normalize_path(uri.path()).map_err(|e| bad("request target", e))?;
+    // The gateway's own endpoints are no room's: the router answers them
+    // (an encoded slash there names no file and no endpoint).
+    let own = |p: &str| p == "/_sluice" || p.starts_with("/_sluice/") || p == "/metrics";
+    if path.encoded_slash && !own(&path.forward) {
+        let host = req
+            .headers()
+            .get(HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(crate::gate::host_name);
+        let rooms = st.rooms();
+        for reading in [path.route.as_ref(), path.forward.as_ref()] {
+            if let Some(room) = rooms.route(host, reading)
+                && !room.config.allow_encoded_slashes
+                && !crate::rooms::bypasses(room, reading, client.ip)
+            {
+                return Err(Problem::malformed(
+                    "request target: an encoded slash (%2F) in a guarded path",
+                ));
+            }
+        }
+    }
+    let rewrite = matches!(path.forward, std::borrow::Cow::Owned(_)) || uri.authority().is_some();
+    let route = path
+        .encoded_slash
+        .then(|| crate::gate::RoutePath(path.route.into_owned()));
+    if rewrite {
+        let target = match uri.query() {
+            Some(q) => format!("{}?{q}", path.forward),
+            None => path.forward.into_owned(),
+        };
+        *req.uri_mut() =
+            http::Uri::try_from(target).map_err(|_| Problem::malformed("request target"))?;
+    }
+    if let Some(r) = route {
+        req.extensions_mut().insert(r);
+    }
+    Ok(())
+}
+
+/// A `Host` value already canonical (lowercase name, no trailing dot, a
+/// plain port), the usual case, told without a copy.
+fn plain_host(h: &str) -> bool {
+    let (name, port) = match h.split_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (h, None),
+    };
+    let name_ok = !name.is_empty()
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let port_ok = port.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 5
+            && !p.starts_with('0')
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && p.parse::<u16>().is_ok()
+    });
+    name_ok && port_ok
 }
 
 /// A request no room guards: not for the gateway's own endpoints, and

@@ -38,6 +38,10 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
         url,
         RedisConfig {
             timeout: STORE_TIMEOUT,
+            // joins wait for replicas as holds do: a place a failover
+            // could lose is never handed out
+            wait_replicas: config.replication.wait_replicas,
+            wait_timeout: config.replication.wait_timeout,
             ..RedisConfig::default()
         },
     )

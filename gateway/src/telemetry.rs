@@ -238,6 +238,16 @@ impl Telemetry {
             .increment(1);
     }
 
+    /// Settings read from the store were refused (unparseable, oversized,
+    /// invalid); the last good ones stay in force.
+    pub fn settings_rejected(&self, room: &str) {
+        self.counter(
+            "sluice_settings_rejected_total",
+            &[("room", room.to_owned())],
+        )
+        .increment(1);
+    }
+
     /// A waiting answer was served (`page` or `json`).
     pub fn waiting_served(&self, room: &str, kind: &'static str) {
         self.counter(

@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_admission::{AdmitClaims, QueueClaims, QueueStore, Snapshot, new_visitor_id};
+use sluice_admission::{
+    AdmitClaims, AdmitOutcome, QueueClaims, QueueStore, Snapshot, new_visitor_id,
+};
 use sluice_pow::{PowError, Redemption, ReplayStore, network_prefix};
 
 use crate::app::{AppState, JsonBody, now_ms, now_s};
@@ -81,10 +83,10 @@ pub async fn join(
     let prefix = network_prefix(client.ip);
 
     // A visitor that already holds a place keeps it: same seq, no new one.
-    if let Some(token) = cookies::token(&headers, &cookies::queue_name(room.id()))
-        && let Ok(claims) = state.verify_queue(&token, room.id())
-    {
-        return status_answer(
+    // Any valid queue token of the room counts (cookie or bearer); one
+    // whose place is spent (its session ended) joins anew below.
+    if let Some((token, claims)) = queue_token_from(&state, &headers, room)
+        && let Some(res) = status_answer(
             &state,
             room,
             &claims,
@@ -92,18 +94,16 @@ pub async fn join(
             StatusCode::CREATED,
             Some(&token),
         )
-        .await;
+        .await?
+    {
+        return Ok(res);
     }
 
     let JsonBody(body) = body?;
     rate_limit(&state, room, prefix)?;
     let snap = room.snapshot();
     if snap.closed {
-        return Err(Problem::new(
-            StatusCode::LOCKED,
-            "room_closed",
-            "This waiting room is closed",
-        ));
+        return Err(Problem::room_closed());
     }
     if body.solutions.len() > 64 || body.challenge.len() > 1024 {
         return Err(Problem::malformed("challenge or solutions too long"));
@@ -129,13 +129,14 @@ pub async fn join(
             // The same solution again: a client that lost the answer to its
             // join (a dropped connection, a timeout) gets the place it bought
             // back, never a second one. No note: the first join is still in
-            // flight, or it was admitted at once.
+            // flight, or it was admitted at once. A place since spent is not
+            // given back.
             let Some(place) = note.as_deref().and_then(NotedPlace::parse) else {
                 return Err(rejected(sluice_pow::PowError::Replayed));
             };
             let (claims, token) =
                 queue_token(&state, room, &place.sub, place.seq, place.epoch, return_to)?;
-            let mut res = status_answer(
+            let Some(mut res) = status_answer(
                 &state,
                 room,
                 &claims,
@@ -143,23 +144,25 @@ pub async fn join(
                 StatusCode::CREATED,
                 Some(&token),
             )
-            .await?;
-            cookies::set_queue(res.headers_mut(), room, &token, &client);
+            .await?
+            else {
+                return Err(rejected(sluice_pow::PowError::Replayed));
+            };
+            if !res.headers().contains_key(header::SET_COOKIE) {
+                cookies::set_queue(res.headers_mut(), room, &token, &client);
+            }
             return Ok(res);
         }
     };
 
     let outcome = match rooms::join(room, state.queue()).await {
         Ok(o) => o,
-        Err(sluice_admission::AdmissionError::Closed(_)) => {
-            return Err(Problem::new(
-                StatusCode::LOCKED,
-                "room_closed",
-                "This waiting room is closed",
-            ));
-        }
         Err(e) => {
-            if rooms::fail_open(room) {
+            // Nothing was bought: the solution stays good for another try.
+            if let Err(g) = state.replay_guard().release(&verified.id).await {
+                tracing::warn!(room = room.id(), error = %g, "solution not released after a failed join");
+            }
+            if !matches!(e, sluice_admission::AdmissionError::Closed(_)) && rooms::fail_open(room) {
                 tracing::warn!(room = room.id(), error = %e, "store down: failing open");
                 let sub = new_visitor_id();
                 return admit(
@@ -174,13 +177,16 @@ pub async fn join(
                 )
                 .await;
             }
-            return Err(Problem::store_unavailable().log_cause(&e));
+            return Err(e.into());
         }
     };
     let sub = new_visitor_id();
     if outcome.admitted {
-        // passthrough: nobody waits and credit remains
-        let _ = state.queue().claim(room.id(), outcome.seq).await;
+        // passthrough: nobody waits and credit remains; the join claimed
+        // the place, its session starts here
+        state
+            .start_session(room, &session_of(outcome.epoch, outcome.seq))
+            .await;
         return admit(
             &state,
             room,
@@ -221,19 +227,55 @@ pub async fn join(
             .seq
             .saturating_sub(snap.frontier.max(outcome.frontier))
             .max(1);
-        json!({
-            "state": "waiting",
+        // A paused room keeps taking joins and says so (API.md: status
+        // `paused`), rather than promising a wait it cannot estimate.
+        // (An operator's pause: a sold-out halt is told by the status poll.)
+        let paused = room.settings().paused && !snap.closed;
+        let mut b = json!({
+            "state": if paused { "paused" } else { "waiting" },
             "queue_token": token,
             "seq": outcome.seq,
             "position": position,
-            "eta_seconds": room.eta_for_position(&snap, position),
             "poll_after_ms": poll_after(room, &snap, position),
             "rate_per_sec": snap.rate_per_sec,
-        })
+        });
+        if paused {
+            b["poll_after_ms"] = json!(poll_after(room, &snap, position).max(5_000));
+        } else {
+            b["eta_seconds"] = json!(room.eta_for_position(&snap, position));
+        }
+        b
     };
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
+}
+
+/// The session of the place `seq` of `epoch`: one place, one session, so
+/// however often (and from however many tabs) a place is claimed, its
+/// admission tokens name the same session and count once against
+/// `max_active`.
+pub fn session_of(epoch: u64, seq: u64) -> String {
+    format!("{epoch}.{seq}")
+}
+
+/// The queue token a request carries for `room` (bearer first, then the
+/// cookie), if it verifies: its text and claims.
+fn queue_token_from(
+    state: &AppState,
+    headers: &HeaderMap,
+    room: &Room,
+) -> Option<(String, QueueClaims)> {
+    [
+        cookies::bearer(headers),
+        cookies::token(headers, &cookies::queue_name(room.id())),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|t| {
+        let claims = state.verify_queue(&t, room.id()).ok()?;
+        Some((t, claims))
+    })
 }
 
 /// A queue token for place `seq` of `room`, held by visitor `sub`: its
@@ -304,19 +346,38 @@ pub async fn status(
                 "A queue token is required",
             )
         })?;
-    let claims = state.verify_queue(&token, room.id()).map_err(|e| {
-        Problem::new(
-            StatusCode::UNAUTHORIZED,
-            "token_invalid",
-            "The queue token is not valid for this room",
-        )
-        .log_cause(&e)
-    })?;
-    status_answer(&state, room, &claims, &client, StatusCode::OK, None).await
+    let claims = state
+        .verify_queue(&token, room.id())
+        .map_err(|e| token_invalid().log_cause(&e))?;
+    match status_answer(&state, room, &claims, &client, StatusCode::OK, None).await? {
+        Some(res) => Ok(res),
+        None => {
+            // The place was used and its session is over (revoked, or
+            // expired): the token admits nobody again. The page starts over.
+            let mut res = token_invalid().with("reason", "spent").into_response();
+            cookies::clear(res.headers_mut(), &cookies::queue_name(room.id()));
+            Ok(res)
+        }
+    }
+}
+
+fn token_invalid() -> Problem {
+    Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "token_invalid",
+        "The queue token is not valid for this room",
+    )
 }
 
 /// The answer to a visitor holding a valid queue token: waiting (with its
-/// position), the room's state, or admitted (claiming its place once).
+/// position), the room's state, or admitted (claiming its place and its
+/// one session); `None` when the place is spent (its session ended).
+///
+/// A token of an epoch the room's state does not cover (the store lost
+/// its state and nothing vouches that the new one was created above the
+/// token's seq) is given a place of the current epoch first, the same one
+/// for every poll of that token, never a seq another visitor holds; the
+/// answer then carries the new `queue_token` (and cookie).
 async fn status_answer(
     state: &AppState,
     room: &Arc<Room>,
@@ -324,7 +385,36 @@ async fn status_answer(
     client: &ClientInfo,
     waiting_status: StatusCode,
     echo_token: Option<&str>,
-) -> Result<Response, Problem> {
+) -> Result<Option<Response>, Problem> {
+    room.check_poll_limit(claims.epoch, claims.seq)
+        .map_err(|wait| {
+            state.telemetry().rate_limited(room.id());
+            Problem::rate_limited(wait)
+        })?;
+    let snap = room.snapshot();
+    let mut reissued = None;
+    let reseated;
+    let claims = if snap.epoch != 0 && !snap.covers(claims.epoch, claims.seq) {
+        let ttl = room.config.queue_token_ttl;
+        let o = state
+            .queue()
+            .reseat(room.id(), claims.epoch, claims.seq, ttl)
+            .await?;
+        let ret = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
+        let (c, token) = queue_token(state, room, &claims.sub, o.seq, o.epoch, ret)?;
+        reissued = Some(token);
+        reseated = c;
+        &reseated
+    } else {
+        claims
+    };
+    let echo_token = reissued.as_deref().or(echo_token);
+    let with_token = |mut res: Response| {
+        if let Some(t) = &reissued {
+            cookies::set_queue(res.headers_mut(), room, t, client);
+        }
+        res
+    };
     let snap = room.snapshot();
     let return_to = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
     // The place is the seq, unless the seq holds a ticket of the pre-queue
@@ -357,16 +447,26 @@ async fn status_answer(
             // released): the place is kept and admission resumes then.
             body["stock_may_return"] = json!(state.events().room_stock_may_return(room.id()));
         }
-        return Ok(no_store(axum::Json(body).into_response()));
+        if let Some(t) = &reissued {
+            body["queue_token"] = json!(t);
+        }
+        return Ok(Some(with_token(no_store(axum::Json(body).into_response()))));
     }
     if let Some(place) = place.filter(|_| admitted) {
-        let admitted = match state.queue().claim(room.id(), place).await {
+        let sid = session_of(claims.epoch, claims.seq);
+        if room.is_ended(&sid) {
+            return Ok(None);
+        }
+        let ttl = room.settings().session_ttl;
+        let admitted = match state.queue().admit(room.id(), place, &sid, ttl).await {
+            Ok(AdmitOutcome::Spent) => return Ok(None),
             Ok(outcome) => outcome.is_admitted(),
             Err(e) => {
                 // The frontier passed this seq (the snapshot says so): the
                 // place is the visitor's whether or not the store can record
                 // the claim now. An unrecorded claim is later refunded as a
-                // no-show: at most one extra admission per claim lost.
+                // no-show: at most one extra admission per claim lost; the
+                // session is the place's own either way.
                 tracing::warn!(room = room.id(), seq = claims.seq, error = %e, "claim not recorded; admitting from the snapshot");
                 true
             }
@@ -382,7 +482,8 @@ async fn status_answer(
                 &return_to,
                 StatusCode::OK,
             )
-            .await;
+            .await
+            .map(|r| Some(with_token(r)));
         }
     }
     let mut body = if snap.prequeue_open && place.is_none() {
@@ -407,11 +508,14 @@ async fn status_answer(
     if let Some(t) = echo_token {
         body["queue_token"] = json!(t);
     }
-    Ok((waiting_status, axum::Json(body)).into_response())
+    Ok(Some(with_token(
+        (waiting_status, axum::Json(body)).into_response(),
+    )))
 }
 
-/// Issues an admission token (a session), sets its cookie and answers
-/// `admitted`.
+/// Issues an admission token (naming the place's session), sets its cookie
+/// and answers `admitted`. The session itself is started by the caller
+/// (the claim, or the passthrough).
 #[allow(clippy::too_many_arguments)]
 async fn admit(
     state: &AppState,
@@ -423,7 +527,7 @@ async fn admit(
     return_to: &str,
     status: StatusCode,
 ) -> Result<Response, Problem> {
-    let (token, _claims) = state.issue_admission(room, sub, seq, epoch, client).await?;
+    let (token, _claims) = state.issue_admission(room, sub, seq, epoch, client)?;
     let mut res = (
         status,
         axum::Json(json!({
@@ -566,6 +670,7 @@ pub fn pow_problem(e: PowError) -> Problem {
             "This solution was already used",
         ),
         "store_unavailable" => Problem::store_unavailable(),
+        "pow_too_early" => Problem::pow_too_early(e.retry_after_ms().unwrap_or(1)),
         "malformed_request" => Problem::malformed("the challenge or a solution is malformed"),
         _ => Problem::new(
             StatusCode::FORBIDDEN,

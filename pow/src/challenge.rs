@@ -475,13 +475,6 @@ impl Keyset {
                 late_ms: now_unix_ms - expires_at_ms,
             });
         }
-        let elapsed_ms = now_unix_ms.saturating_sub(p.issued_ms);
-        if elapsed_ms < u64::from(p.min_solve_ms) {
-            return Err(PowError::TooFast {
-                elapsed_ms,
-                min_ms: u64::from(p.min_solve_ms),
-            });
-        }
         if p.room != room.as_bytes() {
             return Err(PowError::WrongRoom);
         }
@@ -505,6 +498,16 @@ impl Keyset {
             if !meets_difficulty(&hash, p.bits) {
                 return Err(PowError::InsufficientWork { index });
             }
+        }
+        // Last, once the work is known good: "too early" tells the client
+        // only to come back with the same solution (the guard is not
+        // touched), so it must not be answered to a solution that fails.
+        let elapsed_ms = now_unix_ms.saturating_sub(p.issued_ms);
+        if elapsed_ms < u64::from(p.min_solve_ms) {
+            return Err(PowError::TooFast {
+                elapsed_ms,
+                min_ms: u64::from(p.min_solve_ms),
+            });
         }
         Ok(Verified {
             id: p.id,
@@ -649,6 +652,24 @@ mod tests {
             "{e}"
         );
         assert!(ks.verify(&c.challenge, &sol, "drop", NOW + 2_000).is_ok());
+        assert_eq!(e.code(), "pow_too_early");
+        assert_eq!(e.retry_after_ms(), Some(1));
+        // a wrong solution sent early is refused as wrong, never "too early":
+        // "come back later" is only ever said of work that is good
+        let mut bad = sol.clone();
+        bad[0] = (bad[0].parse::<u64>().unwrap() + 1).to_string();
+        for early in [0, 500, 1_999] {
+            let e = ks.verify(&c.challenge, &bad, "drop", NOW + early);
+            match e {
+                Err(PowError::InsufficientWork { .. }) => {}
+                Ok(_) => {} // the neighbour happened to solve it as well
+                Err(e) => panic!("{e}"),
+            }
+            let e = ks
+                .verify(&c.challenge, &sol[..3], "drop", NOW + early)
+                .unwrap_err();
+            assert_eq!(e.code(), "pow_invalid");
+        }
     }
 
     #[test]

@@ -21,8 +21,32 @@ pub async fn run_all<G: ReplayStore + 'static>(guard: Arc<G>) {
     ids_are_independent(&*guard).await;
     expires_after_ttl(&*guard).await;
     notes_live_and_die_with_the_id(&*guard).await;
+    released_ids_redeem_again(&*guard).await;
     concurrent_redemption_accepts_once(guard.clone(), 64).await;
     many_ids_race(guard).await;
+}
+
+/// A released id (a redemption whose purchase failed) is accepted once
+/// more, its note gone with it; other ids are untouched.
+pub async fn released_ids_redeem_again<G: ReplayStore>(guard: &G) {
+    let (a, b) = (fresh_id(), fresh_id());
+    let ttl = Duration::from_secs(60);
+    assert!(guard.consume_once(&a, ttl).await.unwrap());
+    assert!(guard.consume_once(&b, ttl).await.unwrap());
+    guard.note(&a, "7:1:v").await.unwrap();
+    guard.release(&a).await.unwrap();
+    assert_eq!(guard.noted(&a).await.unwrap(), None);
+    assert!(
+        guard.consume_once(&a, ttl).await.unwrap(),
+        "released: first use again"
+    );
+    assert!(!guard.consume_once(&a, ttl).await.unwrap());
+    assert!(
+        !guard.consume_once(&b, ttl).await.unwrap(),
+        "another id kept"
+    );
+    // releasing an unknown id is harmless
+    guard.release(&fresh_id()).await.unwrap();
 }
 
 /// The first use of an id is accepted, every later one refused.

@@ -195,7 +195,9 @@ impl DifficultyConfig {
         Ok(())
     }
 
-    fn check_bits(&self, floor: u8, ceiling: u8) -> Result<(), DifficultyConfigError> {
+    /// Checks a floor and a ceiling against this configuration's work cap
+    /// (what [`DifficultyPolicy::set_floor_ceiling`] accepts).
+    pub fn check_bits(&self, floor: u8, ceiling: u8) -> Result<(), DifficultyConfigError> {
         if floor > ceiling {
             return Err(DifficultyConfigError::Order {
                 floor,
@@ -513,9 +515,19 @@ impl DifficultyPolicy {
     ) -> Result<(), DifficultyConfigError> {
         self.config.check_bits(floor_bits, ceiling_bits)?;
         let mut g = self.global.lock();
-        self.floor.store(floor_bits, Ordering::Relaxed);
-        self.ceiling.store(ceiling_bits, Ordering::Relaxed);
-        g.step = g.step.clamp(floor_bits, ceiling_bits.saturating_add(1));
+        let old_floor = self.floor.swap(floor_bits, Ordering::Relaxed);
+        let old_ceiling = self.ceiling.swap(ceiling_bits, Ordering::Relaxed);
+        // Only pressure marks a room under attack. A room at rest (at its
+        // floor) follows its floor; one pressure pushed past the ceiling
+        // stays past the new one; anything between is kept within bounds.
+        // Moving the bounds alone never puts a room past its ceiling.
+        g.step = if g.step > old_ceiling {
+            ceiling_bits.saturating_add(1)
+        } else if g.step <= old_floor {
+            floor_bits
+        } else {
+            g.step.clamp(floor_bits, ceiling_bits)
+        };
         Ok(())
     }
 }
@@ -536,6 +548,47 @@ mod tests {
             default_bits: 14,
             ..DifficultyConfig::default()
         }
+    }
+
+    proptest::proptest! {
+        /// Moving a room's floor and ceiling never puts it under attack by
+        /// itself: a room at rest stays at rest (at its new floor) whatever
+        /// bounds it is given, and one under attack by pressure stays so.
+        #[test]
+        fn bounds_alone_never_mark_a_room_under_attack(
+            moves in proptest::collection::vec((0u8..=20, 0u8..=20), 1..20),
+        ) {
+            let p = DifficultyPolicy::new(cfg()).unwrap();
+            for (a, b) in moves {
+                let (floor, ceiling) = (a.min(b), a.max(b));
+                p.set_floor_ceiling(floor, ceiling).unwrap();
+                let l = p.current_level();
+                proptest::prop_assert!(!l.under_attack, "{floor}..{ceiling}: {l:?}");
+                proptest::prop_assert_eq!(l.difficulty_bits, floor);
+                proptest::prop_assert_eq!(l.min_solve, Duration::ZERO);
+            }
+        }
+    }
+
+    #[test]
+    fn a_room_under_attack_stays_so_when_its_bounds_move() {
+        let p = DifficultyPolicy::new(cfg()).unwrap();
+        let top = p.snapshot().ceiling_bits;
+        for i in 0..=u64::from(top) {
+            p.set_pressure(1000.0, 1.0, i * 3_600_000);
+        }
+        assert!(p.current_level().under_attack);
+        p.set_floor_ceiling(10, 16).unwrap();
+        assert!(p.current_level().under_attack);
+        assert_eq!(p.current_level().difficulty_bits, 16);
+        // raised by pressure but below the ceiling: kept within the bounds
+        let q = DifficultyPolicy::new(cfg()).unwrap();
+        q.set_pressure(1000.0, 1.0, 0);
+        let raised = q.current_level().difficulty_bits;
+        assert!(raised > 14 && !q.current_level().under_attack);
+        q.set_floor_ceiling(12, 20).unwrap();
+        assert_eq!(q.current_level().difficulty_bits, raised);
+        assert!(!q.current_level().under_attack);
     }
 
     #[test]

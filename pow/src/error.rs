@@ -59,8 +59,11 @@ pub enum PowError {
     },
 
     /// Solved sooner than the challenge's minimum solve age (set under
-    /// attack): a wall-clock floor no hardware can compress. Code
-    /// `pow_invalid`.
+    /// attack): a wall-clock floor no hardware can compress. Reported only
+    /// once every other check passed (the work is valid), and the
+    /// challenge is not consumed: the same solution is accepted for the
+    /// same place once due ([`PowError::retry_after_ms`]). Code
+    /// `pow_too_early` (HTTP 429 with `Retry-After`).
     #[error("solved after {elapsed_ms} ms, minimum is {min_ms} ms")]
     TooFast {
         /// Time since issue.
@@ -102,8 +105,19 @@ pub enum PowError {
 }
 
 impl PowError {
+    /// How long until a solution sent too early is due (`pow_too_early`).
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        match self {
+            PowError::TooFast { elapsed_ms, min_ms } => {
+                Some(min_ms.saturating_sub(*elapsed_ms).max(1))
+            }
+            _ => None,
+        }
+    }
+
     /// The public API code for this error (API.md): `malformed_request`,
-    /// `pow_invalid`, `pow_expired`, `pow_replayed` or `store_unavailable`.
+    /// `pow_invalid`, `pow_expired`, `pow_too_early`, `pow_replayed` or
+    /// `store_unavailable`.
     pub fn code(&self) -> &'static str {
         match self {
             PowError::Malformed(_) | PowError::NonCanonicalSolution { .. } => "malformed_request",
@@ -111,11 +125,11 @@ impl PowError {
             | PowError::UnknownKey(_)
             | PowError::BadTag
             | PowError::FutureDated { .. }
-            | PowError::TooFast { .. }
             | PowError::WrongRoom
             | PowError::WrongCount { .. }
             | PowError::InsufficientWork { .. } => "pow_invalid",
             PowError::Expired { .. } => "pow_expired",
+            PowError::TooFast { .. } => "pow_too_early",
             PowError::Replayed => "pow_replayed",
             PowError::Store(_) => "store_unavailable",
         }

@@ -107,6 +107,11 @@ impl ReplayStore for CountingGuard {
     async fn noted(&self, id: &[u8; 16]) -> Result<Option<String>, GuardError> {
         self.inner.noted(id).await
     }
+
+    async fn release(&self, id: &[u8; 16]) -> Result<(), GuardError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(id).await
+    }
 }
 
 #[tokio::test]

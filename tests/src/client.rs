@@ -132,3 +132,37 @@ impl TestClient {
         self.call(Method::POST, url, &h, body(v.to_string())).await
     }
 }
+
+/// Writes `bytes` on a fresh connection to `addr` exactly as given (no
+/// client library in between to tidy a hostile request up) and reads
+/// whatever comes back until the server closes or `wait` passes.
+pub async fn raw(addr: std::net::SocketAddr, bytes: &[u8], wait: std::time::Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut r, mut w) = s.into_split();
+    let bytes = bytes.to_vec();
+    let writer = tokio::spawn(async move {
+        let _ = tokio::time::timeout(wait, w.write_all(&bytes)).await;
+        // keep the write half open until the reader is done
+        tokio::time::sleep(wait).await;
+        drop(w);
+    });
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut buf = [0u8; 8192];
+    loop {
+        match tokio::time::timeout_at(deadline, r.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    writer.abort();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status codes of the HTTP/1.1 answers in a raw reply, in order.
+pub fn statuses(text: &str) -> Vec<u16> {
+    text.match_indices("HTTP/1.1 ")
+        .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
+        .collect()
+}

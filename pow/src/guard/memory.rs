@@ -125,6 +125,14 @@ impl MemoryReplayGuard {
         }
     }
 
+    /// The synchronous operation behind [`ReplayStore::release`].
+    pub fn release_sync(&self, id: &[u8; 16]) {
+        let shard = &self.inner.shards[usize::from(id[0]) % SHARDS];
+        if shard.lock().entries.remove(id).is_some() {
+            self.inner.live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// The synchronous operation behind [`ReplayStore::noted`].
     pub fn noted_sync(&self, id: &[u8; 16]) -> Option<String> {
         let now = Instant::now();
@@ -168,6 +176,11 @@ impl ReplayStore for MemoryReplayGuard {
 
     async fn noted(&self, id: &[u8; 16]) -> Result<Option<String>, GuardError> {
         Ok(self.noted_sync(id))
+    }
+
+    async fn release(&self, id: &[u8; 16]) -> Result<(), GuardError> {
+        self.release_sync(id);
+        Ok(())
     }
 }
 

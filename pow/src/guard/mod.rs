@@ -47,6 +47,12 @@ pub trait ReplayStore: Send + Sync {
         &self,
         id: &[u8; 16],
     ) -> impl Future<Output = Result<Option<String>, GuardError>> + Send;
+
+    /// Forgets `id` (and its note), so the same solution may be redeemed
+    /// again: for a redemption whose purchase then failed (the join's store
+    /// was down, the room closed meanwhile), so the client's work is not
+    /// lost with it.
+    fn release(&self, id: &[u8; 16]) -> impl Future<Output = Result<(), GuardError>> + Send;
 }
 
 /// The replay guard the gateway holds: one of the two backends.
@@ -86,6 +92,13 @@ impl ReplayStore for ReplayGuard {
             ReplayGuard::Redis(g) => g.noted(id).await,
         }
     }
+
+    async fn release(&self, id: &[u8; 16]) -> Result<(), GuardError> {
+        match self {
+            ReplayGuard::Memory(g) => g.release(id).await,
+            ReplayGuard::Redis(g) => g.release(id).await,
+        }
+    }
 }
 
 impl From<MemoryReplayGuard> for ReplayGuard {
@@ -122,6 +135,10 @@ impl<T: ReplayStore> ReplayStore for std::sync::Arc<T> {
         id: &[u8; 16],
     ) -> impl Future<Output = Result<Option<String>, GuardError>> + Send {
         (**self).noted(id)
+    }
+
+    fn release(&self, id: &[u8; 16]) -> impl Future<Output = Result<(), GuardError>> + Send {
+        (**self).release(id)
     }
 }
 

@@ -125,4 +125,15 @@ impl ReplayStore for RedisReplayGuard {
         };
         Ok(reply.filter(|v| v != "1"))
     }
+
+    async fn release(&self, id: &[u8; 16]) -> Result<(), GuardError> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.key(id));
+        let _: i64 = match &self.conn {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
+            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
+        };
+        Ok(())
+    }
 }
