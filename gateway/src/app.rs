@@ -162,6 +162,7 @@ impl AppState {
                 events.clone(),
                 stores.inventory.clone(),
                 config.events.clone(),
+                config.loads_stock(),
             ))
             .abort_handle(),
         ];

@@ -101,6 +101,11 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Load each configured event's stock into a store that does not have
+    /// it (`load_stock`) [default: with the in-memory stores only; never
+    /// give it to a Redis that may have lost a sale's data].
+    #[arg(long, env = "SLUICE_LOAD_STOCK", num_args = 0..=1, default_missing_value = "true")]
+    pub load_stock: Option<bool>,
     /// Threads serving connections, each with an event loop of its own
     /// (`server.io_threads`) [default: 0, one per core].
     #[arg(long, env = "SLUICE_IO_THREADS")]
@@ -126,6 +131,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.io_threads {
             c.server.io_threads = v;
+        }
+        if let Some(v) = self.load_stock {
+            c.load_stock = Some(v);
         }
         if let Some(v) = self.redis_wait_replicas {
             c.replication.wait_replicas = v;

@@ -71,6 +71,15 @@ pub struct Config {
     pub redis: Option<String>,
     /// How holds and confirmations wait for Redis replicas (`[replication]`).
     pub replication: Replication,
+    /// Load each configured event's `total` into a store that does not have
+    /// the event (`--load-stock`, `SLUICE_LOAD_STOCK`). Default: yes with
+    /// the in-memory stores, no with Redis. A Redis that lost its data (a
+    /// restart without persistence, a `FLUSHALL`) cannot be told from a new
+    /// one, and reloading it would put on sale again what was already sold:
+    /// without a ledger to rebuild from, a missing event stays not ready
+    /// (503 `inventory_not_ready`) until an operator loads it, through the
+    /// admin API or with this flag on a store known never to have sold it.
+    pub load_stock: Option<bool>,
     /// Bearer token of the admin API (`--admin-token`). None: every admin
     /// call answers 401.
     pub admin_token: Option<String>,
@@ -117,6 +126,7 @@ impl Default for Config {
             origin: None,
             redis: None,
             replication: Replication::default(),
+            load_stock: None,
             admin_token: None,
             pow_secret: None,
             pow_previous_secrets: Vec::new(),
@@ -500,6 +510,13 @@ impl Default for EventConfig {
             cart_limit: 4,
             hold_ttl: Duration::from_secs(300),
         }
+    }
+}
+
+impl Config {
+    /// Whether configured stock is loaded at start (see [`Config::load_stock`]).
+    pub fn loads_stock(&self) -> bool {
+        self.load_stock.unwrap_or(self.redis.is_none())
     }
 }
 
@@ -1044,5 +1061,20 @@ mod tests {
         assert_eq!(c.events[0].id, "demo");
         assert_eq!(c.events[0].room, "default");
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn configured_stock_is_loaded_by_default_only_into_memory() {
+        let mut c = Config::default();
+        assert!(c.loads_stock(), "the embedded default loads its demo stock");
+        c.redis = Some("redis://127.0.0.1:6379".into());
+        assert!(
+            !c.loads_stock(),
+            "a Redis that lost a sale is never reloaded by default"
+        );
+        c.load_stock = Some(true);
+        assert!(c.loads_stock());
+        let c = Config::from_toml("load_stock = false\n").unwrap();
+        assert!(!c.loads_stock());
     }
 }

@@ -146,7 +146,12 @@ impl Events {
 /// Loads configured stock into a store that lacks it, then reaps expired
 /// holds and refreshes the cached views every [`REAP_EVERY`]. Every gateway
 /// runs it; reaping is idempotent and returns each hold's stock once.
-pub async fn run_reaper(events: Events, inventory: InventoryBackend, configured: Vec<EventConfig>) {
+pub async fn run_reaper(
+    events: Events,
+    inventory: InventoryBackend,
+    configured: Vec<EventConfig>,
+    load_stock: bool,
+) {
     let mut loaded = false;
     let mut interval = tokio::time::interval(REAP_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -154,7 +159,7 @@ pub async fn run_reaper(events: Events, inventory: InventoryBackend, configured:
     loop {
         interval.tick().await;
         if !loaded {
-            loaded = load_configured(&inventory, &configured).await;
+            loaded = load_configured(&inventory, &configured, load_stock).await;
         }
         // Every 10 s, adopt events another gateway created in the shared
         // store, so this gateway reaps them too.
@@ -187,7 +192,14 @@ pub async fn run_reaper(events: Events, inventory: InventoryBackend, configured:
     }
 }
 
-async fn load_configured(inventory: &InventoryBackend, configured: &[EventConfig]) -> bool {
+/// Loads each configured event's stock into a store without the event,
+/// when `load` (see `Config::load_stock`); otherwise says, once, that the
+/// event stays not ready until an operator loads it.
+async fn load_configured(
+    inventory: &InventoryBackend,
+    configured: &[EventConfig],
+    load: bool,
+) -> bool {
     for ec in configured {
         if ec.total == 0 {
             continue;
@@ -197,6 +209,15 @@ async fn load_configured(inventory: &InventoryBackend, configured: &[EventConfig
         };
         match inventory.read(&event).await {
             Ok(Some(_)) => {}
+            Ok(None) if !load => {
+                tracing::error!(
+                    event = %ec.id,
+                    "the store has no stock for this event: it stays not ready (503 inventory_not_ready) until it is loaded \
+                     (PUT /_sluice/admin/events/{{event}}, `sluice admin event {} set`, or --load-stock on a store that never sold it); \
+                     configured stock is not reloaded into a store that may have lost a sale",
+                    ec.id
+                );
+            }
             Ok(None) => {
                 let spec = StockSpec {
                     total: ec.total,

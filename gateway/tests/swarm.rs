@@ -83,7 +83,7 @@ fn start_gateway(name: &str, redis: Option<&str>) -> Gateway {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if let Some(url) = redis {
-        cmd.args(["--redis", url]);
+        cmd.args(["--redis", url, "--load-stock"]);
     }
     let mut child = cmd.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();

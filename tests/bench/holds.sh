@@ -84,7 +84,7 @@ room = "default"
 total = 0
 TOML
 SLUICE_LOG=warn "$SLUICE" serve --config "$WORK/sluice.toml" --listen "127.0.0.1:$GPORT" \
-  --redis "redis://127.0.0.1:$RPORT/" --admin-token "$ADMIN" >"$WORK/sluice.log" 2>&1 &
+  --redis "redis://127.0.0.1:$RPORT/" --load-stock --admin-token "$ADMIN" >"$WORK/sluice.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 200); do
   curl -fs "$BASE/_sluice/readyz" >/dev/null 2>&1 && break

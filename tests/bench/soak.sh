@@ -123,7 +123,7 @@ EOF
 GW_PIDS=()
 GW_URLS=()
 for n in 1 2; do
-  "$SLUICE" serve --config "$WORK/sluice.toml" --redis "redis://127.0.0.1:$RPORT/" \
+  "$SLUICE" serve --config "$WORK/sluice.toml" --redis "redis://127.0.0.1:$RPORT/" --load-stock \
     --admin-token "$ADMIN" --webhook-secret "$WEBHOOK" --pow-secret "$POW" \
     --keys-dir "$WORK/keys" >"$WORK/gw$n.out" 2>"$WORK/gw$n.err" &
   pid=$!

@@ -89,9 +89,12 @@ impl TestGatewayBuilder {
         self
     }
 
-    /// Redis URL for the stores.
+    /// Redis URL for the stores (the configured stock loaded into it, as
+    /// on a first deploy; `load_stock = Some(false)` in [`Self::config`]
+    /// for a restart).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.config.redis = Some(url.into());
+        self.config.load_stock.get_or_insert(true);
         self
     }
 
@@ -245,6 +248,8 @@ impl GatewayProcess {
             pow_secret,
             "--admin-token",
             ADMIN_TOKEN,
+            // the group's first deploy: configured stock goes into the store
+            "--load-stock",
         ];
         args.extend_from_slice(extra);
         Self::spawn(&args, filter)

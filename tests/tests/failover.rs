@@ -434,6 +434,7 @@ async fn holds_no_replica_acknowledged_are_refused_and_given_back() {
         cfg.to_str().unwrap(),
         "--admin-token",
         ADMIN_TOKEN,
+        "--load-stock",
     ]);
     let base = gw.url();
     let v = join_many(&base, 1).await.pop().unwrap();

@@ -46,18 +46,18 @@ async fn gateway(
     edit: impl FnOnce(&mut Config),
 ) -> TestGateway {
     let keys = keys.to_owned();
-    let mut b = TestGateway::builder()
-        .origin(origin.url())
-        .config(move |c| {
-            c.keys_dir = Some(keys);
-            c.pow_secret = Some(POW_SECRET.into());
-            c.rooms = rooms;
-            edit(c);
-        });
+    let mut b = TestGateway::builder().origin(origin.url());
     if let Some(url) = redis {
         b = b.redis(url);
     }
-    b.spawn().await
+    b.config(move |c| {
+        c.keys_dir = Some(keys);
+        c.pow_secret = Some(POW_SECRET.into());
+        c.rooms = rooms;
+        edit(c);
+    })
+    .spawn()
+    .await
 }
 
 /// Waits until `check` holds of the room's admin view, or panics.
@@ -1495,4 +1495,86 @@ fn the_spelling_generator_makes_spellings_of_the_same_path() {
         "too few distinct spellings: {}",
         seen.len()
     );
+}
+
+/// A hold of `qty` of event `demo` by the admitted visitor `v`.
+async fn hold(v: &Visitor, qty: u64) -> sluice_tests::client::Answer {
+    v.call_admitted(
+        http::Method::POST,
+        "/_sluice/events/demo/holds",
+        Some(json!({"qty": qty})),
+        &[],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_gateway_never_reloads_stock_into_a_flushed_store() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let rooms = vec![easy_room("default", 100.0, 10.0, &["/echo/shop"])];
+    let events = |c: &mut Config| {
+        c.events = vec![sluice_gateway::config::EventConfig {
+            total: 5,
+            cart_limit: 4,
+            ..Default::default()
+        }];
+    };
+    // the first deploy loads the configured stock (the harness's Redis
+    // gateways do, as `--load-stock` would)
+    let gw = gateway(&origin, &keys, Some(&redis.url()), rooms.clone(), events).await;
+    let mut v = Visitor::new(&gw.url(), "default");
+    v.join("/").await;
+    assert!(v.wait_admitted(Duration::from_secs(10), 100).await);
+    let res = hold(&v, 4).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    gw.shutdown().await;
+
+    // Redis loses everything; the gateway restarts as it would after a
+    // crash (no --load-stock: the default with Redis)
+    redis.command("FLUSHALL");
+    let gw = gateway(&origin, &keys, Some(&redis.url()), rooms, |c| {
+        events(c);
+        c.load_stock = None;
+    })
+    .await;
+    let base = gw.url();
+    v.base = base.clone();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // a few reaper ticks
+    for _ in 0..3 {
+        let res = hold(&v, 1).await;
+        assert_eq!(res.status, 503, "{}", res.text());
+        assert_eq!(res.json()["code"], "inventory_not_ready", "{}", res.text());
+    }
+    let res = TestClient::new()
+        .get(&format!("{base}/_sluice/events/demo"), &[])
+        .await;
+    assert_ne!(
+        res.status,
+        200,
+        "the lost stock is on sale again: {}",
+        res.text()
+    );
+    // the operator loads what is really left
+    let res = TestClient::new()
+        .call(
+            http::Method::PUT,
+            &format!("{base}/_sluice/admin/events/demo"),
+            &[
+                ("authorization", &format!("Bearer {ADMIN_TOKEN}")),
+                ("content-type", "application/json"),
+            ],
+            sluice_tests::client::body(
+                json!({"total": 1, "cart_limit": 4, "hold_ttl_seconds": 300, "version": 2})
+                    .to_string(),
+            ),
+        )
+        .await;
+    assert!(res.status.is_success(), "{}", res.text());
+    assert_eq!(hold(&v, 1).await.status, 201);
+    assert_eq!(hold(&v, 1).await.json()["code"], "sold_out");
+    gw.shutdown().await;
 }
