@@ -682,6 +682,27 @@ async fn webhook(redis: Option<&RedisServer>) {
             Some(sign_webhook(key, now + 360, good.as_bytes())),
         ),
     ];
+    // Many v1 values: past eight the header is refused before any HMAC,
+    // even with the right value first; past 1 KiB, whatever it holds.
+    let right = sign_webhook(key, now, good.as_bytes());
+    let v1 = right.split_once(",v1=").unwrap().1.to_owned();
+    let wrong = format!("v1={}", "ab".repeat(32));
+    let mut cases = cases;
+    cases.push((
+        "nine v1 values, the right one first",
+        good.clone(),
+        Some(format!("t={now},v1={v1},{}", [wrong.as_str(); 8].join(","))),
+    ));
+    cases.push((
+        "a hundred short v1 values",
+        good.clone(),
+        Some(format!("t={now},v1={v1},{}", ["v1=0"; 100].join(","))),
+    ));
+    cases.push((
+        "a header over 1 KiB",
+        good.clone(),
+        Some(format!("{right},{}", "x=y,".repeat(300))),
+    ));
     for (what, payload, sig) in &cases {
         let res = pay_raw(&c, &base, payload, sig.as_deref()).await;
         assert_problem(&res, 400, "signature_invalid", what);
@@ -689,6 +710,17 @@ async fn webhook(redis: Option<&RedisServer>) {
     }
     let res = on_hold(&c, &base, Method::GET, &token, &id).await;
     assert_eq!(res.json()["status"], "held");
+
+    // A provider rolling its secret sends a v1 value per secret: eight,
+    // the right one last, are checked against one HMAC and accepted.
+    let t = now_s();
+    let signed = sign_webhook(key, t, good.as_bytes());
+    let v1 = signed.split_once(",v1=").unwrap().1;
+    let eight = format!("t={t},{},v1={v1}", [wrong.as_str(); 7].join(","));
+    let res = pay_raw(&c, &base, &good, Some(&eight)).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["status"], "confirmed");
+    assert_counts(&base, "demo", 98, 0, 2).await;
 
     // Success: confirmed; the same payment_event_id again: same answer.
     for _ in 0..2 {
