@@ -333,6 +333,13 @@ pub struct Limits {
     /// cache drops expired entries first, then starts over: memory stays
     /// bounded, and the next polls pay one signature check each.
     pub token_cache_entries: usize,
+    /// Hold requests (`POST /_sluice/events/{event}/holds`) one admitted
+    /// visitor (the admission token's `sub`) may make per minute, with a
+    /// burst of as many (default 60; 0: no limit). Past it: 429
+    /// `rate_limited` with `Retry-After`, before the store is asked.
+    /// Replays of an `Idempotency-Key` count too (their answer stays the
+    /// same after the wait). Per gateway process, like the join limit.
+    pub holds_per_visitor_per_min: u32,
 }
 
 impl Default for Limits {
@@ -345,6 +352,7 @@ impl Default for Limits {
             max_store_requests: 1024,
             max_origin_requests: 4096,
             token_cache_entries: 100_000,
+            holds_per_visitor_per_min: 60,
         }
     }
 }
@@ -714,6 +722,12 @@ impl Config {
                 return Err(ConfigError::invalid(name, "must be from 1 to 1000000"));
             }
         }
+        if self.limits.holds_per_visitor_per_min > 1_000_000 {
+            return Err(ConfigError::invalid(
+                "limits.holds_per_visitor_per_min",
+                "must be from 0 (no limit) to 1000000",
+            ));
+        }
         self.reservation.validate()?;
         if self.server.io_threads > 1024 {
             return Err(ConfigError::invalid(
@@ -1074,6 +1088,22 @@ mod tests {
             assert!(err.to_string().contains(field), "{toml}: {err}");
         }
         assert!(Config::from_toml("[reservation]\nretention = \"1m\"\n").is_err());
+    }
+
+    #[test]
+    fn the_hold_limit_is_read_and_checked() {
+        assert_eq!(Limits::default().holds_per_visitor_per_min, 60);
+        let c = Config::from_toml("[limits]\nholds_per_visitor_per_min = 0\n").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.limits.holds_per_visitor_per_min, 0);
+        let err = Config::from_toml("[limits]\nholds_per_visitor_per_min = 1000001\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("limits.holds_per_visitor_per_min"),
+            "{err}"
+        );
     }
 
     #[test]

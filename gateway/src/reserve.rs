@@ -32,6 +32,12 @@
 //!   payment event is about one payment, so one hold).
 //! - The signature's `t` is hashed exactly as sent; it must be 1 to 20
 //!   ASCII digits (no sign, no spaces), else the signature is refused.
+//! - Hold requests are limited per visitor (`limits.holds_per_visitor_per_min`,
+//!   default 60 a minute): past it, 429 `rate_limited` with `Retry-After`,
+//!   checked after the admission token and before the body or the store.
+//!   Replays of an `Idempotency-Key` count and are refused too: a replay
+//!   costs the store what a hold costs, and its answer is the same after
+//!   the wait ([`crate::hold_limit`]).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -190,6 +196,16 @@ async fn create_hold(
 ) -> Result<Response, Problem> {
     let (event, room) = known_event(&state, &id).await?;
     let visitor = visitor_of(&state, &headers, &room, &client)?;
+    // Before the body is looked at or the store asked (`hold_limit`).
+    state.hold_limiter().check(&visitor.sub).map_err(|wait| {
+        state.telemetry().rate_limited(&room, "holds");
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "Too many hold requests from this visitor; slow down",
+        )
+        .retry_after(wait)
+    })?;
     let JsonBody(body) = body?;
     let invalid_qty = |limit: Option<u32>| {
         let p = Problem::new(

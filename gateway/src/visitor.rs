@@ -51,10 +51,10 @@ pub async fn challenge(
 }
 
 /// Takes one token of the room's per-network limit, or answers 429
-/// `rate_limited` (counted in `sluice_rate_limited_total`).
+/// `rate_limited` (counted in `sluice_rate_limited_total{limit="network"}`).
 fn rate_limit(state: &AppState, room: &Room, prefix: sluice_pow::NetPrefix) -> Result<(), Problem> {
     room.check_rate_limit(prefix).map_err(|wait| {
-        state.telemetry().rate_limited(room.id());
+        state.telemetry().rate_limited(room.id(), "network");
         Problem::rate_limited(wait)
     })
 }
