@@ -463,6 +463,23 @@ pub struct RoomConfig {
     pub adaptive: crate::adaptive::AdaptiveConfig,
 }
 
+impl RoomConfig {
+    /// The settings of the room's proof-of-work difficulty policy: what
+    /// `Room::new` builds it from and what [`Config::validate`] checks
+    /// with the policy's own `validate`, so a room `serve` would refuse is
+    /// refused by `check-config` with the same words.
+    pub fn difficulty(&self) -> sluice_pow::DifficultyConfig {
+        sluice_pow::DifficultyConfig {
+            floor_bits: self.difficulty_floor_bits,
+            ceiling_bits: self.difficulty_ceiling_bits,
+            default_bits: self.difficulty_floor_bits,
+            puzzles: self.puzzles,
+            min_solve_under_attack: self.attack_min_solve,
+            ..sluice_pow::DifficultyConfig::default()
+        }
+    }
+}
+
 /// What a room does for new visitors when its store cannot be reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -793,20 +810,21 @@ impl Config {
                     "must be 200, 202, 429 or 503",
                 ));
             }
-            if room.puzzles == 0 || room.puzzles > 64 {
-                return Err(ConfigError::invalid(
-                    format!("{field}.puzzles"),
-                    "must be 1 to 64",
-                ));
-            }
-            if room.difficulty_floor_bits > room.difficulty_ceiling_bits
-                || room.difficulty_ceiling_bits > 32
-            {
-                return Err(ConfigError::invalid(
-                    format!("{field}.difficulty_ceiling_bits"),
-                    "must be at least the floor and at most 32",
-                ));
-            }
+            // The difficulty policy's own check, on the settings the room
+            // will build it from (`Room::new`): puzzles, floor ≤ ceiling,
+            // and the work cap (`puzzles × 2^ceiling ≤ 2^24`).
+            room.difficulty().validate().map_err(|e| {
+                use sluice_pow::DifficultyConfigError as E;
+                let name = match e {
+                    E::Puzzles(_) => format!("{field}.puzzles"),
+                    E::Order { .. } | E::OverCap { .. } => {
+                        format!("{field}.difficulty_ceiling_bits")
+                    }
+                    // Settings a room does not expose (their defaults pass).
+                    _ => field.clone(),
+                };
+                ConfigError::invalid(name, e.to_string())
+            })?;
             if room.session_ttl < Duration::from_secs(1)
                 || room.claim_window < Duration::from_secs(1)
             {
@@ -1104,6 +1122,56 @@ mod tests {
             err.to_string().contains("limits.holds_per_visitor_per_min"),
             "{err}"
         );
+    }
+
+    /// The difficulty policy's own check: what `Room::new` (so `serve`)
+    /// refuses, `validate` (so `check-config`) refuses with its words.
+    #[test]
+    fn room_difficulty_is_checked_by_the_policy_itself() {
+        let room = |puzzles: u8, floor: u8, ceiling: u8| RoomConfig {
+            puzzles,
+            difficulty_floor_bits: floor,
+            difficulty_ceiling_bits: ceiling,
+            ..RoomConfig::default()
+        };
+        for (r, field, words) in [
+            // 16 × 2^21 = 2^25 hashes, past the 2^24 cap.
+            (
+                room(16, 18, 21),
+                "rooms[0].difficulty_ceiling_bits",
+                "max ceiling 20",
+            ),
+            (
+                room(1, 18, 25),
+                "rooms[0].difficulty_ceiling_bits",
+                "max ceiling 24",
+            ),
+            (
+                room(16, 19, 18),
+                "rooms[0].difficulty_ceiling_bits",
+                "floor_bits",
+            ),
+            (room(0, 18, 20), "rooms[0].puzzles", "puzzles"),
+            (room(65, 1, 2), "rooms[0].puzzles", "puzzles"),
+        ] {
+            let policy = sluice_pow::DifficultyPolicy::new(r.difficulty()).unwrap_err();
+            let c = Config {
+                rooms: vec![r],
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(words), "{err}");
+            assert!(err.ends_with(&policy.to_string()), "{err} / {policy}");
+        }
+        for ok in [room(16, 18, 20), room(1, 24, 24), room(64, 1, 18)] {
+            sluice_pow::DifficultyPolicy::new(ok.difficulty()).unwrap();
+            Config {
+                rooms: vec![ok],
+                ..Config::default()
+            }
+            .validate()
+            .unwrap();
+        }
     }
 
     #[test]
