@@ -643,6 +643,24 @@ impl Config {
             sluice_sentinel::SentinelUrl::parse(redis)
                 .map_err(|e| ConfigError::invalid("redis", e))?;
         }
+        // One server: parsed by the client every store opens it with
+        // (no connection is made), so a bad port, a bad database number or
+        // a TLS URL this build cannot serve is refused here, not after
+        // `serve` has bound its listener. (`redis+cluster://` node lists
+        // are split by each store; a shared URL parser is to come.)
+        if let Some(redis) = &self.redis
+            && (redis.starts_with("redis://") || redis.starts_with("rediss://"))
+        {
+            redis::Client::open(redis.as_str())
+                .map_err(|e| ConfigError::invalid("redis", e.to_string()))?;
+        }
+        // The keys `serve` signs with, loaded as it loads them: a missing
+        // directory, an empty one or a key that does not parse is refused
+        // here too.
+        if let Some(dir) = &self.keys_dir {
+            sluice_admission::Keyring::load_dir(dir)
+                .map_err(|e| ConfigError::invalid("keys_dir", format!("{}: {e}", dir.display())))?;
+        }
         if let Some(current) = &self.pow_secret {
             // Built here as the gateway will build it, so a short secret or
             // two secrets sharing a key id exit 64 with one clear line.
@@ -882,6 +900,19 @@ impl Config {
                     format!("{field}.hold_ttl"),
                     "must be at least 1s",
                 ));
+            }
+            // The stores' own check of the stock this event is loaded with
+            // (a total above 2^53 would otherwise be skipped at start with
+            // a log line, the event never ready).
+            let spec = sluice_reservation::StockSpec {
+                total: ev.total,
+                cart_limit: ev.cart_limit,
+                hold_ttl: ev.hold_ttl,
+                version: 1,
+                room: ev.room.clone(),
+            };
+            if let Some(reason) = spec.problem() {
+                return Err(ConfigError::invalid(field, reason));
             }
         }
         Ok(())
@@ -1172,6 +1203,72 @@ mod tests {
             .validate()
             .unwrap();
         }
+    }
+
+    /// What `serve` would refuse at start without the network: a Redis URL
+    /// the client cannot parse, a keys directory it cannot load, a stock
+    /// the store would refuse.
+    #[test]
+    fn urls_keys_and_stock_are_checked_as_serve_uses_them() {
+        for url in [
+            "redis://127.0.0.1:99999/",
+            "redis://127.0.0.1:6379/notadb",
+            "rediss://127.0.0.1:6379/",
+        ] {
+            let c = Config {
+                redis: Some(url.into()),
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("`redis`"), "{url}: {err}");
+        }
+        for url in ["redis://127.0.0.1:6379/", "redis://:pw@10.0.0.1:6380/2"] {
+            let c = Config {
+                redis: Some(url.into()),
+                ..Config::default()
+            };
+            c.validate().unwrap();
+        }
+
+        let dir = std::env::temp_dir().join(format!("sluice-cfg-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let with_keys = |d: &Path| Config {
+            keys_dir: Some(d.to_owned()),
+            ..Config::default()
+        };
+        let missing = with_keys(&dir).validate().unwrap_err().to_string();
+        assert!(missing.contains("`keys_dir`"), "{missing}");
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = with_keys(&dir).validate().unwrap_err().to_string();
+        assert!(empty.contains("`keys_dir`"), "{empty}");
+        std::fs::write(dir.join("bad.pk8"), b"not a key").unwrap();
+        let bad = with_keys(&dir).validate().unwrap_err().to_string();
+        assert!(
+            bad.contains("`keys_dir`") && bad.contains("bad.pk8"),
+            "{bad}"
+        );
+        std::fs::remove_file(dir.join("bad.pk8")).unwrap();
+        sluice_admission::keygen(&dir).unwrap();
+        with_keys(&dir).validate().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let c = Config {
+            events: vec![EventConfig {
+                total: sluice_reservation::MAX_TOTAL + 1,
+                ..EventConfig::default()
+            }],
+            ..Config::default()
+        };
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("`events[0]`") && err.contains("2^53"), "{err}");
+        let c = Config {
+            events: vec![EventConfig {
+                total: sluice_reservation::MAX_TOTAL,
+                ..EventConfig::default()
+            }],
+            ..Config::default()
+        };
+        c.validate().unwrap();
     }
 
     #[test]

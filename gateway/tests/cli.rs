@@ -173,3 +173,43 @@ fn check_config_and_serve_refuse_a_ceiling_past_the_work_cap_alike() {
         "{check_err}"
     );
 }
+
+/// What `serve` refused only after it had bound its listener (exit 1): a
+/// Redis URL the client cannot parse, a keys directory it cannot load. Both
+/// now refuse them before anything listens, exit 64, with the same line.
+#[test]
+fn check_config_and_serve_refuse_bad_urls_and_keys_alike() {
+    let empty = std::env::temp_dir().join(format!("sluice-cli-nokeys-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    for (name, text, needle) in [
+        (
+            "port.toml",
+            "redis = \"redis://127.0.0.1:99999/\"\n".to_owned(),
+            "`redis`",
+        ),
+        (
+            "nokeys.toml",
+            "keys_dir = \"/nonexistent/sluice-keys\"\n".to_owned(),
+            "`keys_dir`",
+        ),
+        (
+            "emptykeys.toml",
+            format!("keys_dir = {:?}\n", empty.to_str().unwrap()),
+            "`keys_dir`",
+        ),
+        (
+            "total.toml",
+            "[[events]]\nid = \"big\"\ntotal = 9007199254740993\n".to_owned(),
+            "2^53",
+        ),
+    ] {
+        let p = write(name, &text);
+        let [(check_code, check_err), (serve_code, serve_err)] = both_refuse(&p);
+        assert_eq!(check_code, Some(64), "{name}: {check_err}");
+        assert_eq!(serve_code, Some(64), "{name}: {serve_err}");
+        assert_eq!(check_err.lines().count(), 1, "{name}: {check_err}");
+        assert_eq!(check_err, serve_err, "{name}");
+        assert!(check_err.contains(needle), "{name}: {check_err}");
+    }
+    let _ = std::fs::remove_dir_all(&empty);
+}
