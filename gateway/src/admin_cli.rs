@@ -8,7 +8,12 @@
 //! sluice admin --url … --token T room default set adaptive=true override=0
 //! sluice admin --url … --token T events
 //! sluice admin --url … --token T event demo set total=500 version=2
+//! sluice admin --url … --token T events --json
 //! ```
+//!
+//! `--json` may come before or after the subcommand and its arguments
+//! (`global`); `set`'s `key=value` pairs are plain positionals, so a flag
+//! among or after them is read as a flag, never as a pair.
 
 use std::process::ExitCode;
 
@@ -29,8 +34,9 @@ pub struct AdminArgs {
     /// The admin token.
     #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
     pub token: String,
-    /// Print the API's JSON instead of a table.
-    #[arg(long)]
+    /// Print the API's JSON instead of a table (before or after the
+    /// subcommand).
+    #[arg(long, global = true)]
     pub json: bool,
     /// What to do.
     #[command(subcommand)]
@@ -47,7 +53,6 @@ pub enum AdminCommand {
         /// Room id.
         name: String,
         /// `set` followed by `key=value` pairs.
-        #[arg(trailing_var_arg = true)]
         rest: Vec<String>,
     },
     /// Every event's stock, one line each.
@@ -57,7 +62,6 @@ pub enum AdminCommand {
         /// Event id.
         name: String,
         /// `set` followed by `key=value` pairs.
-        #[arg(trailing_var_arg = true)]
         rest: Vec<String>,
     },
 }
@@ -341,6 +345,52 @@ mod tests {
         assert_eq!(m["max_active"], Value::Null);
         assert_eq!(m["room"], json!("vip"));
         assert!(parse_pairs(&["oops".into()], room_key).is_err());
+    }
+
+    /// `--json` is one flag wherever it stands, and never a `key=value`.
+    #[test]
+    fn json_is_accepted_after_the_subcommand() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["sluice", "admin", "--token", "t"];
+            argv.extend_from_slice(args);
+            match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+                crate::cli::Command::Admin(a) => a,
+                other => panic!("{other:?}"),
+            }
+        };
+        for args in [
+            &["--json", "rooms"][..],
+            &["rooms", "--json"],
+            &["events", "--json"],
+            &["room", "default", "--json"],
+            &["room", "default", "set", "rate=300", "--json"],
+            &["room", "default", "set", "--json", "rate=300"],
+            &["event", "demo", "set", "total=500", "version=2", "--json"],
+        ] {
+            let a = parse(args);
+            assert!(a.json, "{args:?}");
+            if let AdminCommand::Room { rest, .. } | AdminCommand::Event { rest, .. } = &a.what {
+                assert!(
+                    !rest.iter().any(|r| r.starts_with('-')),
+                    "{args:?}: {rest:?}"
+                );
+            }
+        }
+        let a = parse(&["room", "default", "set", "rate=300", "paused=true"]);
+        assert!(!a.json);
+        match a.what {
+            AdminCommand::Room { name, rest } => {
+                assert_eq!(name, "default");
+                assert_eq!(rest, ["set", "rate=300", "paused=true"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A negative value is still a value.
+        match parse(&["room", "default", "set", "rate=-5", "--json"]).what {
+            AdminCommand::Room { rest, .. } => assert_eq!(rest, ["set", "rate=-5"]),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

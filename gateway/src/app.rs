@@ -71,6 +71,9 @@ struct Inner {
     replay_guard: ReplayGuard,
     inventory: InventoryBackend,
     events: crate::events::Events,
+    /// The per-visitor limit on hold requests
+    /// (`limits.holds_per_visitor_per_min`).
+    hold_limiter: Arc<crate::hold_limit::HoldLimiter>,
     telemetry: Telemetry,
     shutting_down: AtomicBool,
     admin_failures: AdminFailures,
@@ -177,6 +180,11 @@ impl AppState {
                 .abort_handle(),
             );
         }
+        let hold_limiter = Arc::new(crate::hold_limit::HoldLimiter::new(
+            config.limits.holds_per_visitor_per_min,
+        ));
+        background
+            .push(tokio::spawn(crate::hold_limit::run_pruner(hold_limiter.clone())).abort_handle());
         let store_slots = Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_store_requests,
         ));
@@ -196,6 +204,7 @@ impl AppState {
                 replay_guard: stores.replay_guard,
                 inventory: stores.inventory,
                 events,
+                hold_limiter,
                 telemetry,
                 shutting_down: AtomicBool::new(false),
                 admin_failures: AdminFailures::default(),
@@ -259,6 +268,11 @@ impl AppState {
     /// The events and their cached state.
     pub fn events(&self) -> &crate::events::Events {
         &self.inner.events
+    }
+
+    /// The per-visitor limit on hold requests.
+    pub fn hold_limiter(&self) -> &crate::hold_limit::HoldLimiter {
+        &self.inner.hold_limiter
     }
 
     /// Verifies a queue token of `room` (through the verified-token cache).

@@ -80,6 +80,8 @@ pub struct Config {
     /// (503 `inventory_not_ready`) until an operator loads it, through the
     /// admin API or with this flag on a store known never to have sold it.
     pub load_stock: Option<bool>,
+    /// How long the reservation store keeps ended holds (`[reservation]`).
+    pub reservation: ReservationConfig,
     /// Bearer token of the admin API (`--admin-token`). None: every admin
     /// call answers 401.
     pub admin_token: Option<String>,
@@ -127,6 +129,7 @@ impl Default for Config {
             redis: None,
             replication: Replication::default(),
             load_stock: None,
+            reservation: ReservationConfig::default(),
             admin_token: None,
             pow_secret: None,
             pow_previous_secrets: Vec::new(),
@@ -201,6 +204,65 @@ impl Default for Replication {
             wait_replicas: 0,
             wait_timeout: Duration::from_millis(100),
         }
+    }
+}
+
+/// How long the reservation store keeps a hold's record once the hold has
+/// ended (`[reservation]`), on both stores. The record answers
+/// `GET /_sluice/holds/{id}`, a repeated release and a payment webhook;
+/// forgetting it changes no counter (the stock, the cart count and the
+/// sale stay). Why these defaults: `sluice_reservation::retention`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReservationConfig {
+    /// A hold released (by its visitor or a failed payment) is kept this
+    /// long after its release; one that lapsed, this long after its
+    /// deadline. Nothing was sold: minutes are enough for the visitor's
+    /// page, a retried `DELETE` and a webhook arriving just late (409
+    /// `hold_expired`; later than this, 404 `hold_not_found`, and the
+    /// provider refunds either way). An `Idempotency-Key` whose hold is
+    /// forgotten takes a new hold. Default `"10m"`; at least `"1s"`.
+    #[serde(with = "humantime_serde")]
+    pub released_hold_retention: Duration,
+    /// A confirmed (paid) hold is kept this long after its payment, for as
+    /// long as a payment dispute may ask about it: card chargeback windows
+    /// run up to 120 days. Default `"180d"` (120 days plus slack); at least
+    /// `released_hold_retention`, at most `"3650d"`.
+    #[serde(with = "humantime_serde")]
+    pub confirmed_hold_retention: Duration,
+}
+
+impl Default for ReservationConfig {
+    fn default() -> Self {
+        let r = sluice_reservation::Retention::default();
+        ReservationConfig {
+            released_hold_retention: r.released,
+            confirmed_hold_retention: r.confirmed,
+        }
+    }
+}
+
+impl ReservationConfig {
+    /// The stores' retention.
+    pub fn retention(&self) -> sluice_reservation::Retention {
+        sluice_reservation::Retention {
+            released: self.released_hold_retention,
+            confirmed: self.confirmed_hold_retention,
+        }
+    }
+
+    /// The reservation crate's own check, naming the setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use sluice_reservation::RetentionError as E;
+        self.retention().validate().map_err(|e| {
+            let field = match e {
+                E::ReleasedTooShort | E::TooLong("released") => {
+                    "reservation.released_hold_retention"
+                }
+                _ => "reservation.confirmed_hold_retention",
+            };
+            ConfigError::invalid(field, e.to_string())
+        })
     }
 }
 
@@ -301,6 +363,13 @@ pub struct Limits {
     /// turns the limit off). Past it: 429 `rate_limited` with
     /// `Retry-After`. The page polls every 1 to 30 s.
     pub status_polls_per_token_per_min: u32,
+    /// Hold requests (`POST /_sluice/events/{event}/holds`) one admitted
+    /// visitor (the admission token's `sub`) may make per minute, with a
+    /// burst of as many (default 60; 0: no limit). Past it: 429
+    /// `rate_limited` with `Retry-After`, before the store is asked.
+    /// Replays of an `Idempotency-Key` count too (their answer stays the
+    /// same after the wait). Per gateway process, like the join limit.
+    pub holds_per_visitor_per_min: u32,
 }
 
 impl Default for Limits {
@@ -315,6 +384,7 @@ impl Default for Limits {
             token_cache_entries: 100_000,
             max_admin_requests: 16,
             status_polls_per_token_per_min: 120,
+            holds_per_visitor_per_min: 60,
         }
     }
 }
@@ -433,6 +503,23 @@ pub struct RoomConfig {
     /// Adaptive admission (`[rooms.adaptive]`): the rate steered by the
     /// origin's latency and errors. Off by default.
     pub adaptive: crate::adaptive::AdaptiveConfig,
+}
+
+impl RoomConfig {
+    /// The settings of the room's proof-of-work difficulty policy: what
+    /// `Room::new` builds it from and what [`Config::validate`] checks
+    /// with the policy's own `validate`, so a room `serve` would refuse is
+    /// refused by `check-config` with the same words.
+    pub fn difficulty(&self) -> sluice_pow::DifficultyConfig {
+        sluice_pow::DifficultyConfig {
+            floor_bits: self.difficulty_floor_bits,
+            ceiling_bits: self.difficulty_ceiling_bits,
+            default_bits: self.difficulty_floor_bits,
+            puzzles: self.puzzles,
+            min_solve_under_attack: self.attack_min_solve,
+            ..sluice_pow::DifficultyConfig::default()
+        }
+    }
 }
 
 /// What a room does for new visitors when its store cannot be reached.
@@ -607,6 +694,24 @@ impl Config {
             sluice_sentinel::SentinelUrl::parse(redis)
                 .map_err(|e| ConfigError::invalid("redis", e))?;
         }
+        // One server: parsed by the client every store opens it with
+        // (no connection is made), so a bad port, a bad database number or
+        // a TLS URL this build cannot serve is refused here, not after
+        // `serve` has bound its listener. (`redis+cluster://` node lists
+        // are split by each store; a shared URL parser is to come.)
+        if let Some(redis) = &self.redis
+            && (redis.starts_with("redis://") || redis.starts_with("rediss://"))
+        {
+            redis::Client::open(redis.as_str())
+                .map_err(|e| ConfigError::invalid("redis", e.to_string()))?;
+        }
+        // The keys `serve` signs with, loaded as it loads them: a missing
+        // directory, an empty one or a key that does not parse is refused
+        // here too.
+        if let Some(dir) = &self.keys_dir {
+            sluice_admission::Keyring::load_dir(dir)
+                .map_err(|e| ConfigError::invalid("keys_dir", format!("{}: {e}", dir.display())))?;
+        }
         if let Some(current) = &self.pow_secret {
             // Built here as the gateway will build it, so a short secret or
             // two secrets sharing a key id exit 64 with one clear line.
@@ -704,6 +809,13 @@ impl Config {
                 return Err(ConfigError::invalid(name, "must be from 1 to 1000000"));
             }
         }
+        if self.limits.holds_per_visitor_per_min > 1_000_000 {
+            return Err(ConfigError::invalid(
+                "limits.holds_per_visitor_per_min",
+                "must be from 0 (no limit) to 1000000",
+            ));
+        }
+        self.reservation.validate()?;
         if self.server.io_threads > 1024 {
             return Err(ConfigError::invalid(
                 "server.io_threads",
@@ -794,20 +906,21 @@ impl Config {
                     "must be 200, 202, 429 or 503",
                 ));
             }
-            if room.puzzles == 0 || room.puzzles > 64 {
-                return Err(ConfigError::invalid(
-                    format!("{field}.puzzles"),
-                    "must be 1 to 64",
-                ));
-            }
-            if room.difficulty_floor_bits > room.difficulty_ceiling_bits
-                || room.difficulty_ceiling_bits > 32
-            {
-                return Err(ConfigError::invalid(
-                    format!("{field}.difficulty_ceiling_bits"),
-                    "must be at least the floor and at most 32",
-                ));
-            }
+            // The difficulty policy's own check, on the settings the room
+            // will build it from (`Room::new`): puzzles, floor ≤ ceiling,
+            // and the work cap (`puzzles × 2^ceiling ≤ 2^24`).
+            room.difficulty().validate().map_err(|e| {
+                use sluice_pow::DifficultyConfigError as E;
+                let name = match e {
+                    E::Puzzles(_) => format!("{field}.puzzles"),
+                    E::Order { .. } | E::OverCap { .. } => {
+                        format!("{field}.difficulty_ceiling_bits")
+                    }
+                    // Settings a room does not expose (their defaults pass).
+                    _ => field.clone(),
+                };
+                ConfigError::invalid(name, e.to_string())
+            })?;
             if room.session_ttl < Duration::from_secs(1)
                 || room.claim_window < Duration::from_secs(1)
             {
@@ -865,6 +978,19 @@ impl Config {
                     format!("{field}.hold_ttl"),
                     "must be at least 1s",
                 ));
+            }
+            // The stores' own check of the stock this event is loaded with
+            // (a total above 2^53 would otherwise be skipped at start with
+            // a log line, the event never ready).
+            let spec = sluice_reservation::StockSpec {
+                total: ev.total,
+                cart_limit: ev.cart_limit,
+                hold_ttl: ev.hold_ttl,
+                version: 1,
+                room: ev.room.clone(),
+            };
+            if let Some(reason) = spec.problem() {
+                return Err(ConfigError::invalid(field, reason));
             }
         }
         Ok(())
@@ -1043,6 +1169,184 @@ mod tests {
             }
         }
         assert!(Config::from_toml("[limits]\nmax_conections = 5\n").is_err());
+    }
+
+    #[test]
+    fn hold_retention_is_read_and_checked() {
+        let d = Config::default();
+        assert_eq!(
+            d.reservation.released_hold_retention,
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            d.reservation.confirmed_hold_retention,
+            Duration::from_secs(180 * 86_400)
+        );
+        let c = Config::from_toml(
+            "[reservation]\nreleased_hold_retention = \"2m\"\nconfirmed_hold_retention = \"200d\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.reservation.retention().released, Duration::from_secs(120));
+        assert_eq!(
+            c.reservation.retention().confirmed,
+            Duration::from_secs(200 * 86_400)
+        );
+        for (toml, field) in [
+            (
+                "released_hold_retention = \"0s\"",
+                "reservation.released_hold_retention",
+            ),
+            (
+                "released_hold_retention = \"1h\"\nconfirmed_hold_retention = \"30m\"",
+                "reservation.confirmed_hold_retention",
+            ),
+            (
+                "confirmed_hold_retention = \"0s\"",
+                "reservation.confirmed_hold_retention",
+            ),
+            (
+                "confirmed_hold_retention = \"3651d\"",
+                "reservation.confirmed_hold_retention",
+            ),
+        ] {
+            let text = format!("[reservation]\n{toml}\n");
+            let err = Config::from_toml(&text).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains(field), "{toml}: {err}");
+        }
+        assert!(Config::from_toml("[reservation]\nretention = \"1m\"\n").is_err());
+    }
+
+    #[test]
+    fn the_hold_limit_is_read_and_checked() {
+        assert_eq!(Limits::default().holds_per_visitor_per_min, 60);
+        let c = Config::from_toml("[limits]\nholds_per_visitor_per_min = 0\n").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.limits.holds_per_visitor_per_min, 0);
+        let err = Config::from_toml("[limits]\nholds_per_visitor_per_min = 1000001\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("limits.holds_per_visitor_per_min"),
+            "{err}"
+        );
+    }
+
+    /// The difficulty policy's own check: what `Room::new` (so `serve`)
+    /// refuses, `validate` (so `check-config`) refuses with its words.
+    #[test]
+    fn room_difficulty_is_checked_by_the_policy_itself() {
+        let room = |puzzles: u8, floor: u8, ceiling: u8| RoomConfig {
+            puzzles,
+            difficulty_floor_bits: floor,
+            difficulty_ceiling_bits: ceiling,
+            ..RoomConfig::default()
+        };
+        for (r, field, words) in [
+            // 16 × 2^21 = 2^25 hashes, past the 2^24 cap.
+            (
+                room(16, 18, 21),
+                "rooms[0].difficulty_ceiling_bits",
+                "max ceiling 20",
+            ),
+            (
+                room(1, 18, 25),
+                "rooms[0].difficulty_ceiling_bits",
+                "max ceiling 24",
+            ),
+            (
+                room(16, 19, 18),
+                "rooms[0].difficulty_ceiling_bits",
+                "floor_bits",
+            ),
+            (room(0, 18, 20), "rooms[0].puzzles", "puzzles"),
+            (room(65, 1, 2), "rooms[0].puzzles", "puzzles"),
+        ] {
+            let policy = sluice_pow::DifficultyPolicy::new(r.difficulty()).unwrap_err();
+            let c = Config {
+                rooms: vec![r],
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(words), "{err}");
+            assert!(err.ends_with(&policy.to_string()), "{err} / {policy}");
+        }
+        for ok in [room(16, 18, 20), room(1, 24, 24), room(64, 1, 18)] {
+            sluice_pow::DifficultyPolicy::new(ok.difficulty()).unwrap();
+            Config {
+                rooms: vec![ok],
+                ..Config::default()
+            }
+            .validate()
+            .unwrap();
+        }
+    }
+
+    /// What `serve` would refuse at start without the network: a Redis URL
+    /// the client cannot parse, a keys directory it cannot load, a stock
+    /// the store would refuse.
+    #[test]
+    fn urls_keys_and_stock_are_checked_as_serve_uses_them() {
+        for url in [
+            "redis://127.0.0.1:99999/",
+            "redis://127.0.0.1:6379/notadb",
+            "rediss://127.0.0.1:6379/",
+        ] {
+            let c = Config {
+                redis: Some(url.into()),
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("`redis`"), "{url}: {err}");
+        }
+        for url in ["redis://127.0.0.1:6379/", "redis://:pw@10.0.0.1:6380/2"] {
+            let c = Config {
+                redis: Some(url.into()),
+                ..Config::default()
+            };
+            c.validate().unwrap();
+        }
+
+        let dir = std::env::temp_dir().join(format!("sluice-cfg-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let with_keys = |d: &Path| Config {
+            keys_dir: Some(d.to_owned()),
+            ..Config::default()
+        };
+        let missing = with_keys(&dir).validate().unwrap_err().to_string();
+        assert!(missing.contains("`keys_dir`"), "{missing}");
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = with_keys(&dir).validate().unwrap_err().to_string();
+        assert!(empty.contains("`keys_dir`"), "{empty}");
+        std::fs::write(dir.join("bad.pk8"), b"not a key").unwrap();
+        let bad = with_keys(&dir).validate().unwrap_err().to_string();
+        assert!(
+            bad.contains("`keys_dir`") && bad.contains("bad.pk8"),
+            "{bad}"
+        );
+        std::fs::remove_file(dir.join("bad.pk8")).unwrap();
+        sluice_admission::keygen(&dir).unwrap();
+        with_keys(&dir).validate().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let c = Config {
+            events: vec![EventConfig {
+                total: sluice_reservation::MAX_TOTAL + 1,
+                ..EventConfig::default()
+            }],
+            ..Config::default()
+        };
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("`events[0]`") && err.contains("2^53"), "{err}");
+        let c = Config {
+            events: vec![EventConfig {
+                total: sluice_reservation::MAX_TOTAL,
+                ..EventConfig::default()
+            }],
+            ..Config::default()
+        };
+        c.validate().unwrap();
     }
 
     #[test]

@@ -52,6 +52,7 @@
 //! - [`adaptive`] — adaptive admission: the rate steered by the origin's latency.
 //! - [`visitor`] — challenge, join, status, public room state, JWKS.
 //! - [`reserve`] — events, holds, the payment webhook, event admin.
+//! - [`hold_limit`] — the per-visitor limit on hold requests.
 //! - [`events`] — known events, cached stock, the reaper task.
 //! - [`page`] — the waiting-room page and embedded static files.
 //! - [`cookies`] — the queue and admission cookies.
@@ -77,6 +78,7 @@ pub mod events;
 pub mod front;
 pub mod gate;
 pub mod h1;
+pub mod hold_limit;
 pub mod page;
 pub mod problem;
 pub mod proxy;

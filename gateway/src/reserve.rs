@@ -32,6 +32,12 @@
 //!   payment event is about one payment, so one hold).
 //! - The signature's `t` is hashed exactly as sent; it must be 1 to 20
 //!   ASCII digits (no sign, no spaces), else the signature is refused.
+//! - Hold requests are limited per visitor (`limits.holds_per_visitor_per_min`,
+//!   default 60 a minute): past it, 429 `rate_limited` with `Retry-After`,
+//!   checked after the admission token and before the body or the store.
+//!   Replays of an `Idempotency-Key` count and are refused too: a replay
+//!   costs the store what a hold costs, and its answer is the same after
+//!   the wait ([`crate::hold_limit`]).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -47,6 +53,7 @@ use sluice_reservation::{
     ConfirmOutcome, EventId, HoldId, HoldOutcome, HoldView, Inventory, ReleaseOutcome,
     ReservationError, SetStockOutcome, StockSpec,
 };
+use subtle::ConstantTimeEq;
 
 use crate::app::{AppState, JsonBody, now_s};
 use crate::client_ip::ClientInfo;
@@ -189,6 +196,16 @@ async fn create_hold(
 ) -> Result<Response, Problem> {
     let (event, room) = known_event(&state, &id).await?;
     let visitor = visitor_of(&state, &headers, &room, &client)?;
+    // Before the body is looked at or the store asked (`hold_limit`).
+    state.hold_limiter().check(&visitor.sub).map_err(|wait| {
+        state.telemetry().rate_limited(&room, "holds");
+        Problem::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "Too many hold requests from this visitor; slow down",
+        )
+        .retry_after(wait)
+    })?;
     let JsonBody(body) = body?;
     let invalid_qty = |limit: Option<u32>| {
         let p = Problem::new(
@@ -329,19 +346,42 @@ async fn delete_hold(
     }
 }
 
-/// Checks `Sluice-Signature: t=<unix>,v1=<hex>` over `t + "." + body`.
+/// Most `v1=` values a `Sluice-Signature` may carry (a provider rolling
+/// its secret sends one per secret: two or three in practice). More is
+/// refused before any hashing.
+pub const MAX_SIGNATURES: usize = 8;
+/// Longest `Sluice-Signature` accepted, in bytes: room for `t`, eight
+/// 64-digit `v1` values and spaces. Longer is refused before it is split.
+pub const MAX_SIGNATURE_HEADER: usize = 1024;
+
+/// Checks `Sluice-Signature: t=<unix>,v1=<hex>[,v1=<hex>…]` over
+/// `t + "." + body`.
+///
+/// The HMAC is computed once, whatever the number of `v1=` values, and
+/// each value is compared with it in constant time (`subtle`): the work
+/// per webhook is one pass over the body, and a header of many guesses
+/// costs no more than one. Past [`MAX_SIGNATURE_HEADER`] bytes or
+/// [`MAX_SIGNATURES`] values the header is refused unread.
 pub fn verify_signature(
     secret: &[u8],
     header: &str,
     body: &[u8],
     now: u64,
 ) -> Result<(), &'static str> {
+    if header.len() > MAX_SIGNATURE_HEADER {
+        return Err("signature header too long");
+    }
     let mut t_raw: Option<&str> = None;
-    let mut sigs = Vec::new();
+    let mut sigs: Vec<&str> = Vec::new();
     for part in header.split(',') {
         match part.trim().split_once('=') {
             Some(("t", v)) => t_raw = Some(v),
-            Some(("v1", v)) => sigs.push(v.to_owned()),
+            Some(("v1", v)) => {
+                if sigs.len() == MAX_SIGNATURES {
+                    return Err("too many v1 signatures");
+                }
+                sigs.push(v);
+            }
             _ => {}
         }
     }
@@ -359,21 +399,26 @@ pub fn verify_signature(
     if sigs.is_empty() {
         return Err("no v1 signature");
     }
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return Err("bad secret");
+    };
+    mac.update(t_raw.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let expected = mac.finalize().into_bytes();
+    // Every value is compared (no early exit on a match), so the time
+    // taken says nothing about which one matched.
+    let mut matched = subtle::Choice::from(0);
     for sig in sigs {
-        let Some(given) = from_hex(&sig) else {
-            continue;
-        };
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
-            return Err("bad secret");
-        };
-        mac.update(t_raw.as_bytes());
-        mac.update(b".");
-        mac.update(body);
-        if mac.verify_slice(&given).is_ok() {
-            return Ok(());
+        if let Some(given) = from_hex(sig) {
+            matched |= expected.as_slice().ct_eq(&given);
         }
     }
-    Err("signature mismatch")
+    if bool::from(matched) {
+        Ok(())
+    } else {
+        Err("signature mismatch")
+    }
 }
 
 /// The `Sluice-Signature` header for `body` at time `t` (for providers,
@@ -668,6 +713,70 @@ mod tests {
         assert!(verify_signature(b"s3cret", "t=1000", body, 1_000).is_err());
         assert!(verify_signature(b"s3cret", "garbage", body, 1_000).is_err());
         assert!(verify_signature(b"s3cret", "t=1000,v1=zz", body, 1_000).is_err());
+    }
+
+    fn hex_of(sig: &str) -> &str {
+        sig.split_once(",v1=").unwrap().1
+    }
+
+    #[test]
+    fn any_of_several_v1_values_may_match() {
+        let body = br#"{"payment_event_id":"p1"}"#;
+        let good = sign_webhook(b"s3cret", 1_000, body);
+        let v1 = hex_of(&good);
+        let wrong = "00".repeat(32);
+        // The matching value first, last, or among non-hex and short ones.
+        for h in [
+            format!("t=1000,v1={v1},v1={wrong}"),
+            format!("t=1000,v1={wrong},v1={v1}"),
+            format!("t=1000, v1=zz, v1=0, v1={wrong}, v1={v1}"),
+        ] {
+            assert_eq!(verify_signature(b"s3cret", &h, body, 1_000), Ok(()), "{h}");
+        }
+        let none = format!("t=1000,v1={wrong},v1={}", "11".repeat(32));
+        assert_eq!(
+            verify_signature(b"s3cret", &none, body, 1_000),
+            Err("signature mismatch")
+        );
+        // A prefix or an extension of the right tag is not the tag.
+        for h in [
+            format!("t=1000,v1={}", &v1[..62]),
+            format!("t=1000,v1={v1}00"),
+        ] {
+            assert!(verify_signature(b"s3cret", &h, body, 1_000).is_err(), "{h}");
+        }
+    }
+
+    #[test]
+    fn the_number_of_v1_values_and_the_header_length_are_capped() {
+        let body = br#"{"payment_event_id":"p1"}"#;
+        let good = sign_webhook(b"s3cret", 1_000, body);
+        let v1 = hex_of(&good);
+        let wrong = format!("v1={}", "00".repeat(32));
+        // Eight values, the right one last: accepted, within the length.
+        let eight = format!("t=1000,{},v1={v1}", [wrong.as_str(); 7].join(","));
+        assert!(eight.len() <= MAX_SIGNATURE_HEADER);
+        assert_eq!(verify_signature(b"s3cret", &eight, body, 1_000), Ok(()));
+        // Nine, even with the right one first: refused.
+        let nine = format!("t=1000,v1={v1},{}", [wrong.as_str(); 8].join(","));
+        assert!(nine.len() <= MAX_SIGNATURE_HEADER);
+        assert_eq!(
+            verify_signature(b"s3cret", &nine, body, 1_000),
+            Err("too many v1 signatures")
+        );
+        // Short values do not get round the count.
+        let many_short = format!("t=1000,v1={v1},{}", ["v1=0"; 20].join(","));
+        assert!(many_short.len() <= MAX_SIGNATURE_HEADER);
+        assert_eq!(
+            verify_signature(b"s3cret", &many_short, body, 1_000),
+            Err("too many v1 signatures")
+        );
+        // Over the length, whatever it holds (padding the parser skips).
+        let long = format!("{good},{}", "x".repeat(MAX_SIGNATURE_HEADER));
+        assert_eq!(
+            verify_signature(b"s3cret", &long, body, 1_000),
+            Err("signature header too long")
+        );
     }
 
     /// The HMAC over `t.body` with `t` exactly as given (for forms

@@ -30,7 +30,7 @@ use sluice_admission::{
     AdmissionError, Floors, JoinOutcome, PlaceMap, PrequeueDraw, QueueBackend, QueueStore,
     RateMeter, RoomPatch, RoomSettings, Snapshot,
 };
-use sluice_pow::{DifficultyConfig, DifficultyPolicy, NetPrefix};
+use sluice_pow::{DifficultyPolicy, NetPrefix};
 
 use crate::config::{Config, FailurePolicy, RoomConfig, canonical_ip};
 use crate::problem::Problem;
@@ -110,15 +110,10 @@ impl Room {
             settings.opens_at_ms = Some(ms);
             settings.prequeue_seed = Some(crate::schedule::config_seed(pow_secret, &config.id, ms));
         }
-        let difficulty = DifficultyPolicy::new(DifficultyConfig {
-            floor_bits: config.difficulty_floor_bits,
-            ceiling_bits: config.difficulty_ceiling_bits,
-            default_bits: config.difficulty_floor_bits,
-            puzzles: config.puzzles,
-            min_solve_under_attack: config.attack_min_solve,
-            ..DifficultyConfig::default()
-        })
-        .map_err(|e| anyhow::anyhow!("room {}: difficulty: {e}", config.id))?;
+        // Checked by `Config::validate` first (the same settings, the
+        // policy's own check): with a validated config this cannot fail.
+        let difficulty = DifficultyPolicy::new(config.difficulty())
+            .map_err(|e| anyhow::anyhow!("room {}: difficulty: {e}", config.id))?;
         let limit = config.join_limit_per_prefix_per_min;
         let room = Room {
             snapshot: ArcSwap::from_pointee(empty_snapshot(&config.id, &settings)),

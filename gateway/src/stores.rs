@@ -31,7 +31,9 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
         return Ok(Stores {
             queue: QueueBackend::Memory(MemoryQueueStore::new(std::sync::Arc::new(SystemClock))),
             replay_guard: ReplayGuard::memory(),
-            inventory: InventoryBackend::Memory(MemoryInventory::new()),
+            inventory: InventoryBackend::Memory(
+                MemoryInventory::new().with_retention(config.reservation.retention()),
+            ),
         });
     };
     let queue = RedisQueueStore::connect(
@@ -50,6 +52,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     let mut inventory_config = sluice_reservation::RedisConfig::new(url.clone());
     inventory_config.wait_replicas = config.replication.wait_replicas;
     inventory_config.wait_timeout = config.replication.wait_timeout;
+    inventory_config.retention = config.reservation.retention();
     let inventory = RedisInventory::connect(&inventory_config)
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;

@@ -22,7 +22,7 @@
 //! | `sluice_store_up` | gauge | room | 1 when the store answered the last tick |
 //! | `sluice_challenges_total` | counter | room | challenges issued by this gateway |
 //! | `sluice_pow_rejections_total` | counter | room, code | joins refused for their proof of work |
-//! | `sluice_rate_limited_total` | counter | room | requests refused by the per-network limit |
+//! | `sluice_rate_limited_total` | counter | room, limit | requests refused by a rate limit: `network` (challenges and joins per client network, `join_limit_per_prefix_per_min`), `holds` (hold requests per admitted visitor, `limits.holds_per_visitor_per_min`; `room` is the room selling the event) |
 //! | `sluice_waiting_room_served_total` | counter | room, kind | waiting answers (`page` or `json`) |
 //! | `sluice_upstream_request_duration_seconds` | histogram | status_class | time to the origin's response headers |
 //! | `sluice_upstream_errors_total` | counter | kind | `unreachable` or `timeout` |
@@ -232,10 +232,15 @@ impl Telemetry {
         )
     }
 
-    /// A request was refused by the per-network limit.
-    pub fn rate_limited(&self, room: &str) {
-        self.counter("sluice_rate_limited_total", &[("room", room.to_owned())])
-            .increment(1);
+    /// A request was refused by a rate limit: `network` (challenges, joins
+    /// and passthroughs per client network), `holds` (hold requests per
+    /// visitor) or `polls` (status polls per queue token).
+    pub fn rate_limited(&self, room: &str, limit: &'static str) {
+        self.counter(
+            "sluice_rate_limited_total",
+            &[("room", room.to_owned()), ("limit", limit.to_owned())],
+        )
+        .increment(1);
     }
 
     /// Settings read from the store were refused (unparseable, oversized,

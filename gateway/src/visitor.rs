@@ -53,10 +53,10 @@ pub async fn challenge(
 }
 
 /// Takes one token of the room's per-network limit, or answers 429
-/// `rate_limited` (counted in `sluice_rate_limited_total`).
+/// `rate_limited` (counted in `sluice_rate_limited_total{limit="network"}`).
 fn rate_limit(state: &AppState, room: &Room, prefix: sluice_pow::NetPrefix) -> Result<(), Problem> {
     room.check_rate_limit(prefix).map_err(|wait| {
-        state.telemetry().rate_limited(room.id());
+        state.telemetry().rate_limited(room.id(), "network");
         Problem::rate_limited(wait)
     })
 }
@@ -388,7 +388,7 @@ async fn status_answer(
 ) -> Result<Option<Response>, Problem> {
     room.check_poll_limit(claims.epoch, claims.seq)
         .map_err(|wait| {
-            state.telemetry().rate_limited(room.id());
+            state.telemetry().rate_limited(room.id(), "polls");
             Problem::rate_limited(wait)
         })?;
     let snap = room.snapshot();

@@ -111,3 +111,41 @@ fn the_admin_cli_reads_and_changes_rooms_and_events() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unauthorized"));
 }
+
+/// `--json` after the subcommand (and after `set`'s pairs) is the same
+/// flag as before it: the API's JSON, never a `key=value` pair.
+#[test]
+fn json_is_accepted_after_the_subcommand_too() {
+    let (_serve, url) = serve();
+    let before: serde_json::Value =
+        serde_json::from_str(&admin_ok(&url, &["--json", "room", "default"])).unwrap();
+    let after: serde_json::Value =
+        serde_json::from_str(&admin_ok(&url, &["room", "default", "--json"])).unwrap();
+    assert_eq!(after["rate_per_sec"], before["rate_per_sec"]);
+    assert!(after.get("frontier").is_some(), "{after}");
+
+    let rooms: serde_json::Value =
+        serde_json::from_str(&admin_ok(&url, &["rooms", "--json"])).unwrap();
+    assert!(rooms["rooms"].is_array(), "{rooms}");
+    let events: serde_json::Value =
+        serde_json::from_str(&admin_ok(&url, &["events", "--json"])).unwrap();
+    assert!(events["events"].is_array(), "{events}");
+
+    let set: serde_json::Value = serde_json::from_str(&admin_ok(
+        &url,
+        &["room", "default", "set", "rate=250", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(set["rate_per_sec"], 250.0);
+    let set: serde_json::Value = serde_json::from_str(&admin_ok(
+        &url,
+        &["event", "demo", "set", "total=400", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(set["total"], 400);
+
+    // Without it, still the table.
+    let table = admin_ok(&url, &["rooms"]);
+    assert!(table.lines().next().unwrap().starts_with("room"), "{table}");
+    assert!(serde_json::from_str::<serde_json::Value>(&table).is_err());
+}

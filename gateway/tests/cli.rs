@@ -133,3 +133,83 @@ fn keygen_writes_a_private_key_named_by_its_kid() {
     assert_ne!(kids[0], kids[1]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `check-config FILE` and `serve --config FILE` (on a free port) and
+/// returns each one's exit code and stderr.
+fn both_refuse(path: &std::path::Path) -> [(Option<i32>, String); 2] {
+    let check = sluice().arg("check-config").arg(path).output().unwrap();
+    let serve = sluice()
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(path)
+        .env("SLUICE_LOG", "error")
+        .output()
+        .unwrap();
+    [check, serve].map(|o| {
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).trim_end().to_owned(),
+        )
+    })
+}
+
+/// A difficulty ceiling the work cap does not allow (16 puzzles × 2^21
+/// hashes > 2^24) passed `check-config` and then made `serve` exit 1 when
+/// it built the room: both now refuse it, exit 64, with the same line
+/// (the difficulty policy's own words).
+#[test]
+fn check_config_and_serve_refuse_a_ceiling_past_the_work_cap_alike() {
+    let p = write(
+        "ceiling.toml",
+        "[[rooms]]\nid = \"drop\"\npuzzles = 16\ndifficulty_floor_bits = 18\ndifficulty_ceiling_bits = 21\n",
+    );
+    let [(check_code, check_err), (serve_code, serve_err)] = both_refuse(&p);
+    assert_eq!(check_code, Some(64), "{check_err}");
+    assert_eq!(serve_code, Some(64), "{serve_err}");
+    assert_eq!(check_err.lines().count(), 1, "{check_err}");
+    assert_eq!(check_err, serve_err);
+    assert!(
+        check_err.contains("rooms[0].difficulty_ceiling_bits")
+            && check_err.contains("max ceiling 20"),
+        "{check_err}"
+    );
+}
+
+/// What `serve` refused only after it had bound its listener (exit 1): a
+/// Redis URL the client cannot parse, a keys directory it cannot load. Both
+/// now refuse them before anything listens, exit 64, with the same line.
+#[test]
+fn check_config_and_serve_refuse_bad_urls_and_keys_alike() {
+    let empty = std::env::temp_dir().join(format!("sluice-cli-nokeys-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    for (name, text, needle) in [
+        (
+            "port.toml",
+            "redis = \"redis://127.0.0.1:99999/\"\n".to_owned(),
+            "`redis`",
+        ),
+        (
+            "nokeys.toml",
+            "keys_dir = \"/nonexistent/sluice-keys\"\n".to_owned(),
+            "`keys_dir`",
+        ),
+        (
+            "emptykeys.toml",
+            format!("keys_dir = {:?}\n", empty.to_str().unwrap()),
+            "`keys_dir`",
+        ),
+        (
+            "total.toml",
+            "[[events]]\nid = \"big\"\ntotal = 9007199254740993\n".to_owned(),
+            "2^53",
+        ),
+    ] {
+        let p = write(name, &text);
+        let [(check_code, check_err), (serve_code, serve_err)] = both_refuse(&p);
+        assert_eq!(check_code, Some(64), "{name}: {check_err}");
+        assert_eq!(serve_code, Some(64), "{name}: {serve_err}");
+        assert_eq!(check_err.lines().count(), 1, "{name}: {check_err}");
+        assert_eq!(check_err, serve_err, "{name}");
+        assert!(check_err.contains(needle), "{name}: {check_err}");
+    }
+    let _ = std::fs::remove_dir_all(&empty);
+}

@@ -8,8 +8,9 @@
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] payment_event_id
 -- ARGV[4] '1' payment succeeded, '0' failed
--- ARGV[5] retention after the hold ends, ms
+-- ARGV[5] retention of a released or expired hold, ms
 -- ARGV[6] how long the answer to this payment event is kept, ms
+-- ARGV[7] retention of a confirmed hold, ms
 --
 -- Returns {answer} with answer one of 'confirmed', 'released', 'expired',
 -- 'not_found', 'not_ready', 'payment_reused'. The same payment event id
@@ -55,7 +56,11 @@ if answer == 'held' then
       {'reason', 'payment_failed', 'payment_event_id', ARGV[3]})
   end
   redis.call('HSET', K_HOLD, 'status', answer, 'ended_ms', int(now))
-  redis.call('PEXPIRE', K_HOLD, ARGV[5])
+  if answer == 'confirmed' then
+    redis.call('PEXPIRE', K_HOLD, ARGV[7])
+  else
+    redis.call('PEXPIRE', K_HOLD, ARGV[5])
+  end
 end
 redis.call('SET', K_PAY, this .. ':' .. answer, 'PX', ARGV[6])
 return {answer}

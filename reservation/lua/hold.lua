@@ -1,25 +1,34 @@
 -- hold.lua: take `qty` units for a visitor (common.lua prepended).
 --
 -- KEYS[1..5] as in common.lua
--- KEYS[6] sluice:{ev}:hold:{suffix}   the new hold's hash (or the replayed
---         one). The hold's suffix (22 base64url chars; the Rust side
---         generates it, or passes the one a REDIRECT named) is read from
---         this key, so the hash and the hold id can never disagree.
+-- KEYS[6] sluice:{ev}:hold:{suffix}   the new hold's hash, under a fresh
+--         suffix (22 base64url chars) the Rust side generates. The suffix
+--         is read from this key, so the hash and the hold id can never
+--         disagree.
 -- KEYS[7] sluice:{ev}:vholds:{len(visitor)}:{visitor}   zset: this visitor's
 --         deadline-index members, score = deadline (see "Lapsed holds").
 --         The visitor is read from this key (its length must match).
 -- KEYS[8] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
+-- KEYS[9] (optional, with KEYS[8]) sluice:{ev}:hold:{suffix} of the hold
+--         the idempotency key named in an earlier REDIRECT
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] qty (integer)
 -- ARGV[4] how many expired holds to reap first, whoever's (LAZY_REAP_MAX)
 -- ARGV[5] idempotency key TTL, ms
--- ARGV[6] hold retention after its deadline, ms
+-- ARGV[6] retention of a released or expired hold, ms: the new hash
+--         expires this long after the deadline (release.lua and
+--         confirm.lua set it again when the hold ends)
 --
 -- Returns one of:
 --   {'NOT_READY'}                      stock counter or settings missing
---   {'REDIRECT', suffix}               the idempotency key names another
---                                      hold: call again with that suffix
---   {'REPLAYED', qty, status, deadline_ms, available}
+--   {'REDIRECT', suffix}               the idempotency key names a hold
+--                                      other than KEYS[9]: call again with
+--                                      that hold as KEYS[9] (and a fresh
+--                                      KEYS[6])
+--   (a key naming a hold whose hash is gone, past its retention, takes a
+--   new hold under KEYS[6]'s fresh suffix: a hold id is never reused, so
+--   a late webhook for the forgotten hold cannot confirm the new one)
+--   {'REPLAYED', qty, status, deadline_ms, available}   the hold of KEYS[9]
 --   {'INVALID_QTY', limit}             qty 0 or above the cart limit
 --   {'CART_LIMIT', limit, have}        have + qty > limit
 --   {'SOLD_OUT', available}
@@ -48,7 +57,7 @@ local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms')
 if not meta[1] or not meta[2] then return {'NOT_READY'} end
 local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
 local now = now_ms()
-local K_HOLD, K_VHOLDS, K_IDEM = KEYS[6], KEYS[7], KEYS[8]
+local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local suffix = string.match(K_HOLD, ':hold:([^:]*)$')
 local vlen, visitor = string.match(K_VHOLDS, ':vholds:(%d+):(.*)$')
 if not suffix or not visitor or #visitor ~= tonumber(vlen) then
@@ -66,14 +75,16 @@ redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', now)
 if K_IDEM then
   local prior = redis.call('GET', K_IDEM)
   if prior then
-    if prior ~= suffix then return {'REDIRECT', prior} end
-    local h = redis.call('HMGET', K_HOLD, 'visitor', 'qty', 'status', 'deadline_ms')
+    local named = K_NAMED and string.match(K_NAMED, ':hold:([^:]*)$')
+    if prior ~= named then return {'REDIRECT', prior} end
+    local h = redis.call('HMGET', K_NAMED, 'visitor', 'qty', 'status', 'deadline_ms')
     if h[1] == visitor then
       local status, deadline = h[3], tonumber(h[4])
       if status == 'held' and deadline <= now then status = 'expired' end
       return {'REPLAYED', tonumber(h[2]), status, deadline, tonumber(redis.call('GET', K_STOCK))}
     end
-    -- The hold is gone (past its retention): take a new one under this id.
+    -- The hold is gone (past its retention): the key takes a new hold,
+    -- under KEYS[6]'s fresh suffix (SET below), never the old id.
   end
 end
 

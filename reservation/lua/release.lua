@@ -5,7 +5,7 @@
 -- KEYS[7] sluice:{ev}:vholds:{len(visitor)}:{visitor} (see hold.lua)
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] visitor (must own the hold)
--- ARGV[4] retention after the hold ends, ms
+-- ARGV[4] retention of a released or expired hold, ms
 --
 -- Returns one of:
 --   {'NOT_FOUND'}         no such hold, or another visitor's

@@ -20,7 +20,11 @@
 //!   clock at the hold plus the TTL. A hold past its deadline *is* expired,
 //!   for every reader at once, even before the reaper visits it.
 //! - **idempotency key**: the `Idempotency-Key` a client sends with a hold;
-//!   the same key from the same visitor returns the same hold (for 24 h).
+//!   the same key from the same visitor returns the same hold (for 24 h,
+//!   while the hold is retained; then a new hold, with a new id).
+//! - **retention**: how long an ended hold's record is kept ([`Retention`]:
+//!   10 minutes after a release or a lapse, 180 days after a payment, by
+//!   default). Forgetting a record changes no counter.
 //! - **payment event id**: the webhook's id; the same id for the same hold
 //!   answers the same and changes nothing (for 7 days); the same id for
 //!   another hold of the event is refused ([`ConfirmOutcome::PaymentReused`]).
@@ -43,6 +47,7 @@
 //!   default: one gateway, no Redis), with an injected [`Clock`].
 //! - [`redis`]: [`RedisInventory`], the key schema, and the scripts in
 //!   `lua/*.lua` (one per operation, `common.lua` prepended).
+//! - [`retention`]: how long ended holds are kept, and why.
 //! - [`clock`], [`error`].
 //! - `conformance` (feature `test-util`): one suite run against both
 //!   stores, with a plain model for property tests.
@@ -59,6 +64,9 @@
 //!    returns the units or books them as confirmed.)
 //! 5. A hold is never confirmed after its deadline (per the store's clock).
 //! 6. A missing stock counter answers "not ready", never "sold out".
+//! 7. A hold id names one hold, ever: an idempotency key whose hold was
+//!    forgotten (past its [`Retention`]) takes a new hold under a new id,
+//!    so a late webhook for the old id can never confirm the new one.
 
 #![forbid(unsafe_code)]
 
@@ -70,12 +78,14 @@ pub mod conformance;
 pub mod error;
 pub mod memory;
 pub mod redis;
+pub mod retention;
 pub mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ReservationError, Result};
 pub use memory::MemoryInventory;
 pub use redis::{RedisConfig, RedisInventory};
+pub use retention::{Retention, RetentionError};
 pub use types::{
     ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
     SetStockOutcome, StockSpec, Transition, TransitionKind,
@@ -92,9 +102,6 @@ pub const LAZY_REAP_MAX: usize = 64;
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
 /// How long a payment event id's answer is remembered.
 pub const PAYMENT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How long a hold is kept after it ended (or after its deadline), for
-/// `GET /_sluice/holds/{id}`, repeated releases and late webhooks.
-pub const HOLD_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Largest accepted total: counters stay exact in Lua's doubles.
 pub const MAX_TOTAL: u64 = 1 << 53;
 

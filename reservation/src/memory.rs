@@ -20,11 +20,12 @@ use parking_lot::Mutex;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
+use crate::retention::Retention;
 use crate::types::{
     ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
     SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
-use crate::{HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
+use crate::{IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
 
 /// Default number of transitions kept per event.
 pub const DEFAULT_LOG_CAPACITY: usize = 10_000;
@@ -39,6 +40,9 @@ fn ms(d: std::time::Duration) -> u64 {
 #[derive(Clone)]
 pub struct MemoryInventory {
     inner: Arc<Inner>,
+    /// How long ended holds are kept (a copy per clone: it never changes
+    /// after construction).
+    retention: Retention,
 }
 
 struct Inner {
@@ -58,7 +62,9 @@ struct EventData {
     available: u64,
     held: u64,
     confirmed: u64,
-    /// `sluice:{ev}:hold:{suffix}`, keyed by suffix.
+    /// `sluice:{ev}:hold:{suffix}`, keyed by suffix. A record past its
+    /// `purge_at_ms` is gone for every operation (as an expired Redis key
+    /// is), even before `purge` drops it.
     holds: HashMap<String, HoldRec>,
     /// `sluice:{ev}:deadlines`: `(deadline_ms, member)`; a hold's units are
     /// out exactly while its member is here.
@@ -81,6 +87,9 @@ struct HoldRec {
     status: HoldStatus,
     deadline_ms: u64,
     member: String,
+    /// When the record is forgotten (the Redis hash's expiry): its deadline
+    /// plus the released retention while held, then the retention of how
+    /// it ended, counted from then.
     purge_at_ms: u64,
 }
 
@@ -117,7 +126,14 @@ impl MemoryInventory {
                 log_capacity: log_capacity.max(1),
                 events: Mutex::new(HashMap::new()),
             }),
+            retention: Retention::default(),
         }
+    }
+
+    /// The same store keeping ended holds as `retention` says (checked by
+    /// the caller with [`Retention::validate`]).
+    pub fn with_retention(self, retention: Retention) -> Self {
+        Self { retention, ..self }
     }
 
     fn now(&self) -> u64 {
@@ -254,6 +270,11 @@ impl EventData {
         self.payments.retain(|_, (_, _, exp)| *exp > now);
     }
 
+    /// The hold's record, unless it is gone (past its retention).
+    fn live_hold(&self, suffix: &str, now: u64) -> Option<&HoldRec> {
+        self.holds.get(suffix).filter(|h| h.purge_at_ms > now)
+    }
+
     fn view(&self, event: &EventId, suffix: &str, h: &HoldRec, now: u64) -> HoldView {
         HoldView {
             hold_id: HoldId::from_parts(event, suffix),
@@ -269,10 +290,12 @@ impl EventData {
 
     /// Ends a held hold whose deadline has not passed: confirmed (units
     /// booked as sold) or released (units back).
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &mut self,
         event: &EventId,
         cap: usize,
+        retention: &Retention,
         suffix: &str,
         to: HoldStatus,
         now: u64,
@@ -294,9 +317,14 @@ impl EventData {
             self.visitor_sub(&visitor, qty);
             TransitionKind::Released
         };
+        let keep = if to == HoldStatus::Confirmed {
+            retention.confirmed_ms()
+        } else {
+            retention.released_ms()
+        };
         if let Some(h) = self.holds.get_mut(suffix) {
             h.status = to;
-            h.purge_at_ms = now.saturating_add(ms(HOLD_RETENTION));
+            h.purge_at_ms = now.saturating_add(keep);
         }
         let available = self.available;
         self.log(
@@ -315,7 +343,14 @@ impl EventData {
 
     /// Expires a held hold past its deadline (returning its units if still
     /// out) and marks it expired.
-    fn expire_hold(&mut self, event: &EventId, cap: usize, suffix: &str, now: u64) {
+    fn expire_hold(
+        &mut self,
+        event: &EventId,
+        cap: usize,
+        retention: &Retention,
+        suffix: &str,
+        now: u64,
+    ) {
         let Some(h) = self.holds.get(suffix) else {
             return;
         };
@@ -323,7 +358,7 @@ impl EventData {
         self.expire_member(event, cap, deadline, &member, now);
         if let Some(h) = self.holds.get_mut(suffix) {
             h.status = HoldStatus::Expired;
-            h.purge_at_ms = now.saturating_add(ms(HOLD_RETENTION));
+            h.purge_at_ms = now.saturating_add(retention.released_ms());
         }
     }
 }
@@ -422,10 +457,12 @@ impl Inventory for MemoryInventory {
         e.reap(event, cap, now, LAZY_REAP_MAX);
         e.reap_visitor(event, cap, now, visitor);
         let idem_key = idempotency_key.map(|k| (visitor.to_owned(), k.to_owned()));
+        // A key whose hold was forgotten takes a new hold under a new id
+        // (below), as on Redis.
         if let Some(k) = &idem_key
             && let Some((suffix, exp)) = e.idem.get(k)
             && *exp > now
-            && let Some(h) = e.holds.get(suffix)
+            && let Some(h) = e.live_hold(suffix, now)
             && h.visitor == visitor
         {
             return Ok(HoldOutcome::Replayed(e.view(event, suffix, h, now)));
@@ -461,7 +498,7 @@ impl Inventory for MemoryInventory {
                 status: HoldStatus::Held,
                 deadline_ms: deadline,
                 member,
-                purge_at_ms: deadline.saturating_add(ms(HOLD_RETENTION)),
+                purge_at_ms: deadline.saturating_add(self.retention.released_ms()),
             },
         );
         if let Some(k) = idem_key {
@@ -500,8 +537,7 @@ impl Inventory for MemoryInventory {
         let Some(e) = events.get(&event) else {
             return Ok(None);
         };
-        Ok(e.holds
-            .get(hold_id.suffix())
+        Ok(e.live_hold(hold_id.suffix(), now)
             .filter(|h| h.visitor == visitor)
             .map(|h| e.view(&event, hold_id.suffix(), h, now)))
     }
@@ -509,13 +545,14 @@ impl Inventory for MemoryInventory {
     async fn release(&self, hold_id: &HoldId, visitor: &str) -> Result<ReleaseOutcome> {
         let now = self.now();
         let cap = self.inner.log_capacity;
+        let retention = &self.retention;
         let event = hold_id.event();
         let suffix = hold_id.suffix();
         let mut events = self.inner.events.lock();
         let Some(e) = events.get_mut(&event) else {
             return Ok(ReleaseOutcome::NotFound);
         };
-        let Some(h) = e.holds.get(suffix).filter(|h| h.visitor == visitor) else {
+        let Some(h) = e.live_hold(suffix, now).filter(|h| h.visitor == visitor) else {
             return Ok(ReleaseOutcome::NotFound);
         };
         Ok(match h.status {
@@ -523,11 +560,19 @@ impl Inventory for MemoryInventory {
             HoldStatus::Released => ReleaseOutcome::AlreadyReleased,
             HoldStatus::Expired => ReleaseOutcome::Expired,
             HoldStatus::Held if h.deadline_ms <= now => {
-                e.expire_hold(&event, cap, suffix, now);
+                e.expire_hold(&event, cap, retention, suffix, now);
                 ReleaseOutcome::Expired
             }
             HoldStatus::Held => {
-                e.finish(&event, cap, suffix, HoldStatus::Released, now, None);
+                e.finish(
+                    &event,
+                    cap,
+                    retention,
+                    suffix,
+                    HoldStatus::Released,
+                    now,
+                    None,
+                );
                 ReleaseOutcome::Released
             }
         })
@@ -541,6 +586,7 @@ impl Inventory for MemoryInventory {
     ) -> Result<ConfirmOutcome> {
         let now = self.now();
         let cap = self.inner.log_capacity;
+        let retention = &self.retention;
         let event = hold_id.event();
         let suffix = hold_id.suffix();
         let mut events = self.inner.events.lock();
@@ -555,7 +601,7 @@ impl Inventory for MemoryInventory {
             }
             return Ok(*answer);
         }
-        let Some(h) = e.holds.get(suffix) else {
+        let Some(h) = e.live_hold(suffix, now) else {
             return Ok(ConfirmOutcome::NotFound);
         };
         let answer = match h.status {
@@ -563,13 +609,14 @@ impl Inventory for MemoryInventory {
             HoldStatus::Released => ConfirmOutcome::Released,
             HoldStatus::Expired => ConfirmOutcome::Expired,
             HoldStatus::Held if h.deadline_ms <= now => {
-                e.expire_hold(&event, cap, suffix, now);
+                e.expire_hold(&event, cap, retention, suffix, now);
                 ConfirmOutcome::Expired
             }
             HoldStatus::Held if succeeded => {
                 e.finish(
                     &event,
                     cap,
+                    retention,
                     suffix,
                     HoldStatus::Confirmed,
                     now,
@@ -581,6 +628,7 @@ impl Inventory for MemoryInventory {
                 e.finish(
                     &event,
                     cap,
+                    retention,
                     suffix,
                     HoldStatus::Released,
                     now,

@@ -11,11 +11,11 @@
 //! |---|---|---|
 //! | `sluice:{ev}:stock` | string | available units. Missing = not ready (never "sold out") |
 //! | `sluice:{ev}:meta` | hash | `total`, `cart_limit`, `hold_ttl_ms`, `version`, `room`, `held`, `confirmed` |
-//! | `sluice:{ev}:hold:{suffix}` | hash | one hold: `visitor`, `qty`, `status` (`held`/`confirmed`/`released`/`expired`), `deadline_ms`, `created_ms`, `ended_ms`, `member`; expires [`HOLD_RETENTION`] after its deadline or end |
+//! | `sluice:{ev}:hold:{suffix}` | hash | one hold: `visitor`, `qty`, `status` (`held`/`confirmed`/`released`/`expired`), `deadline_ms`, `created_ms`, `ended_ms`, `member`; expires [`RedisConfig::retention`] after its end (the released retention after a release, or after its deadline for a hold that lapsed; the confirmed one after a payment) |
 //! | `sluice:{ev}:deadlines` | sorted set | member `{suffix}:{qty}:{visitor}`, score = deadline (ms). A hold's units are out exactly while its member is here; whoever removes it books them, once |
 //! | `sluice:{ev}:visitors` | hash | visitor → held + confirmed units (the cart limit's count) |
 //! | `sluice:{ev}:vholds:{len}:{visitor}` | sorted set | the visitor's deadline-index members taken within one TTL (lapsed ones are expired and dropped by the visitor's next hold, released ones by the release), so a hold can expire the visitor's lapsed holds before its cart check; expires after its last deadline |
-//! | `sluice:{ev}:idem:{len}:{visitor}:{key}` | string | hold suffix for an `Idempotency-Key` (`len` = the visitor's byte length, so visitor and key cannot run into each other); PX [`IDEMPOTENCY_TTL`] |
+//! | `sluice:{ev}:idem:{len}:{visitor}:{key}` | string | hold suffix for an `Idempotency-Key` (`len` = the visitor's byte length, so visitor and key cannot run into each other); PX [`IDEMPOTENCY_TTL`]. Naming a hold whose hash is gone, it takes a new hold under a new suffix |
 //! | `sluice:{ev}:pay:{len}:{payment_event_id}` | string | `{suffix}:{answer}`: the hold that payment event was applied to and the answer it got (the same id for another hold answers `payment_reused`); PX [`PAYMENT_TTL`] |
 //! | `sluice:{ev}:stream` | stream | transitions (`STREAM.md`), `MAXLEN ~` [`RedisConfig::stream_maxlen`] |
 //! | `sluice:events` | set | every event whose stock was set (for the reaper's loop). Outside any hash tag and never touched by a script |
@@ -76,11 +76,12 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use sluice_sentinel::SentinelConnection;
 
 use crate::error::{ReservationError, Result};
+use crate::retention::Retention;
 use crate::types::{
     ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
     SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
-use crate::{HOLD_RETENTION, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
+use crate::{IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
 
 /// The registry of events (outside any hash tag).
 pub const EVENTS_KEY: &str = "sluice:events";
@@ -140,6 +141,10 @@ pub struct RedisConfig {
     pub wait_replicas: u32,
     /// How long `WAIT` may block. Default 100 ms.
     pub wait_timeout: Duration,
+    /// How long ended holds are kept ([`Retention`]: 10 minutes after a
+    /// release or a lapse, 180 days after a payment, by default). Checked
+    /// by the caller with [`Retention::validate`].
+    pub retention: Retention,
 }
 
 impl RedisConfig {
@@ -151,6 +156,7 @@ impl RedisConfig {
             stream_maxlen: 100_000,
             wait_replicas: 0,
             wait_timeout: Duration::from_millis(100),
+            retention: Retention::default(),
         }
     }
 }
@@ -219,6 +225,9 @@ pub struct RedisInventory {
     wait_timeout: Duration,
     timeout: Duration,
     maxlen: String,
+    /// The released and confirmed retentions in ms, as the scripts take them.
+    released_ms: String,
+    confirmed_ms: String,
     scripts: std::sync::Arc<Scripts>,
 }
 
@@ -334,6 +343,8 @@ impl RedisInventory {
             wait_timeout: config.wait_timeout,
             timeout: config.timeout,
             maxlen: config.stream_maxlen.max(1).to_string(),
+            released_ms: config.retention.released_ms().max(1).to_string(),
+            confirmed_ms: config.retention.confirmed_ms().max(1).to_string(),
             scripts: std::sync::Arc::new(Scripts {
                 hold: Script::new(source::HOLD),
                 release: Script::new(source::RELEASE),
@@ -536,6 +547,9 @@ impl RedisInventory {
         })
     }
 
+    /// One call of hold.lua: a new hold under `suffix`, or the replay of
+    /// `named` (the hold the idempotency key named in a REDIRECT).
+    #[allow(clippy::too_many_arguments)]
     async fn hold_once(
         &self,
         event: &EventId,
@@ -544,17 +558,21 @@ impl RedisInventory {
         qty: u32,
         idempotency_key: Option<&str>,
         suffix: &str,
+        named: Option<&str>,
     ) -> Result<(Vec<Value>, u32)> {
         let mut extra = vec![keys.hold(suffix), keys.vholds(visitor)];
         if let Some(k) = idempotency_key {
             extra.push(keys.idem(visitor, k));
+            if let Some(n) = named {
+                extra.push(keys.hold(n));
+            }
         }
-        // The suffix and the visitor travel in KEYS[6] and KEYS[7] only.
+        // The suffixes and the visitor travel in KEYS only.
         let args = [
             qty.to_string(),
             LAZY_REAP_MAX.to_string(),
             ms(IDEMPOTENCY_TTL).to_string(),
-            ms(HOLD_RETENTION).to_string(),
+            self.released_ms.clone(),
         ];
         let (v, acked) = self
             .run_durable(&self.scripts.hold, event, keys, &extra, &args)
@@ -600,7 +618,7 @@ impl RedisInventory {
             event,
             keys,
             &[keys.hold(suffix), keys.vholds(visitor)],
-            &[visitor.to_owned(), ms(HOLD_RETENTION).to_string()],
+            &[visitor.to_owned(), self.released_ms.clone()],
         )
         .await?;
         if let Some(k) = idempotency_key {
@@ -673,18 +691,29 @@ impl Inventory for RedisInventory {
         idempotency_key: Option<&str>,
     ) -> Result<HoldOutcome> {
         let keys = Keys::new(event);
-        let mut suffix = HoldId::generate(event).suffix().to_owned();
-        // A REDIRECT names the hold an idempotency key already points to; it
-        // can only repeat if the key is rewritten in between (it expired and
-        // another request took it), so a few rounds are plenty.
+        // A new hold always gets a fresh suffix; a REDIRECT names the hold
+        // an idempotency key already points to, replayed on the next call
+        // (or, when that hold is gone, replaced by a new one under the
+        // fresh suffix). It can only repeat if the key is rewritten in
+        // between (another request took it), so a few rounds are plenty.
+        let suffix = HoldId::generate(event).suffix().to_owned();
+        let mut named: Option<String> = None;
         let mut r = Vec::new();
         let mut acked = 0;
         for _ in 0..4 {
             (r, acked) = self
-                .hold_once(event, &keys, visitor, qty, idempotency_key, &suffix)
+                .hold_once(
+                    event,
+                    &keys,
+                    visitor,
+                    qty,
+                    idempotency_key,
+                    &suffix,
+                    named.as_deref(),
+                )
                 .await?;
             if text(r.first())? == "REDIRECT" {
-                suffix = text(r.get(1))?;
+                named = Some(text(r.get(1))?);
                 continue;
             }
             break;
@@ -717,7 +746,7 @@ impl Inventory for RedisInventory {
         }
         Ok(match answer.as_str() {
             "HELD" => HoldOutcome::Held(view(&r, &suffix)?),
-            "REPLAYED" => HoldOutcome::Replayed(view(&r, &suffix)?),
+            "REPLAYED" => HoldOutcome::Replayed(view(&r, named.as_deref().unwrap_or(&suffix))?),
             "NOT_READY" => HoldOutcome::NotReady,
             "INVALID_QTY" => HoldOutcome::InvalidQuantity {
                 limit: u32_of(r.get(1))?,
@@ -767,7 +796,7 @@ impl Inventory for RedisInventory {
                 &event,
                 &keys,
                 &[keys.hold(hold_id.suffix()), keys.vholds(visitor)],
-                &[visitor.to_owned(), ms(HOLD_RETENTION).to_string()],
+                &[visitor.to_owned(), self.released_ms.clone()],
             )
             .await?,
         )?;
@@ -800,8 +829,9 @@ impl Inventory for RedisInventory {
                 &[
                     payment_event_id.to_owned(),
                     if succeeded { "1" } else { "0" }.to_owned(),
-                    ms(HOLD_RETENTION).to_string(),
+                    self.released_ms.clone(),
                     ms(PAYMENT_TTL).to_string(),
+                    self.confirmed_ms.clone(),
                 ],
             )
             .await?;

@@ -132,6 +132,13 @@ pub struct StockSpec {
 }
 
 impl StockSpec {
+    /// Why the stores would refuse this spec ([`SetStockOutcome::Invalid`]),
+    /// if they would: the check `set_stock` makes, for callers that want
+    /// to refuse earlier (the gateway's config validation).
+    pub fn problem(&self) -> Option<&'static str> {
+        crate::spec_problem(self)
+    }
+
     /// The hold TTL in whole milliseconds (at least 1).
     pub(crate) fn hold_ttl_ms(&self) -> u64 {
         u64::try_from(self.hold_ttl.as_millis())

@@ -19,7 +19,7 @@ use redis_server::{RedisOptions, RedisServer};
 use sluice_reservation::conformance::{self, Harness, TimeControl, model, spec};
 use sluice_reservation::{
     HoldOutcome, Inventory, InventoryBackend, RedisConfig, RedisInventory, ReservationError,
-    SetStockOutcome,
+    Retention, SetStockOutcome,
 };
 
 async fn connect(server: &RedisServer) -> RedisInventory {
@@ -31,8 +31,17 @@ async fn connect(server: &RedisServer) -> RedisInventory {
 async fn harness_with(
     options: RedisOptions,
 ) -> Option<(Harness, Arc<parking_lot::Mutex<RedisServer>>)> {
+    harness_retaining(options, Retention::default()).await
+}
+
+async fn harness_retaining(
+    options: RedisOptions,
+    retention: Retention,
+) -> Option<(Harness, Arc<parking_lot::Mutex<RedisServer>>)> {
     let server = RedisServer::start_with(options)?;
-    let inv = connect(&server).await;
+    let mut config = RedisConfig::new(server.url());
+    config.retention = retention;
+    let inv = RedisInventory::connect(&config).await.unwrap();
     inv.load_scripts().await.unwrap();
     let server = Arc::new(parking_lot::Mutex::new(server));
     let h = Harness::new(
@@ -40,6 +49,7 @@ async fn harness_with(
         TimeControl::Real,
         Duration::from_secs(1),
     )
+    .with_retention(retention)
     .with_guard(server.clone());
     Some((h, server))
 }
@@ -48,7 +58,19 @@ async fn harness() -> Option<Harness> {
     harness_with(RedisOptions::default()).await.map(|(h, _)| h)
 }
 
-sluice_reservation::conformance_tests!(harness());
+/// Ended holds kept briefly, so the retention tests wait seconds in real
+/// time (the other tests keep the default: their holds must outlive them).
+async fn short_retention_harness() -> Option<Harness> {
+    let retention = Retention {
+        released: Duration::from_millis(1500),
+        confirmed: Duration::from_secs(5),
+    };
+    harness_retaining(RedisOptions::default(), retention)
+        .await
+        .map(|(h, _)| h)
+}
+
+sluice_reservation::conformance_tests!(harness(), short_retention_harness());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn race_10k_attempts_100_tickets_20_times() {

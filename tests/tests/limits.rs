@@ -107,7 +107,7 @@ async fn bypass_paths_and_allow_listed_ranges_skip_the_queue() {
 
 /// Behind a trusted load balancer the limit is keyed by the forwarded
 /// client's network, joins draw on it as challenges do, and every refusal
-/// is counted in `sluice_rate_limited_total`.
+/// is counted in `sluice_rate_limited_total{limit="network"}`.
 #[tokio::test]
 async fn joins_are_limited_by_the_forwarded_network_and_counted() {
     let origin = TestOrigin::start().await;
@@ -143,8 +143,11 @@ async fn joins_are_limited_by_the_forwarded_network_and_counted() {
     let res = c.post_json(&challenge, &elsewhere, &json!({})).await;
     assert_eq!(res.status, 200, "{}", res.text());
 
-    let refused =
-        sluice_tests::metric(&gw.url(), "sluice_rate_limited_total{room=\"default\"}").await;
+    let refused = sluice_tests::metric(
+        &gw.url(),
+        "sluice_rate_limited_total{room=\"default\",limit=\"network\"}",
+    )
+    .await;
     assert_eq!(refused, 2.0);
 }
 

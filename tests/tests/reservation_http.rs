@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use http::Method;
 use serde_json::{Value, json};
 use sluice_gateway::app::now_s;
-use sluice_gateway::config::{EventConfig, RoomConfig};
+use sluice_gateway::config::{Config, EventConfig, RoomConfig};
 use sluice_gateway::reserve::sign_webhook;
 use sluice_reservation::Inventory;
 use sluice_tests::client::{Answer, TestClient, body, empty};
@@ -52,6 +52,16 @@ async fn gateway_with(
     redis: Option<&RedisServer>,
     events: Vec<EventConfig>,
 ) -> TestGateway {
+    gateway_configured(origin, redis, events, |_| {}).await
+}
+
+/// The gateway of [`gateway_with`], its config edited by `edit` last.
+async fn gateway_configured(
+    origin: &TestOrigin,
+    redis: Option<&RedisServer>,
+    events: Vec<EventConfig>,
+    edit: impl FnOnce(&mut Config),
+) -> TestGateway {
     let room = |id: &str, paths: Vec<String>| RoomConfig {
         id: id.into(),
         paths,
@@ -70,7 +80,8 @@ async fn gateway_with(
             c.webhook_secret = Some(WEBHOOK_SECRET.into());
             c.rooms = vec![room("default", vec![]), room("vip", vec!["/vip".into()])];
             c.events = events;
-        });
+        })
+        .config(edit);
     if let Some(r) = redis {
         b = b.redis(r.url());
     }
@@ -610,6 +621,94 @@ async fn bad_input_changes_nothing_on_redis() {
     bad_input(Some(&redis)).await;
 }
 
+// === the per-visitor hold limit ===
+
+/// `limits.holds_per_visitor_per_min`: one visitor firing holds past its
+/// budget gets 429 `rate_limited` with `Retry-After`, before the store is
+/// asked (nothing more held, however the request looks: a new hold, a
+/// replay of its own `Idempotency-Key`, a malformed body); another
+/// visitor of the same network is not affected; every refusal is counted
+/// in `sluice_rate_limited_total{limit="holds"}`.
+async fn hold_limit(redis: Option<&RedisServer>) {
+    let origin = TestOrigin::start().await;
+    let events = vec![EventConfig {
+        total: 100,
+        cart_limit: 4,
+        ..EventConfig::default()
+    }];
+    let gw = gateway_configured(&origin, redis, events, |c| {
+        c.limits.holds_per_visitor_per_min = 3;
+    })
+    .await;
+    let base = gw.url();
+    wait_stock(&base, "demo").await;
+    let c = TestClient::new();
+    let tokens = admit_many(&base, "default", 2).await;
+    let (mallory, alice) = (tokens[0].as_str(), tokens[1].as_str());
+    let one = json!({"qty": 1}).to_string();
+    let key = [("idempotency-key", "k-1")];
+
+    // Three requests pass: two holds and a replay of the first.
+    let first = hold_raw(&c, &base, Some(mallory), "demo", &one, &key).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let second = hold(&c, &base, mallory, "demo", 1).await;
+    assert_eq!(second.status, 201, "{}", second.text());
+    let replay = hold_raw(&c, &base, Some(mallory), "demo", &one, &key).await;
+    assert_eq!(replay.status, 201, "{}", replay.text());
+    assert_eq!(replay.json()["hold_id"], first.json()["hold_id"]);
+    assert_counts(&base, "demo", 98, 2, 0).await;
+
+    // Past the budget: refused whatever the request, nothing held.
+    for (what, body_text, extra) in [
+        ("a new hold", one.as_str(), &[][..]),
+        ("a replay", one.as_str(), &key[..]),
+        ("a malformed body", "{\"qty\": ", &[][..]),
+        ("a hold past the cart limit", "{\"qty\": 4}", &[][..]),
+    ] {
+        let res = hold_raw(&c, &base, Some(mallory), "demo", body_text, extra).await;
+        assert_problem(&res, 429, "rate_limited", what);
+        let wait: u64 = res
+            .header("retry-after")
+            .expect("Retry-After")
+            .parse()
+            .unwrap();
+        // 3 a minute: the next request is due within 20 s.
+        assert!((1..=20).contains(&wait), "{what}: Retry-After {wait}");
+    }
+    assert_counts(&base, "demo", 98, 2, 0).await;
+
+    // Another visitor (same network, same event) has a budget of its own.
+    for _ in 0..3 {
+        let res = hold(&c, &base, alice, "demo", 1).await;
+        assert_eq!(res.status, 201, "{}", res.text());
+    }
+    assert_counts(&base, "demo", 95, 5, 0).await;
+    // Reading holds is not limited.
+    let id = first.json()["hold_id"].as_str().unwrap().to_owned();
+    let res = on_hold(&c, &base, Method::GET, mallory, &id).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    let refused = sluice_tests::metric(
+        &base,
+        "sluice_rate_limited_total{room=\"default\",limit=\"holds\"}",
+    )
+    .await;
+    assert_eq!(refused, 4.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_are_limited_per_visitor_in_memory() {
+    hold_limit(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_are_limited_per_visitor_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    hold_limit(Some(&redis)).await;
+}
+
 // === the payment webhook ===
 
 async fn webhook(redis: Option<&RedisServer>) {
@@ -682,6 +781,27 @@ async fn webhook(redis: Option<&RedisServer>) {
             Some(sign_webhook(key, now + 360, good.as_bytes())),
         ),
     ];
+    // Many v1 values: past eight the header is refused before any HMAC,
+    // even with the right value first; past 1 KiB, whatever it holds.
+    let right = sign_webhook(key, now, good.as_bytes());
+    let v1 = right.split_once(",v1=").unwrap().1.to_owned();
+    let wrong = format!("v1={}", "ab".repeat(32));
+    let mut cases = cases;
+    cases.push((
+        "nine v1 values, the right one first",
+        good.clone(),
+        Some(format!("t={now},v1={v1},{}", [wrong.as_str(); 8].join(","))),
+    ));
+    cases.push((
+        "a hundred short v1 values",
+        good.clone(),
+        Some(format!("t={now},v1={v1},{}", ["v1=0"; 100].join(","))),
+    ));
+    cases.push((
+        "a header over 1 KiB",
+        good.clone(),
+        Some(format!("{right},{}", "x=y,".repeat(300))),
+    ));
     for (what, payload, sig) in &cases {
         let res = pay_raw(&c, &base, payload, sig.as_deref()).await;
         assert_problem(&res, 400, "signature_invalid", what);
@@ -689,6 +809,17 @@ async fn webhook(redis: Option<&RedisServer>) {
     }
     let res = on_hold(&c, &base, Method::GET, &token, &id).await;
     assert_eq!(res.json()["status"], "held");
+
+    // A provider rolling its secret sends a v1 value per secret: eight,
+    // the right one last, are checked against one HMAC and accepted.
+    let t = now_s();
+    let signed = sign_webhook(key, t, good.as_bytes());
+    let v1 = signed.split_once(",v1=").unwrap().1;
+    let eight = format!("t={t},{},v1={v1}", [wrong.as_str(); 7].join(","));
+    let res = pay_raw(&c, &base, &good, Some(&eight)).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["status"], "confirmed");
+    assert_counts(&base, "demo", 98, 0, 2).await;
 
     // Success: confirmed; the same payment_event_id again: same answer.
     for _ in 0..2 {

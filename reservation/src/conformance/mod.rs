@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use crate::{
     ConfirmOutcome, EventId, HoldId, HoldOutcome, HoldStatus, Inventory, InventoryBackend,
-    ManualClock, MemoryInventory, ReleaseOutcome, SetStockOutcome, StockSpec, TransitionKind,
+    ManualClock, MemoryInventory, ReleaseOutcome, Retention, SetStockOutcome, StockSpec,
+    TransitionKind,
 };
 
 /// How a test moves time.
@@ -43,6 +44,9 @@ pub struct Harness {
     /// A hold TTL for expiry tests: long enough that a burst of operations
     /// finishes well inside it, short enough to wait for in real time.
     pub short_ttl: Duration,
+    /// The retention the store was built with (the retention tests wait
+    /// for it: keep it short where time is real).
+    pub retention: Retention,
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
 
@@ -66,8 +70,15 @@ impl Harness {
             inv,
             time,
             short_ttl,
+            retention: Retention::default(),
             _guard: None,
         }
+    }
+
+    /// Records the retention the store was built with.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Keeps `guard` (e.g. the test's `redis-server`) alive as long as the
@@ -117,6 +128,8 @@ impl Harness {
     }
 
     /// The status of a hold its owner can see.
+    ///
+    /// Panics when the owner cannot see it (forgotten, or never there).
     pub async fn status(&self, hold: &HoldId, visitor: &str) -> HoldStatus {
         self.inv
             .get_hold(hold, visitor)
@@ -862,6 +875,175 @@ pub async fn concurrent_reapers(h: &Harness) {
     assert_eq!(h.inv.reap_all(100).await.unwrap(), 0);
 }
 
+/// Released and expired holds are kept for the released retention (from
+/// the release, or from the deadline of a hold that lapsed), then forgotten
+/// by every operation at once: the owner's view, a second release and a
+/// late webhook answer "no such hold", while the counters, the cart count
+/// and a confirmed hold of the same moment stay. An `Idempotency-Key`
+/// whose hold was forgotten takes a new hold under a new id, never the old
+/// one (a late webhook for the old id must not confirm it).
+pub async fn released_and_expired_holds_are_kept_for_their_retention(h: &Harness) {
+    let ttl = h.short_ttl;
+    let keep = h.retention.released;
+    assert!(
+        h.retention.confirmed >= keep * 2,
+        "the harness must keep confirmed holds longer"
+    );
+    let ev = h.event("retention");
+    h.stock(&ev, 10, 4, ttl).await;
+    // Released by its visitor, released by a failed payment, lapsed (and
+    // never touched again), lapsed then released, confirmed.
+    let a = held(h.inv.hold(&ev, "alice", 1, Some("key-a")).await.unwrap());
+    let b = held(h.inv.hold(&ev, "bob", 1, None).await.unwrap());
+    let c = held(h.inv.hold(&ev, "carol", 1, None).await.unwrap());
+    let d = held(h.inv.hold(&ev, "dave", 1, None).await.unwrap());
+    let e = held(h.inv.hold(&ev, "erin", 1, None).await.unwrap());
+    assert_eq!(
+        h.inv.release(&a.hold_id, "alice").await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        h.inv.confirm(&b.hold_id, "pay-b", false).await.unwrap(),
+        ConfirmOutcome::Released
+    );
+    assert_eq!(
+        h.inv.confirm(&e.hold_id, "pay-e", true).await.unwrap(),
+        ConfirmOutcome::Confirmed
+    );
+    assert_eq!(h.status(&a.hold_id, "alice").await, HoldStatus::Released);
+    assert_eq!(h.status(&b.hold_id, "bob").await, HoldStatus::Released);
+    h.advance(ttl + Duration::from_millis(250)).await;
+    // Lapsed: kept from the deadline on, whether or not a reaper came.
+    assert_eq!(h.status(&c.hold_id, "carol").await, HoldStatus::Expired);
+    assert_eq!(
+        h.inv.release(&d.hold_id, "dave").await.unwrap(),
+        ReleaseOutcome::Expired
+    );
+    assert_eq!(h.counts(&ev).await, (9, 0, 1));
+
+    // Past the released retention of the last of them (d's, counted from
+    // its late release): all four forgotten, for every operation.
+    h.advance(keep + Duration::from_millis(250)).await;
+    for (v, who) in [(&a, "alice"), (&b, "bob"), (&c, "carol"), (&d, "dave")] {
+        assert_eq!(
+            h.inv.get_hold(&v.hold_id, who).await.unwrap(),
+            None,
+            "{who}"
+        );
+        assert_eq!(
+            h.inv.release(&v.hold_id, who).await.unwrap(),
+            ReleaseOutcome::NotFound,
+            "{who}"
+        );
+    }
+    // A late webhook (a new payment event) finds nothing to confirm; the
+    // answer recorded for a payment event stays (PAYMENT_TTL).
+    assert_eq!(
+        h.inv.confirm(&c.hold_id, "pay-c-late", true).await.unwrap(),
+        ConfirmOutcome::NotFound
+    );
+    assert_eq!(
+        h.inv.confirm(&b.hold_id, "pay-b", false).await.unwrap(),
+        ConfirmOutcome::Released
+    );
+    // The sale of the same moment is kept.
+    assert_eq!(h.status(&e.hold_id, "erin").await, HoldStatus::Confirmed);
+    // Forgetting changed no counter and no cart.
+    assert_eq!(h.counts(&ev).await, (9, 0, 1));
+    assert_eq!(
+        h.inv.hold(&ev, "erin", 4, None).await.unwrap(),
+        HoldOutcome::CartLimitExceeded { limit: 4, held: 1 }
+    );
+    // alice's key now takes a new hold, under a new id; then replays it.
+    let again = held(h.inv.hold(&ev, "alice", 2, Some("key-a")).await.unwrap());
+    assert_ne!(again.hold_id, a.hold_id);
+    assert_eq!(h.inv.get_hold(&a.hold_id, "alice").await.unwrap(), None);
+    match h.inv.hold(&ev, "alice", 2, Some("key-a")).await.unwrap() {
+        HoldOutcome::Replayed(v) => assert_eq!(v.hold_id, again.hold_id),
+        other => panic!("expected Replayed, got {other:?}"),
+    }
+    assert_eq!(
+        h.inv.confirm(&a.hold_id, "pay-a-late", true).await.unwrap(),
+        ConfirmOutcome::NotFound
+    );
+    assert_eq!(h.status(&again.hold_id, "alice").await, HoldStatus::Held);
+    assert_eq!(h.counts(&ev).await, (7, 2, 1));
+    // Nothing was logged by forgetting.
+    let kinds: Vec<_> = h
+        .inv
+        .recent_transitions(&ev, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.kind)
+        .collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k != TransitionKind::Stock && **k != TransitionKind::Held)
+            .count(),
+        5,
+        "{kinds:?}"
+    );
+}
+
+/// A confirmed hold outlives the released retention and is kept for the
+/// confirmed retention (from its payment): its owner sees it, it cannot be
+/// released, a payment webhook (repeated or new) answers confirmed. Then it
+/// is forgotten, and its units stay sold and counted in its visitor's cart.
+pub async fn confirmed_holds_are_kept_for_their_retention(h: &Harness) {
+    let r = h.retention;
+    assert!(
+        r.confirmed >= r.released * 2,
+        "the harness must keep confirmed holds longer"
+    );
+    let ev = h.event("keepsale");
+    h.stock(&ev, 10, 4, Duration::from_secs(300)).await;
+    let sold = held(h.inv.hold(&ev, "alice", 3, None).await.unwrap());
+    let gone = held(h.inv.hold(&ev, "bob", 2, None).await.unwrap());
+    assert_eq!(
+        h.inv.confirm(&sold.hold_id, "pay-1", true).await.unwrap(),
+        ConfirmOutcome::Confirmed
+    );
+    assert_eq!(
+        h.inv.release(&gone.hold_id, "bob").await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    h.advance(r.released + Duration::from_millis(250)).await;
+    assert_eq!(h.inv.get_hold(&gone.hold_id, "bob").await.unwrap(), None);
+    assert_eq!(
+        h.status(&sold.hold_id, "alice").await,
+        HoldStatus::Confirmed
+    );
+    assert_eq!(
+        h.inv.release(&sold.hold_id, "alice").await.unwrap(),
+        ReleaseOutcome::Confirmed
+    );
+    for pe in ["pay-1", "pay-2"] {
+        assert_eq!(
+            h.inv.confirm(&sold.hold_id, pe, true).await.unwrap(),
+            ConfirmOutcome::Confirmed,
+            "{pe}"
+        );
+    }
+    // Past the confirmed retention: forgotten, still sold.
+    h.advance(r.confirmed - r.released).await;
+    assert_eq!(h.inv.get_hold(&sold.hold_id, "alice").await.unwrap(), None);
+    assert_eq!(
+        h.inv.release(&sold.hold_id, "alice").await.unwrap(),
+        ReleaseOutcome::NotFound
+    );
+    assert_eq!(
+        h.inv.confirm(&sold.hold_id, "pay-3", true).await.unwrap(),
+        ConfirmOutcome::NotFound
+    );
+    assert_eq!(h.counts(&ev).await, (7, 0, 3));
+    assert_eq!(
+        h.inv.hold(&ev, "alice", 2, None).await.unwrap(),
+        HoldOutcome::CartLimitExceeded { limit: 4, held: 3 }
+    );
+}
+
 /// The result of one race run.
 #[derive(Debug, Default)]
 pub struct RaceReport {
@@ -1091,14 +1273,22 @@ pub async fn expiry_race(h: &Harness, holds: usize) {
     );
 }
 
-/// Every test that needs nothing but a harness, for the macro below.
+/// Every test that needs nothing but a harness, for the macro below. The
+/// retention tests take a second harness, whose store keeps ended holds
+/// briefly where time is real (the first one by default).
 #[macro_export]
 macro_rules! conformance_tests {
     ($make:expr) => {
+        $crate::conformance_tests!($make, $make);
+    };
+    ($make:expr, $make_short_retention:expr) => {
         $crate::conformance_tests!(@each $make;
             set_stock_versions, big_numbers, hold_and_get, bad_input, cart_limit, sold_out,
             idempotency, idempotency_concurrent, release, confirm, expiry,
             expiry_is_seen_by_holds, many_lapsed_holds, payment_reused, concurrent_reapers);
+        $crate::conformance_tests!(@each $make_short_retention;
+            released_and_expired_holds_are_kept_for_their_retention,
+            confirmed_holds_are_kept_for_their_retention);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(
