@@ -328,7 +328,7 @@ impl RedisQueueStore {
         // script on this connection and send the pipeline once more.
         for attempt in 0..2 {
             let mut conn = durable.clone();
-            let mut replies: Vec<redis::RedisResult<Vec<i64>>> =
+            let mut replies: Vec<redis::RedisResult<Value>> =
                 self.bounded(pipe.query_async(&mut conn)).await?;
             let waited = replies.pop();
             let reply = replies.pop();
@@ -344,9 +344,12 @@ impl RedisQueueStore {
                 }
                 Some(Err(e)) => return Err(e.into()),
                 Some(Ok(reply)) => {
-                    let reply = Self::status(room, reply)?;
+                    let parsed = redis::from_redis_value(reply)
+                        .map_err(|e| AdmissionError::Protocol(e.to_string()))?;
+                    let reply = Self::status(room, parsed)?;
                     let acked = match waited {
-                        Some(Ok(w)) => w.first().copied().unwrap_or(0),
+                        Some(Ok(w)) => redis::from_redis_value::<i64>(w)
+                            .map_err(|e| AdmissionError::Protocol(e.to_string()))?,
                         Some(Err(e)) => return Err(e.into()),
                         None => 0,
                     };

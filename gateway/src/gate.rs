@@ -3,18 +3,24 @@
 //! that guards it passes on (with the token forwarded upstream as
 //! `Sluice-Admission`); any other gets the waiting room at once.
 //!
-//! Order of checks for a request outside `/_sluice/`:
+//! Order of checks for a request outside `/_sluice/` (already in its
+//! canonical form: [`crate::canonical`], applied by the server before any
+//! decision):
 //! 1. the room guarding its host and path (most specific wins); none → pass;
 //! 2. bypass rules (paths such as `/robots.txt`, allow-listed ranges) → pass;
-//! 3. a valid admission token (cookie `sluice_a_{room}` or bearer) → pass,
-//!    renewing the token when half its life is gone (sliding session);
-//! 4. passthrough: nobody waits and credit remains → a seq is taken and
-//!    admitted on the spot, no page shown;
+//! 3. a valid admission token (cookie `sluice_a_{room}` or bearer) whose
+//!    session is not in the room's ended set → pass, the token renewed past
+//!    half its life while its session lives in the store;
+//! 4. passthrough: nobody waits and credit remains → the store admits a new
+//!    place on the spot, or hands out nothing (never a place in line: those
+//!    are bought with proof of work); limited per network and by the
+//!    snapshot's credit;
 //! 5. otherwise the waiting room: the page for browsers, 503
 //!    `waiting_room_active` for other clients.
 //!
 //! After the origin answered: `Sluice-Command: revoke` ends the session at
-//! once (its slot goes back under `max_active`) and clears the cookie.
+//! once (its slot goes back under `max_active`; every gateway refuses its
+//! tokens within a tick), clears both cookies and spends the place.
 
 use std::sync::Arc;
 
@@ -106,7 +112,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             room.observe_upstream(started.elapsed(), res.status());
             return res;
         }
-        return waiting(&state, &room, req.headers(), revoked, &client, &ret);
+        return waiting(&state, &room, req.headers(), revoked, &ret);
     }
     // Passthrough: a request with no place at an idle room is admitted on
     // the spot, or gets the waiting room. It never gets a place in line
@@ -158,7 +164,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             }
         }
     }
-    waiting(&state, &room, req.headers(), revoked, &client, &ret)
+    waiting(&state, &room, req.headers(), revoked, &ret)
 }
 
 /// A request with a valid admission token for its room (not revoked): to
@@ -195,9 +201,8 @@ async fn admitted(
         None
     };
     let forwarded = renewed.as_ref().map(|(t, _)| t.as_str()).unwrap_or(token);
-    if let Some(bound) = tunnel_bound(room, claims, renewed.as_ref().map(|(_, c)| c)) {
-        req.extensions_mut().insert(bound);
-    }
+    req.extensions_mut()
+        .insert(tunnel_bound(room, claims, renewed.as_ref().map(|(_, c)| c)));
     let started = std::time::Instant::now();
     let mut res = state
         .proxy()
@@ -260,14 +265,14 @@ fn tunnel_bound(
     room: &Arc<Room>,
     claims: &AdmitClaims,
     renewed: Option<&AdmitClaims>,
-) -> Option<crate::proxy::TunnelBound> {
+) -> crate::proxy::TunnelBound {
     let exp = renewed.map_or(claims.exp, |c| c.exp);
     let room = room.clone();
     let sid = claims.sid.clone();
-    Some(crate::proxy::TunnelBound {
+    crate::proxy::TunnelBound {
         expires_at_s: exp,
         ended: Arc::new(move || sid.as_deref().is_some_and(|s| room.is_ended(s))),
-    })
+    }
 }
 
 /// The waiting room: the page for browsers, 503 `waiting_room_active` for
@@ -278,7 +283,6 @@ fn waiting(
     room: &Arc<Room>,
     headers: &HeaderMap,
     revoked: bool,
-    _client: &ClientInfo,
     return_to: &str,
 ) -> Response {
     let wants_html = headers

@@ -2,7 +2,11 @@
 # Proxy throughput and tail latency, in one run, on this machine:
 #   origin  — an nginx `return 200` in a process of its own (the ceiling)
 #   nginx   — another nginx, `proxy_pass` (keepalive upstream) to that origin
-#   sluice  — `sluice serve` (release build) in front of the same origin
+#   sluice  — `sluice serve` (release build) in front of the same origin,
+#             on an unguarded path (straight to the proxy) and on a path a
+#             room guards, with a valid admission cookie on every request
+#             (the gate's work: canonical request, routing, token check
+#             through the cache, the revoke set, renewal check)
 # The origin runs in its own process for both proxies: an nginx proxying
 # to a server block of its own worker would skip the cross-process wakeup
 # every real proxy pays (and that sluice paid in earlier versions of this
@@ -69,11 +73,15 @@ CONF
 nginx -c "$work/origin.conf" -p "$work/origin"
 nginx -c "$work/proxy.conf" -p "$work/proxy"
 
-# sluice guards only /queue, so the benchmarked path is proxied straight through.
+# sluice guards /guarded (the admitted visitor's path) and /queue; / is
+# proxied straight through.
 cat > "$work/sluice.toml" <<CONF
 [[rooms]]
 id = "default"
-paths = ["/queue"]
+paths = ["/queue", "/guarded"]
+rate_per_sec = 10
+burst = 10
+session_ttl = "1h"
 CONF
 # In a session of its own, as each nginx is once it has become a daemon: with
 # the scheduler's autogroups (Linux's default for desktop and many server
@@ -85,17 +93,23 @@ SLUICE_LOG=warn SLUICE_IO_THREADS="$WORKERS" setsid ./target/release/sluice serv
   --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml" >/dev/null 2>&1 &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/healthz" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/readyz" >/dev/null && break; sleep 0.1; done
+# An admission: the idle room lets the first visitor through on the spot.
+ADMISSION=$(curl -s -D - -o /dev/null "http://127.0.0.1:$SLUICE/guarded/" |
+  sed -n 's/^[Ss]et-[Cc]ookie: \(sluice_a_default=[^;]*\).*/\1/p' | head -1)
+[ -n "$ADMISSION" ] || { echo "no admission cookie from sluice" >&2; exit 1; }
 
 # CPU time (user + system, in clock ticks) of processes: stable under a
 # noisy machine where req/s is not, so the bench also reports CPU per request.
 cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
-run() { # name url pids-of-the-measured-server...
+run() { # name url pids-of-the-measured-server... (WRK_HEADER: one extra request header)
   local name=$1 url=$2; shift 2
-  wrk -t"$THREADS" -c"$CONNS" -d2s "$url" >/dev/null 2>&1 # warm-up
+  local h=(); [ -n "${WRK_HEADER:-}" ] && h=(-H "$WRK_HEADER")
+  wrk -t"$THREADS" -c"$CONNS" -d2s "${h[@]}" "$url" >/dev/null 2>&1 # warm-up
   local c0; c0=$(cpu_ticks "$@")
-  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" --latency "$url")
+  local out; out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DUR}s" --latency "${h[@]}" "$url")
   local c1; c1=$(cpu_ticks "$@")
   local rps p99 total us
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
@@ -127,14 +141,25 @@ for round in $(seq "$ROUNDS"); do
     # shellcheck disable=SC2086
     read -r n_rps n_p99 n_us < <(run nginx "http://127.0.0.1:$NGINX/" $PROXY_WORKERS)
   fi
+  # the guarded path: nginx proxies it as any other; sluice checks the
+  # admission cookie every request carries
+  read -r g_rps g_p99 g_us < <(WRK_HEADER="Cookie: $ADMISSION" run sluice-g "http://127.0.0.1:$SLUICE/guarded/x" "$SLUICE_PID")
+  read -r m_rps m_p99 m_us < <(WRK_HEADER="Cookie: $ADMISSION" run nginx-g "http://127.0.0.1:$NGINX/guarded/x" $PROXY_WORKERS)
   awk -v s="$s_rps" -v n="$n_rps" -v sp="$(to_ms "$s_p99")" -v np="$(to_ms "$n_p99")" \
-      -v su="$s_us" -v nu="$n_us" -v r="$round" 'BEGIN {
+      -v su="$s_us" -v nu="$n_us" -v r="$round" \
+      -v g="$g_rps" -v m="$m_rps" -v gp="$(to_ms "$g_p99")" -v mp="$(to_ms "$m_p99")" -v gu="$g_us" -v mu="$m_us" 'BEGIN {
     printf "round %d: throughput %.2f, p99 %.2f vs %.2f ms (%.2f), CPU/request %.1f vs %.1f µs (%.2f)\n", r, s/n, sp, np, sp/np, su, nu, su/nu > "/dev/stderr"
-    printf "%f %f %f %f %f %f %f\n", s/n, sp/np, su/nu, s, n, sp, np }' >> "$ratios"
+    printf "round %d, guarded: throughput %.2f, p99 %.2f vs %.2f ms (%.2f), CPU/request %.1f vs %.1f µs (%.2f); guarded/unguarded sluice CPU %.2f\n", r, g/m, gp, mp, gp/mp, gu, mu, gu/mu, gu/su > "/dev/stderr"
+    printf "%f %f %f %f %f %f %f %f %f %f %f\n", s/n, sp/np, su/nu, s, n, sp, np, g/m, gp/mp, gu/mu, gu/su }' >> "$ratios"
 done
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 t=$(awk '{print $1}' "$ratios" | median)
 p=$(awk '{print $2}' "$ratios" | median)
 c=$(awk '{print $3}' "$ratios" | median)
-awk -v t="$t" -v p="$p" -v c="$c" -v n="$ROUNDS" 'BEGIN {
-  printf "median of %d rounds: sluice/nginx throughput %.2f, p99 ratio %.2f (under 1: sluice better), CPU per request ratio %.2f\n", n, t, p, c }'
+gt=$(awk '{print $8}' "$ratios" | median)
+gp=$(awk '{print $9}' "$ratios" | median)
+gc=$(awk '{print $10}' "$ratios" | median)
+gs=$(awk '{print $11}' "$ratios" | median)
+awk -v t="$t" -v p="$p" -v c="$c" -v n="$ROUNDS" -v gt="$gt" -v gp="$gp" -v gc="$gc" -v gs="$gs" 'BEGIN {
+  printf "median of %d rounds: sluice/nginx throughput %.2f, p99 ratio %.2f (under 1: sluice better), CPU per request ratio %.2f\n", n, t, p, c
+  printf "guarded path (admission cookie on every request): sluice/nginx throughput %.2f, p99 ratio %.2f, CPU per request ratio %.2f; guarded/unguarded sluice CPU per request %.2f\n", gt, gp, gc, gs }'

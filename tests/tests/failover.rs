@@ -421,6 +421,7 @@ async fn holds_no_replica_acknowledged_are_refused_and_given_back() {
          [[events]]\nid = \"gig\"\nroom = \"hall\"\ntotal = 10\ncart_limit = 4\nhold_ttl = \"60s\"\n",
     );
     let origin = TestOrigin::start().await;
+    let keys = temp_keys();
     let gw = GatewayProcess::start(&[
         "--redis",
         &redis.url(),
@@ -434,10 +435,31 @@ async fn holds_no_replica_acknowledged_are_refused_and_given_back() {
         cfg.to_str().unwrap(),
         "--admin-token",
         ADMIN_TOKEN,
+        "--keys-dir",
+        keys.to_str().unwrap(),
         "--load-stock",
     ]);
     let base = gw.url();
-    let v = join_many(&base, 1).await.pop().unwrap();
+    // Joins wait for replicas as holds do: none acknowledges, so a place a
+    // failover could lose is never handed out.
+    let mut joiner = Visitor::new(&base, "hall");
+    for _ in 0..3 {
+        let res = joiner.join("/").await;
+        assert_eq!(res.status, 503, "{}", res.text());
+        assert_eq!(res.json()["code"], "store_unavailable");
+        assert!(res.header("retry-after").is_some());
+    }
+    // An admission as a gateway with replicas would have signed it.
+    let ring = sluice_admission::Keyring::load_dir(&keys).unwrap();
+    let claims = sluice_admission::AdmitClaims::new(
+        "hall",
+        &sluice_admission::new_visitor_id(),
+        1,
+        now_s(),
+        Duration::from_secs(600),
+    );
+    let mut v = Visitor::new(&base, "hall");
+    v.admission_token = Some(ring.sign_admit(&claims).unwrap());
     for key in ["a", "a", "b"] {
         let res = v
             .call_admitted(
