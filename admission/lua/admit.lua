@@ -29,21 +29,13 @@ if place <= st.settled and redis.call('GETBIT', CLAIMS, place) == 0 then
     return {1, 2}
   end
 end
-if redis.call('SETBIT', CLAIMS, place, 1) == 1 then
+local outcome = claim_place(st, place)
+if outcome == 1 then
   if redis.call('ZSCORE', SESS, id) and not redis.call('ZSCORE', ENDED, id) then
     redis.call('ZADD', SESS, int(now + ttl), id)
     return {1, 1}
   end
   return {1, 4}
-end
-st.claimed = st.claimed + 1
-local outcome = 0
-if place > st.settled then
-  st.pending = math.max(0, st.pending - 1)
-else
-  st.late = st.late + 1
-  st.credit = st.credit - MICRO
-  outcome = 3
 end
 save(st)
 if redis.call('ZSCORE', ENDED, id) then

@@ -16,17 +16,8 @@ local seq = tonumber(ARGV[1])
 if not seq or seq < 1 or seq > st.frontier then
   return {1, 2}
 end
-if redis.call('SETBIT', CLAIMS, seq, 1) == 1 then
-  return {1, 1}
+local outcome = claim_place(st, seq)
+if outcome ~= 1 then
+  save(st)
 end
-st.claimed = st.claimed + 1
-local outcome = 0
-if seq > st.settled then
-  st.pending = math.max(0, st.pending - 1)
-else
-  st.late = st.late + 1
-  st.credit = st.credit - MICRO
-  outcome = 3
-end
-save(st)
 return {1, outcome}

@@ -220,6 +220,24 @@ local function snapshot(st, now, active)
     st.carry_tail, st.settings_v}
 end
 
+-- room.rs RoomCore::claim for an admitted place (1 <= place <= frontier):
+-- 1 when it was claimed before; else 0 (within its claim window) or 3
+-- (late: its slot was refunded, so it takes a credit back). The state is
+-- updated, not saved.
+local function claim_place(st, place)
+  if redis.call('SETBIT', CLAIMS, place, 1) == 1 then
+    return 1
+  end
+  st.claimed = st.claimed + 1
+  if place > st.settled then
+    st.pending = math.max(0, st.pending - 1)
+    return 0
+  end
+  st.late = st.late + 1
+  st.credit = st.credit - MICRO
+  return 3
+end
+
 -- room.rs RoomCore::passthrough's test: nobody waits, credit, not halted,
 -- under the cap. Call after advance.
 local function admissible(st)

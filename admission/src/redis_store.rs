@@ -184,17 +184,20 @@ impl RedisQueueStore {
     /// Sentinel names, followed across failovers).
     pub async fn connect(url: &str, cfg: RedisConfig) -> Result<Self> {
         let conn = Self::open(url, &cfg).await?;
-        let durable = if cfg.wait_replicas > 0 {
-            Some(Self::open(url, &cfg).await?)
-        } else {
-            None
+        let durable = match cfg.wait_replicas {
+            0 => None,
+            _ => Some(Self::open(url, &cfg).await?),
         };
-        Ok(Self {
+        Ok(Self::with(conn, durable, cfg))
+    }
+
+    fn with(conn: Conn, durable: Option<Conn>, cfg: RedisConfig) -> Self {
+        Self {
             conn,
             durable,
             scripts: Arc::new(Scripts::new()),
             cfg,
-        })
+        }
     }
 
     async fn open(url: &str, cfg: &RedisConfig) -> Result<Conn> {
@@ -239,27 +242,18 @@ impl RedisQueueStore {
     /// Connects to a Redis Cluster through any of `nodes` (`redis://…`).
     pub async fn connect_cluster(nodes: &[String], cfg: RedisConfig) -> Result<Self> {
         let conn = Self::open_cluster(nodes, &cfg).await?;
-        let durable = if cfg.wait_replicas > 0 {
-            Some(Self::open_cluster(nodes, &cfg).await?)
-        } else {
-            None
+        let durable = match cfg.wait_replicas {
+            0 => None,
+            _ => Some(Self::open_cluster(nodes, &cfg).await?),
         };
-        Ok(Self {
-            conn,
-            durable,
-            scripts: Arc::new(Scripts::new()),
-            cfg,
-        })
+        Ok(Self::with(conn, durable, cfg))
     }
 
-    /// Wraps an existing connection manager.
+    /// Wraps an existing connection manager (joins and their `WAIT` share
+    /// it).
     pub fn from_manager(cm: ConnectionManager, cfg: RedisConfig) -> Self {
-        Self {
-            conn: Conn::Single(cm.clone()),
-            durable: (cfg.wait_replicas > 0).then_some(Conn::Single(cm)),
-            scripts: Arc::new(Scripts::new()),
-            cfg,
-        }
+        let durable = (cfg.wait_replicas > 0).then(|| Conn::Single(cm.clone()));
+        Self::with(Conn::Single(cm), durable, cfg)
     }
 
     /// The six keys of `room`, in the scripts' `KEYS[]` order.

@@ -60,6 +60,16 @@ async fn gateway(
     .await
 }
 
+/// A gateway of a group on one Redis, with one room.
+async fn on_redis(
+    origin: &TestOrigin,
+    keys: &std::path::Path,
+    redis: &RedisServer,
+    room: &RoomConfig,
+) -> TestGateway {
+    gateway(origin, keys, Some(&redis.url()), vec![room.clone()], |_| {}).await
+}
+
 /// Waits until `check` holds of the room's admin view, or panics.
 async fn until_room(base: &str, room: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -670,16 +680,7 @@ async fn a_revoke_sticks_on_every_gateway() {
     room.session_ttl = Duration::from_secs(2);
     let mut gws = Vec::new();
     for _ in 0..2 {
-        gws.push(
-            gateway(
-                &origin,
-                &keys,
-                Some(&redis.url()),
-                vec![room.clone()],
-                |_| {},
-            )
-            .await,
-        );
+        gws.push(on_redis(&origin, &keys, &redis, &room).await);
     }
     let (g0, g1) = (gws[0].url(), gws[1].url());
     Visitor::new(&g0, "default").join("/").await; // the one credit
@@ -761,22 +762,8 @@ async fn live_settings_reach_every_gateway_and_concurrent_patches_never_revert()
     let origin = TestOrigin::start().await;
     let keys = temp_keys();
     let room = easy_room("default", 5.0, 2.0, &["/echo/shop"]);
-    let a = gateway(
-        &origin,
-        &keys,
-        Some(&redis.url()),
-        vec![room.clone()],
-        |_| {},
-    )
-    .await;
-    let b = gateway(
-        &origin,
-        &keys,
-        Some(&redis.url()),
-        vec![room.clone()],
-        |_| {},
-    )
-    .await;
+    let a = on_redis(&origin, &keys, &redis, &room).await;
+    let b = on_redis(&origin, &keys, &redis, &room).await;
     let (ua, ub) = (a.url(), b.url());
     // difficulty and the per-network limit, set through one gateway, are
     // in force on the other within a tick
@@ -842,14 +829,7 @@ async fn live_settings_reach_every_gateway_and_concurrent_patches_never_revert()
     }
     // a gateway started later (or restarted) takes the store's settings,
     // not its configuration's
-    let c = gateway(
-        &origin,
-        &keys,
-        Some(&redis.url()),
-        vec![room.clone()],
-        |_| {},
-    )
-    .await;
+    let c = on_redis(&origin, &keys, &redis, &room).await;
     let v = until_room(&c.url(), "default", "settings on a new gateway", |v| {
         v["difficulty_floor_bits"] == 5
     })
@@ -1189,14 +1169,7 @@ async fn flushed_store_and_restarted_gateways_never_give_a_place_twice() {
     let origin = TestOrigin::start().await;
     let keys = temp_keys();
     let room = easy_room("default", 0.01, 1.0, &["/echo/shop"]);
-    let gw = gateway(
-        &origin,
-        &keys,
-        Some(&redis.url()),
-        vec![room.clone()],
-        |_| {},
-    )
-    .await;
+    let gw = on_redis(&origin, &keys, &redis, &room).await;
     Visitor::new(&gw.url(), "default").join("/").await; // the one credit
     let mut old = Vec::new();
     for _ in 0..15 {
@@ -1209,14 +1182,7 @@ async fn flushed_store_and_restarted_gateways_never_give_a_place_twice() {
     // Redis loses everything and the gateway restarts: nobody remembers.
     gw.shutdown().await;
     redis.command("FLUSHALL");
-    let gw = gateway(
-        &origin,
-        &keys,
-        Some(&redis.url()),
-        vec![room.clone()],
-        |_| {},
-    )
-    .await;
+    let gw = on_redis(&origin, &keys, &redis, &room).await;
     let base = gw.url();
     for v in old.iter_mut() {
         v.base = base.clone();
@@ -1278,22 +1244,8 @@ async fn a_flushed_store_behind_running_gateways_keeps_every_place() {
     let origin = TestOrigin::start().await;
     let keys = temp_keys();
     let room = easy_room("default", 0.01, 1.0, &["/echo/shop"]);
-    let a = gateway(
-        &origin,
-        &keys,
-        Some(&redis.url()),
-        vec![room.clone()],
-        |_| {},
-    )
-    .await;
-    let b = gateway(
-        &origin,
-        &keys,
-        Some(&redis.url()),
-        vec![room.clone()],
-        |_| {},
-    )
-    .await;
+    let a = on_redis(&origin, &keys, &redis, &room).await;
+    let b = on_redis(&origin, &keys, &redis, &room).await;
     Visitor::new(&a.url(), "default").join("/").await;
     let mut old = Vec::new();
     for i in 0..20 {
