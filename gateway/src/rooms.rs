@@ -91,6 +91,10 @@ pub struct Room {
     poll_limiter: Option<DefaultKeyedRateLimiter<(u64, u64)>>,
     /// The last settings error read from the store, so it is logged once.
     bad_settings: Mutex<Option<String>>,
+    /// The store's settings version last read (good or refused): settings
+    /// are read again only when it moves, so a refused version is counted
+    /// once, not at every tick.
+    read_settings_version: AtomicU64,
 }
 
 /// The most sessions a gateway remembers as ended per room: a revoke per
@@ -141,6 +145,7 @@ impl Room {
                 RateLimiter::keyed(Quota::per_minute(n).allow_burst(burst))
             }),
             bad_settings: Mutex::new(None),
+            read_settings_version: AtomicU64::new(0),
             config,
         };
         Ok(room)
@@ -995,9 +1000,15 @@ async fn tick_room(
     };
     // Settings are read when their version moved (a PATCH, a sold-out flag,
     // adaptive steering on any gateway), not every tick.
-    if snap.settings_version != room.settings().version || snap.settings_version == 0 {
+    let read = room.read_settings_version.load(Ordering::Relaxed);
+    if snap.settings_version != read || snap.settings_version == 0 {
+        let seen = |room: &Room| {
+            room.read_settings_version
+                .store(snap.settings_version, Ordering::Relaxed);
+        };
         match store.settings(room.id()).await {
             Ok(Some(s)) => {
+                seen(room);
                 if let Err(reason) = room.adopt(s) {
                     room.refuse_settings(telemetry, &reason);
                 } else {
@@ -1011,6 +1022,7 @@ async fn tick_room(
                 store.configure(room.id(), &s).await?;
             }
             Err(AdmissionError::StoredSettings { reason, .. }) => {
+                seen(room);
                 room.refuse_settings(telemetry, &reason);
             }
             Err(e) => return Err(e),

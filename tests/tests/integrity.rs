@@ -1036,13 +1036,12 @@ async fn a_solution_sent_too_early_is_told_when_and_keeps_its_place() {
     assert_eq!(retry_after, wait_ms.div_ceil(1000));
     // a wrong solution sent early is wrong, not early
     let mut bad = solutions.clone();
-    bad[0] = "0".into();
+    bad[0] = failing_counter(&challenge, 0, bits).to_string();
     let res = Visitor::new(&base, "default")
         .join_with(&challenge, &bad, "/")
         .await;
-    if res.status != 201 {
-        assert_eq!(res.json()["code"], "pow_invalid", "{}", res.text());
-    }
+    assert_eq!(res.status, 403, "{}", res.text());
+    assert_eq!(res.json()["code"], "pow_invalid", "{}", res.text());
     // once due, the same solution buys its place, once
     tokio::time::sleep(Duration::from_millis(wait_ms + 100)).await;
     let res = j.join_with(&challenge, &solutions, "/").await;
@@ -1057,6 +1056,22 @@ async fn a_solution_sent_too_early_is_told_when_and_keeps_its_place() {
         "the same solution bought a second place"
     );
     gw.shutdown().await;
+}
+
+/// A counter that does not solve puzzle `i` of `challenge` at `bits`
+/// (API.md: SHA-256 of `challenge:i:n` must begin with `bits` zero bits).
+fn failing_counter(challenge: &str, i: u8, bits: u8) -> u64 {
+    use sha2::{Digest, Sha256};
+    (0u64..)
+        .find(|n| {
+            let h = Sha256::digest(format!("{challenge}:{i}:{n}").as_bytes());
+            let lead = h
+                .iter()
+                .position(|b| *b != 0)
+                .map_or(256, |p| p as u32 * 8 + h[p].leading_zeros());
+            lead < u32::from(bits)
+        })
+        .unwrap_or(0)
 }
 
 // === 8. the control plane cannot be held hostage ===
