@@ -14,7 +14,7 @@ use http::{Method, Request};
 use libfuzzer_sys::fuzz_target;
 use sluice_admission::{AdmitClaims, unix_now_s};
 use sluice_gateway::app::{self, AppState};
-use sluice_gateway::client_ip::ClientInfo;
+use sluice_gateway::edge::client_ip::ClientInfo;
 use sluice_gateway::config::{Config, RoomConfig};
 use tower::ServiceExt;
 

@@ -159,7 +159,7 @@ pub struct ServerConfig {
     pub io_threads: usize,
     /// Plain HTTP/1.1 requests (`GET` or `HEAD`, no body, no upgrade, no
     /// `Expect`) are read and answered by the gateway's own HTTP/1.1 code
-    /// (`crate::front`), without hyper's dispatcher, body channel and codec
+    /// (`crate::edge::front`), without hyper's dispatcher, body channel and codec
     /// (about 1,600 fewer instructions per proxied request, README
     /// "Measured"); at the first request that is not plain, hyper serves the
     /// connection. `false`: hyper serves every request.
@@ -499,10 +499,10 @@ pub struct RoomConfig {
     pub opens_at: Option<String>,
     /// The waiting page's look (`[rooms.page]`): brand name, accent
     /// colour, an operator's template directory (see `docs/waiting-page.md`).
-    pub page: crate::page::PageConfig,
+    pub page: crate::visitor::page::PageConfig,
     /// Adaptive admission (`[rooms.adaptive]`): the rate steered by the
     /// origin's latency and errors. Off by default.
-    pub adaptive: crate::adaptive::AdaptiveConfig,
+    pub adaptive: crate::gate::adaptive::AdaptiveConfig,
 }
 
 impl RoomConfig {
@@ -564,8 +564,8 @@ impl Default for RoomConfig {
             challenge_ttl: Duration::from_secs(300),
             queue_token_ttl: Duration::from_secs(86_400),
             opens_at: None,
-            page: crate::page::PageConfig::default(),
-            adaptive: crate::adaptive::AdaptiveConfig::default(),
+            page: crate::visitor::page::PageConfig::default(),
+            adaptive: crate::gate::adaptive::AdaptiveConfig::default(),
         }
     }
 }
@@ -867,7 +867,7 @@ impl Config {
                     }
                     // A rule is matched in its canonical form, so one that
                     // cannot be normalised could never match as written.
-                    let canonical = crate::canonical::normalize_rule(p).map_err(|e| {
+                    let canonical = crate::edge::canonical::normalize_rule(p).map_err(|e| {
                         ConfigError::invalid(format!("{field}.{name}"), format!("`{p}`: {e}"))
                     })?;
                     if canonical == "/_sluice" || canonical.starts_with("/_sluice/") {
@@ -879,7 +879,7 @@ impl Config {
                 }
             }
             for h in &room.hosts {
-                crate::canonical::normalize_host(h).map_err(|e| {
+                crate::edge::canonical::normalize_host(h).map_err(|e| {
                     ConfigError::invalid(format!("{field}.hosts"), format!("`{h}`: {e}"))
                 })?;
             }
@@ -896,7 +896,7 @@ impl Config {
                 ));
             }
             if let Some(t) = &room.opens_at
-                && let Err(e) = crate::schedule::parse_rfc3339_ms(t)
+                && let Err(e) = crate::gate::schedule::parse_rfc3339_ms(t)
             {
                 return Err(ConfigError::invalid(format!("{field}.opens_at"), e));
             }

@@ -7,89 +7,67 @@
 //!
 //! ## Life of a request
 //!
+//! The folders follow it, in this order:
+//!
 //! ```text
-//!  downstream ──▶ accept ──▶ header timeout ──▶ ClientInfo (trusted proxies)
-//!      │                                          │
-//!      │                        /_sluice/… ◀──────┴──────▶ anything else
-//!      │                  control plane (JSON,                │
-//!      │                  problem+json errors,          admission gate
-//!      │                  no-store, body limit)               │
-//!      │                                           proxy ──▶ upstream origin
-//!      ◀──────────────────── response (hop-by-hop removed) ◀──┘
+//!  downstream
+//!     │
+//!  edge/      accept (I/O threads) ─ deadlines ─ HTTP/1.1 (native front
+//!     │       for plain GET/HEAD, else hyper) or h2 ─ client address ─
+//!     │       the canonical request (path and host normalised once)
+//!     ├── no room guards it ────────────────────────────────┐ (direct path)
+//!  app/       router and layers (request id, trace, panic), │
+//!     │       /_sluice/… bodies bounded, store permits      │
+//!     ├── /_sluice/…  visitor/ (challenge, join, status,    │
+//!     │               page) · reserve/ (events, holds,      │
+//!     │               webhook) · admin/ (admin API,         │
+//!     │               dashboard, metrics)                   │
+//!     └── guarded     gate/ (rooms and rules, the admission │
+//!                     gate, passthrough, sessions, revokes) │
+//!                           │                               │
+//!                        proxy/ (forward, upstream pool, HTTP/1.1 to the
+//!                        origin, the WebSocket tunnel) ──▶ upstream origin
 //! ```
 //!
-//! 1. **Accept.** [`server::serve`] accepts a TCP connection and hands it
-//!    to the I/O thread (an event loop of its own, one per core) with the
-//!    fewest connections open; the connection stays there, with the
-//!    upstream connections it uses. A client that sends no request head
-//!    within the header timeout is dropped (slowloris).
-//! 2. **Client.** [`client_ip::ClientInfo`] decides who the client is: the
-//!    TCP peer, or, behind a trusted load balancer, the address it reports.
-//! 3. **Route.** Paths under `/_sluice/` are the gateway's own endpoints
-//!    ([`app`]); every other path belongs to the origin.
-//! 4. **Forward.** [`proxy::Proxy`] streams the request upstream over a
-//!    pooled connection, with forwarding headers set and hop-by-hop and
-//!    client-sent `Sluice-*` headers removed, and streams the answer back.
+//! 1. **Edge.** [`edge::server::serve`] accepts a TCP connection and hands it
+//!    to the I/O thread with the fewest connections open; a client that
+//!    sends no request head within the header timeout is dropped. Each
+//!    request is put in its canonical form ([`edge::canonical`]) and its
+//!    client decided ([`edge::client_ip::ClientInfo`]) before anything else.
+//! 2. **Direct path.** A request no room guards goes from the edge straight
+//!    to the proxy, without the router and its layers.
+//! 3. **App.** Everything else goes through the router ([`app::build`]):
+//!    the gateway's own endpoints under `/_sluice/`, and as fallback the
+//!    gate.
+//! 4. **Gate.** [`gate::guarded`] lets a request with a valid admission by,
+//!    admits on the spot when the room is idle, or answers with the waiting
+//!    room.
+//! 5. **Proxy.** [`proxy::Proxy`] streams the request upstream over a
+//!    pooled connection and streams the answer back.
 //!
 //! ## Modules
+//! - [`edge`] — the listener, connections, deadlines, HTTP/1.1 from the
+//!   client, the canonical request, the client's address.
+//! - [`app`] — the shared state, the route table and the layer order, the
+//!   one error map ([`app::problem`]), metrics recording, the stores.
+//! - [`gate`] — rooms and their rules, the ticker, the admission gate,
+//!   adaptive admission, scheduled openings, the cookies.
+//! - [`proxy`] — the reverse proxy, its upstream pool and HTTP/1.1 codec.
+//! - [`visitor`] — challenge, join, status, public room state, JWKS, the
+//!   waiting page.
+//! - [`reserve`] — events, holds, the payment webhook, event admin, the
+//!   reaper.
+//! - [`admin`] — the admin dashboard.
 //! - [`config`] — TOML configuration, flags and environment, validation.
-//! - [`server`] — listener, I/O threads, connections, header timeout,
-//!   graceful shutdown.
-//! - [`app`] — routes, layers, shared state.
-//! - [`proxy`] — the reverse proxy.
-//! - [`upstream`] — the pooled connections to the origin.
-//! - [`front`] — HTTP/1.1 from the client for plain GET and HEAD requests.
-//! - [`h1`] — HTTP/1.1 toward the origin for requests without a body.
-//! - [`watch`] — a connection's header and origin deadlines, one timer each.
-//! - [`canonical`] — one spelling of each path and host (the canonical
-//!   request every decision and the origin see).
-//! - [`client_ip`] — the downstream client's address.
-//! - [`problem`] — problem+json errors (the one place faults become HTTP).
-//! - [`rooms`] — the waiting rooms, their snapshots and the ticker.
-//! - [`schedule`] — scheduled openings: times, seeds, the pre-queue draw's
-//!   place map and `sluice prequeue-verify`.
-//! - [`gate`] — the admission gate in front of the proxy.
-//! - [`adaptive`] — adaptive admission: the rate steered by the origin's latency.
-//! - [`visitor`] — challenge, join, status, public room state, JWKS.
-//! - [`reserve`] — events, holds, the payment webhook, event admin.
-//! - [`hold_limit`] — the per-visitor limit on hold requests.
-//! - [`events`] — known events, cached stock, the reaper task.
-//! - [`page`] — the waiting-room page and embedded static files.
-//! - [`cookies`] — the queue and admission cookies.
-//! - [`stores`] — picking the memory or Redis backends.
-//! - [`telemetry`] — Prometheus metrics (`/metrics`).
-//! - [`demo_origin`] — the built-in demo shop.
-//! - [`cli`] — the `sluice` command line.
-//! - [`admin_cli`] — `sluice admin`, a client of the admin API.
-//! - [`simulate`] — `sluice simulate`, the queue in virtual time.
-//! - [`swarm`] — `sluice swarm`, a bounded crowd of real visitors.
+//! - [`tools`] — the `sluice` command line and its tools (`simulate`,
+//!   `swarm`, `admin`), and the built-in demo shop.
 
-pub mod adaptive;
-pub mod admin_cli;
+pub mod admin;
 pub mod app;
-pub mod canonical;
-pub mod cli;
-pub mod client_ip;
 pub mod config;
-pub mod cookies;
-pub mod dashboard;
-pub mod demo_origin;
-pub mod events;
-pub mod front;
+pub mod edge;
 pub mod gate;
-pub mod h1;
-pub mod hold_limit;
-pub mod page;
-pub mod problem;
 pub mod proxy;
 pub mod reserve;
-pub mod rooms;
-pub mod schedule;
-pub mod server;
-pub mod simulate;
-pub mod stores;
-pub mod swarm;
-pub mod telemetry;
-pub mod upstream;
+pub mod tools;
 pub mod visitor;
-pub mod watch;

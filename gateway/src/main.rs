@@ -10,5 +10,5 @@
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
-    sluice_gateway::cli::main()
+    sluice_gateway::tools::cli::main()
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use sluice_gateway::app::AppState;
 use sluice_gateway::config::Config;
-use sluice_gateway::server::{self, RunningGateway};
+use sluice_gateway::edge::server::{self, RunningGateway};
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {

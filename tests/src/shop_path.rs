@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sluice_gateway::config::{EventConfig, RoomConfig};
-use sluice_gateway::demo_origin::{self, DemoOptions, DemoShop};
+use sluice_gateway::tools::demo_origin::{self, DemoOptions, DemoShop};
 
 use crate::browser::wait_for;
 use crate::visitor::Visitor;

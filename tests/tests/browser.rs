@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sluice_gateway::config::RoomConfig;
-use sluice_gateway::demo_origin::{self, DemoOptions};
+use sluice_gateway::tools::demo_origin::{self, DemoOptions};
 use sluice_tests::TestGateway;
 use sluice_tests::browser::wait_for;
 use sluice_tests::chromium::Browser;
@@ -256,7 +256,7 @@ async fn an_operator_template_and_colour_restyle_the_page() {
                 difficulty_ceiling_bits: 6,
                 attack_min_solve: Duration::ZERO,
                 join_limit_per_prefix_per_min: 0,
-                page: sluice_gateway::page::PageConfig {
+                page: sluice_gateway::visitor::page::PageConfig {
                     brand_name: Some("Acme <Tix> & Co".into()),
                     accent_color: Some("#aa3300".into()),
                     template_dir: Some(template_dir),
@@ -345,7 +345,7 @@ async fn before_a_scheduled_opening_the_page_counts_down_then_admits() {
                 difficulty_ceiling_bits: 8,
                 join_limit_per_prefix_per_min: 0,
                 attack_min_solve: Duration::ZERO,
-                opens_at: Some(sluice_gateway::schedule::format_rfc3339(opens_ms)),
+                opens_at: Some(sluice_gateway::gate::schedule::format_rfc3339(opens_ms)),
                 ..RoomConfig::default()
             }];
         })

@@ -35,8 +35,8 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 use sluice_admission::{AdmitClaims, Keyring, QueueClaims, unix_now_s};
 use sluice_gateway::app::{self, AppState};
-use sluice_gateway::client_ip::ClientInfo;
 use sluice_gateway::config::{Config, RoomConfig};
+use sluice_gateway::edge::client_ip::ClientInfo;
 use sluice_pow::{ChallengeSpec, Keyset};
 use tower::ServiceExt;
 
@@ -509,7 +509,7 @@ proptest! {
 /// Serves `data` (then the client's end of input) with `front::serve`,
 /// answering each request it takes with its target: the requests taken,
 /// and how it ended.
-fn front_serve(data: &[u8]) -> (usize, sluice_gateway::front::Outcome) {
+fn front_serve(data: &[u8]) -> (usize, sluice_gateway::edge::front::Outcome) {
     use tokio::io::AsyncWriteExt;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -519,11 +519,11 @@ fn front_serve(data: &[u8]) -> (usize, sluice_gateway::front::Outcome) {
         let (mut client, mut server) = tokio::io::duplex(1 << 20);
         client.write_all(data).await.unwrap();
         client.shutdown().await.unwrap();
-        let limits = sluice_gateway::front::Limits {
+        let limits = sluice_gateway::edge::front::Limits {
             head_bytes: 1024,
             headers: 16,
         };
-        let watch = sluice_gateway::watch::ConnWatch::default();
+        let watch = sluice_gateway::edge::watch::ConnWatch::default();
         let taken = std::cell::Cell::new(0usize);
         let answer = |req: Request<Body>| {
             assert!(matches!(*req.method(), Method::GET | Method::HEAD));
@@ -540,7 +540,7 @@ fn front_serve(data: &[u8]) -> (usize, sluice_gateway::front::Outcome) {
         };
         let out = tokio::time::timeout(
             Duration::from_secs(5),
-            sluice_gateway::front::serve(&mut server, limits, &watch, || false, answer),
+            sluice_gateway::edge::front::serve(&mut server, limits, &watch, || false, answer),
         )
         .await
         .expect("no hang");
@@ -585,7 +585,7 @@ proptest! {
     ) {
         let data = pieces.concat();
         let (_, out) = front_serve(&data);
-        if let sluice_gateway::front::Outcome::Handoff(rest) = out {
+        if let sluice_gateway::edge::front::Outcome::Handoff(rest) = out {
             prop_assert!(!rest.is_empty());
             prop_assert!(data.ends_with(&rest));
         }
@@ -597,7 +597,7 @@ fn the_front_answers_each_plain_request_once_and_stops_at_the_first_other() {
     let data = b"GET /1 HTTP/1.1\r\n\r\nHEAD /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET /4 HTTP/1.1\r\n\r\n";
     let (taken, out) = front_serve(data);
     assert_eq!(taken, 2);
-    let sluice_gateway::front::Outcome::Handoff(rest) = out else {
+    let sluice_gateway::edge::front::Outcome::Handoff(rest) = out else {
         panic!("not handed off: {out:?}");
     };
     assert!(rest.starts_with(b"GET /3 HTTP/1.1\r\nContent-Length: 0"));

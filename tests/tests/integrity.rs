@@ -1443,7 +1443,7 @@ async fn joining_a_paused_room_says_paused() {
 
 /// Keeps the generated spellings honest: the generator's spellings are
 /// what an origin resolves to the canonical path (the model of
-/// `sluice_gateway::canonical`'s own property tests, applied to it).
+/// `sluice_gateway::edge::canonical`'s own property tests, applied to it).
 #[test]
 fn the_spelling_generator_makes_spellings_of_the_same_path() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -1451,7 +1451,7 @@ fn the_spelling_generator_makes_spellings_of_the_same_path() {
     for _ in 0..500 {
         for p in ["/echo/tickets/42", "/a/b-c/", "/x"] {
             let s = spelling(p, &mut rng);
-            let c = sluice_gateway::canonical::normalize_path(&s)
+            let c = sluice_gateway::edge::canonical::normalize_path(&s)
                 .unwrap_or_else(|e| panic!("{s}: {e}"));
             assert_eq!(c.route, p, "{s}");
             *seen.entry(s).or_default() += 1;

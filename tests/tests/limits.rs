@@ -179,7 +179,7 @@ async fn the_limiter_forgets_refilled_networks() {
     // Every one of them took a single token, back within 100 ms; the
     // ticker prunes every LIMITER_PRUNE_EVERY.
     let deadline = std::time::Instant::now()
-        + sluice_gateway::rooms::LIMITER_PRUNE_EVERY
+        + sluice_gateway::gate::rooms::LIMITER_PRUNE_EVERY
         + Duration::from_secs(5);
     while room.rate_limited_networks() > 0 {
         assert!(

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_gateway::schedule::format_rfc3339;
+use sluice_gateway::gate::schedule::format_rfc3339;
 use sluice_tests::client::TestClient;
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;

@@ -354,8 +354,11 @@ mod tests {
         let parse = |args: &[&str]| {
             let mut argv = vec!["sluice", "admin", "--token", "t"];
             argv.extend_from_slice(args);
-            match crate::cli::Cli::try_parse_from(argv).unwrap().command {
-                crate::cli::Command::Admin(a) => a,
+            match crate::tools::cli::Cli::try_parse_from(argv)
+                .unwrap()
+                .command
+            {
+                crate::tools::cli::Command::Admin(a) => a,
                 other => panic!("{other:?}"),
             }
         };

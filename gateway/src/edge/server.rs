@@ -12,7 +12,7 @@
 //! by default), each a single-threaded event loop, as nginx's workers are:
 //! the accept loop hands each new connection to the thread with the fewest
 //! open, and from then on the connection, the service answering it and the
-//! pooled upstream connections it takes ([`crate::upstream`]) live on that
+//! pooled upstream connections it takes ([`crate::proxy::upstream`]) live on that
 //! thread. A proxied request never wakes another thread; against one
 //! work-stealing runtime this measured about 8% more proxied requests a
 //! second (README, "Measured"). Background work (admission ticks, the
@@ -36,8 +36,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
 use crate::app::{self, AppState, REQUEST_ID};
-use crate::client_ip::ClientInfo;
-use crate::watch::ConnWatch;
+use crate::edge::client_ip::ClientInfo;
+use crate::edge::watch::ConnWatch;
 
 /// A running gateway started with [`spawn`]: its address and a handle to
 /// stop it.
@@ -127,7 +127,7 @@ pub async fn serve(
         header_timeout: config.timeouts.header_read,
         upstream_response: config.timeouts.upstream_response,
         native_http1: config.server.native_http1,
-        front_limits: crate::front::Limits {
+        front_limits: crate::edge::front::Limits {
             head_bytes: config.limits.max_header_bytes,
             headers: config.limits.max_headers,
         },
@@ -212,9 +212,9 @@ struct Shared {
     trusted: Arc<Vec<ipnet::IpNet>>,
     header_timeout: Duration,
     upstream_response: Duration,
-    /// Plain HTTP/1.1 requests read and answered by [`crate::front`].
+    /// Plain HTTP/1.1 requests read and answered by [`crate::edge::front`].
     native_http1: bool,
-    front_limits: crate::front::Limits,
+    front_limits: crate::edge::front::Limits,
 }
 
 /// A connection handed to an I/O thread, with its
@@ -239,7 +239,7 @@ impl Drop for OpenCount {
 /// One I/O thread: an event loop of its own (a single-threaded tokio
 /// runtime), as each nginx worker has, on which the connections handed to
 /// it are served from their first byte to their last, with the upstream
-/// connections they use ([`crate::upstream::set_io_thread`]). No request
+/// connections they use ([`crate::proxy::upstream::set_io_thread`]). No request
 /// crosses to another thread on its way to the origin and back; admission
 /// ticks, reaping and the Redis connections run on the main runtime.
 struct IoThread {
@@ -266,7 +266,7 @@ impl IoThread {
         std::thread::Builder::new()
             .name(format!("sluice-io-{i}"))
             .spawn(move || {
-                crate::upstream::set_io_thread(i);
+                crate::proxy::upstream::set_io_thread(i);
                 runtime.block_on(async move {
                     while let Some((stream, peer, permit)) = handed.recv().await {
                         let stream = match TcpStream::from_std(stream) {
@@ -344,11 +344,11 @@ async fn connection(
     let serving = watch.clone();
     let conn = async move {
         let mut stream = stream;
-        // Plain requests are read and answered here (`crate::front`) until
+        // Plain requests are read and answered here (`crate::edge::front`) until
         // one is not: hyper takes the connection from there.
         let read = if shared.native_http1 {
             let stopping = || shared.drain.started();
-            let answered = crate::front::serve(
+            let answered = crate::edge::front::serve(
                 &mut stream,
                 shared.front_limits,
                 &serving,
@@ -357,13 +357,13 @@ async fn connection(
             );
             // Woken when the drain starts, to close an idle connection.
             match shared.drain.watch(answered, |_| {}).await {
-                crate::front::Outcome::Closed => return,
-                crate::front::Outcome::Handoff(read) => read,
+                crate::edge::front::Outcome::Closed => return,
+                crate::edge::front::Outcome::Handoff(read) => read,
             }
         } else {
             bytes::BytesMut::new()
         };
-        let io = TokioIo::new(crate::front::Prefixed::new(read, stream));
+        let io = TokioIo::new(crate::edge::front::Prefixed::new(read, stream));
         let svc = TowerToHyperService::new(service(ctx));
         let conn = shared.http1.serve_connection(io, svc).with_upgrades();
         let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());
@@ -636,7 +636,7 @@ fn service(
     })
 }
 
-/// Puts a request in its canonical form ([`crate::canonical`]) in place, or
+/// Puts a request in its canonical form ([`crate::edge::canonical`]) in place, or
 /// answers 400 `malformed_request`:
 /// - the host: one `Host` at most, agreeing with an absolute-form target or
 ///   HTTP/2's `:authority` (RFC 9112 §3.2, RFC 9113 §8.3.1), lowercase, no
@@ -653,11 +653,11 @@ fn canonicalise(
     st: &AppState,
     req: &mut http::Request<axum::body::Body>,
     client: &ClientInfo,
-) -> Result<(), crate::problem::Problem> {
-    use crate::canonical::{normalize_host, normalize_path};
-    use crate::problem::Problem;
+) -> Result<(), crate::app::problem::Problem> {
+    use crate::app::problem::Problem;
+    use crate::edge::canonical::{normalize_host, normalize_path};
     use http::header::HOST;
-    let bad = |what: &str, e: crate::canonical::Malformed| {
+    let bad = |what: &str, e: crate::edge::canonical::Malformed| {
         Problem::malformed(format!("{what}: {}", e.reason()))
     };
     // === the host ===
@@ -720,7 +720,7 @@ fn canonicalise(
         for reading in [path.route.as_ref(), path.forward.as_ref()] {
             if let Some(room) = rooms.route(host, reading)
                 && !room.config.allow_encoded_slashes
-                && !crate::rooms::bypasses(room, reading, client.ip)
+                && !crate::gate::rooms::bypasses(room, reading, client.ip)
             {
                 return Err(Problem::malformed(
                     "request target: an encoded slash (%2F) in a guarded path",

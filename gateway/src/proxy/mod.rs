@@ -4,10 +4,10 @@
 //! What it guarantees an operator:
 //! - **Streaming**: request and response bodies are never buffered; a 1 GiB
 //!   upload passes through in the memory of a few frames.
-//! - **Pooled** upstream connections ([`crate::upstream::Upstream`]), with a
+//! - **Pooled** upstream connections ([`crate::proxy::upstream::Upstream`]), with a
 //!   connect timeout and an idle timeout. A request without a body is
 //!   written straight from the client's head with the changes below
-//!   ([`crate::h1`]); any other has its header map edited and goes through
+//!   ([`crate::proxy::h1`]); any other has its header map edited and goes through
 //!   hyper's client. Both send the same headers (a property test holds them
 //!   to it).
 //! - **Hop-by-hop headers** (`Connection` and every header it names,
@@ -26,6 +26,9 @@
 //!   failed (a bad chunk size, a body cut short): the client's fault is
 //!   never reported as the origin's.
 
+pub mod h1;
+pub mod upstream;
+
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -35,12 +38,12 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri, Version};
 use hyper_util::rt::TokioIo;
 
-use crate::client_ip::ClientInfo;
+use crate::app::problem::Problem;
+use crate::app::telemetry::Telemetry;
 use crate::config::{ProxyConfig, Timeouts};
-use crate::problem::Problem;
-use crate::telemetry::Telemetry;
-use crate::upstream::{Upstream, UpstreamError};
-use crate::watch::ConnWatch;
+use crate::edge::client_ip::ClientInfo;
+use crate::edge::watch::ConnWatch;
+use crate::proxy::upstream::{Upstream, UpstreamError};
 
 /// The origin's response head did not come within
 /// `timeouts.upstream_response`.
@@ -178,7 +181,7 @@ impl Proxy {
 
         let started = std::time::Instant::now();
         // A request without a body that is no upgrade (most of them) is
-        // written straight from its parts ([`crate::h1`]); any other is
+        // written straight from its parts ([`crate::proxy::h1`]); any other is
         // edited in place (never taken apart and put together again, each a
         // copy of its head) and goes through hyper's client.
         let native = upgrade.is_none()

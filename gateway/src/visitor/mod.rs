@@ -6,6 +6,8 @@
 //! look at the room's snapshot; the store is asked only once per visitor,
 //! when its place comes up (the claim).
 
+pub mod page;
+
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -18,11 +20,11 @@ use sluice_admission::{
 };
 use sluice_pow::{PowError, Redemption, ReplayStore, network_prefix};
 
+use crate::app::problem::Problem;
 use crate::app::{AppState, JsonBody, now_ms, now_s};
-use crate::client_ip::ClientInfo;
-use crate::cookies;
-use crate::problem::Problem;
-use crate::rooms::{self, Room};
+use crate::edge::client_ip::ClientInfo;
+use crate::gate::cookies;
+use crate::gate::rooms::{self, Room};
 
 /// `POST /_sluice/rooms/{room}/challenge`.
 pub async fn challenge(

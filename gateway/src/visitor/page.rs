@@ -23,11 +23,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::app::AppState;
+use crate::app::problem::Problem;
 use crate::config::ConfigError;
-use crate::problem::Problem;
-use crate::rooms::Room;
+use crate::gate::rooms::Room;
 
-const PAGE: &str = include_str!("../../static/waiting.html");
+const PAGE: &str = include_str!("../../../static/waiting.html");
 
 /// The strict policy of the page: same-origin scripts, styles, workers and
 /// fetches only; no inline code, no framing.
@@ -38,22 +38,22 @@ const FILES: &[(&str, &str, &str)] = &[
     (
         "waiting.js",
         "text/javascript; charset=utf-8",
-        include_str!("../../static/waiting.js"),
+        include_str!("../../../static/waiting.js"),
     ),
     (
         "waiting.css",
         "text/css; charset=utf-8",
-        include_str!("../../static/waiting.css"),
+        include_str!("../../../static/waiting.css"),
     ),
     (
         "pow-solver.js",
         "text/javascript; charset=utf-8",
-        include_str!("../../static/pow-solver.js"),
+        include_str!("../../../static/pow-solver.js"),
     ),
     (
         "pow-worker.js",
         "text/javascript; charset=utf-8",
-        include_str!("../../static/pow-worker.js"),
+        include_str!("../../../static/pow-worker.js"),
     ),
 ];
 
@@ -64,7 +64,7 @@ const FILES: &[(&str, &str, &str)] = &[
 pub async fn static_file(State(state): State<AppState>, Path(file): Path<String>) -> Response {
     if let Some((_, ctype, body)) = FILES
         .iter()
-        .chain(crate::dashboard::FILES)
+        .chain(crate::admin::dashboard::FILES)
         .find(|(name, _, _)| *name == file)
     {
         return asset(ctype, axum::body::Body::from(*body));

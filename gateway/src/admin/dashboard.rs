@@ -21,23 +21,23 @@ use sluice_admission::RoomPatch;
 use sluice_admission::sim::{self, Arrivals, SimConfig};
 
 use crate::app::AppState;
-use crate::client_ip::ClientInfo;
-use crate::problem::Problem;
+use crate::app::problem::Problem;
+use crate::edge::client_ip::ClientInfo;
 
-const PAGE: &str = include_str!("../../static/admin.html");
+const PAGE: &str = include_str!("../../../static/admin.html");
 
-/// The dashboard's files, served by [`crate::page::static_file`] beside
+/// The dashboard's files, served by [`crate::visitor::page::static_file`] beside
 /// the waiting page's: name, content type, text.
 pub const FILES: &[(&str, &str, &str)] = &[
     (
         "admin.js",
         "text/javascript; charset=utf-8",
-        include_str!("../../static/admin.js"),
+        include_str!("../../../static/admin.js"),
     ),
     (
         "admin.css",
         "text/css; charset=utf-8",
-        include_str!("../../static/admin.css"),
+        include_str!("../../../static/admin.css"),
     ),
 ];
 
@@ -71,7 +71,7 @@ async fn page() -> Response {
     );
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(crate::page::CSP),
+        HeaderValue::from_static(crate::visitor::page::CSP),
     );
     h.insert(
         "x-content-type-options",

@@ -4,7 +4,7 @@
 //! `Sluice-Admission`); any other gets the waiting room at once.
 //!
 //! Order of checks for a request outside `/_sluice/` (already in its
-//! canonical form: [`crate::canonical`], applied by the server before any
+//! canonical form: [`crate::edge::canonical`], applied by the server before any
 //! decision):
 //! 1. the room guarding its host and path (most specific wins); none → pass;
 //! 2. bypass rules (paths such as `/robots.txt`, allow-listed ranges) → pass;
@@ -22,6 +22,11 @@
 //! once (its slot goes back under `max_active`; every gateway refuses its
 //! tokens within a tick), clears both cookies and spends the place.
 
+pub mod adaptive;
+pub mod cookies;
+pub mod rooms;
+pub mod schedule;
+
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -30,13 +35,13 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use sluice_admission::{AdmitClaims, QueueStore, new_visitor_id};
 
 use crate::app::{AppState, now_s};
-use crate::client_ip::ClientInfo;
-use crate::cookies;
-use crate::page;
-use crate::problem::Problem;
+use crate::edge::client_ip::ClientInfo;
+
+use crate::app::problem::Problem;
+use crate::gate::rooms::Room;
 use crate::proxy::OriginCommand;
-use crate::rooms::{self, Room};
 use crate::visitor;
+use crate::visitor::page;
 
 /// The room that guards a request: none when no room's paths cover it or
 /// its room lets it by (bypass paths and ranges). Borrows, copies nothing.
@@ -51,7 +56,7 @@ pub fn guarding_room<'a, B>(
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri().authority().map(|a| a.as_str()))
         .map(host_name);
-    // The canonical path ([`crate::canonical`]: the edge rewrote the target
+    // The canonical path ([`crate::edge::canonical`]: the edge rewrote the target
     // before any decision), read as an origin that decodes `%2F` would.
     let path = req
         .extensions()

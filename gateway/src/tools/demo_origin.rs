@@ -46,14 +46,14 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
-use crate::page::html_escape;
 use crate::reserve::sign_webhook;
+use crate::visitor::page::html_escape;
 
 /// The policy of the shop's pages: its own files only, no inline code.
 const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-const SHOP_JS: &str = include_str!("../../static/demo/shop.js");
-const SHOP_CSS: &str = include_str!("../../static/demo/shop.css");
+const SHOP_JS: &str = include_str!("../../../static/demo/shop.js");
+const SHOP_CSS: &str = include_str!("../../../static/demo/shop.css");
 
 /// What the demo shop needs to know of the gateway in front of it.
 #[derive(Clone, Debug, Default)]
@@ -212,7 +212,7 @@ async fn static_file(Path(file): Path<String>) -> Response {
         "shop.css" => ("text/css; charset=utf-8", SHOP_CSS),
         _ => return (StatusCode::NOT_FOUND, "no such file").into_response(),
     };
-    crate::page::asset(ctype, Body::from(body))
+    crate::visitor::page::asset(ctype, Body::from(body))
 }
 
 // === the demo payment provider ===

@@ -32,9 +32,9 @@ use sluice_admission::{
 };
 use sluice_pow::{DifficultyPolicy, NetPrefix};
 
+use crate::app::problem::Problem;
+use crate::app::telemetry::Telemetry;
 use crate::config::{Config, FailurePolicy, RoomConfig, canonical_ip};
-use crate::problem::Problem;
-use crate::telemetry::Telemetry;
 
 /// How often each gateway advances every room's bucket and refreshes its
 /// snapshot.
@@ -70,7 +70,7 @@ pub struct Room {
     seen_draw: ArcSwap<Option<PrequeueDraw>>,
     /// The origin's latency and errors on this room's traffic since the
     /// last adaptive decision.
-    window: crate::adaptive::Window,
+    window: crate::gate::adaptive::Window,
     /// This gateway holds the room's steering lease.
     steering: AtomicBool,
     /// Sessions ended by a revoke (through any gateway): session id → when
@@ -109,10 +109,12 @@ impl Room {
     ) -> anyhow::Result<Room> {
         let mut settings = settings_from_config(&config);
         if let Some(t) = &config.opens_at {
-            let ms = crate::schedule::parse_rfc3339_ms(t)
+            let ms = crate::gate::schedule::parse_rfc3339_ms(t)
                 .map_err(|e| anyhow::anyhow!("room {}: opens_at {e}", config.id))?;
             settings.opens_at_ms = Some(ms);
-            settings.prequeue_seed = Some(crate::schedule::config_seed(pow_secret, &config.id, ms));
+            settings.prequeue_seed = Some(crate::gate::schedule::config_seed(
+                pow_secret, &config.id, ms,
+            ));
         }
         // Checked by `Config::validate` first (the same settings, the
         // policy's own check): with a validated config this cannot fail.
@@ -134,7 +136,7 @@ impl Room {
             difficulty,
             join_limit_per_min: AtomicU32::new(limit),
             limiter: ArcSwap::from_pointee(limiter(limit)),
-            window: crate::adaptive::Window::default(),
+            window: crate::gate::adaptive::Window::default(),
             steering: AtomicBool::new(false),
             ended: Mutex::new(HashMap::new()),
             ended_read: Mutex::new((0, 0)),
@@ -172,7 +174,7 @@ impl Room {
     }
 
     /// The room's upstream window (adaptive admission).
-    pub fn window(&self) -> &crate::adaptive::Window {
+    pub fn window(&self) -> &crate::gate::adaptive::Window {
         &self.window
     }
 
@@ -356,20 +358,23 @@ impl Room {
             return m;
         };
         if let Some(t) = snap.opens_at_ms {
-            m.insert("opens_at".into(), json!(crate::schedule::format_rfc3339(t)));
+            m.insert(
+                "opens_at".into(),
+                json!(crate::gate::schedule::format_rfc3339(t)),
+            );
         }
         if snap.prequeue_open {
             m.insert("prequeue_open".into(), json!(true));
             m.insert(
                 "prequeue_commitment".into(),
-                json!(crate::schedule::commitment_of(seed)),
+                json!(crate::gate::schedule::commitment_of(seed)),
             );
             m.insert("prequeue_tickets".into(), json!(snap.queue_length()));
         } else if let Some(d) = snap.prequeue_draw {
             m.insert("prequeue_open".into(), json!(false));
             m.insert(
                 "prequeue_commitment".into(),
-                json!(crate::schedule::commitment_of(seed)),
+                json!(crate::gate::schedule::commitment_of(seed)),
             );
             m.insert("prequeue_seed".into(), json!(seed));
             m.insert("prequeue_tickets".into(), json!(d.n));
@@ -641,7 +646,7 @@ impl Rooms {
     }
 
     /// The room guarding a request, if any, decided on its canonical host
-    /// name (no port) and route path ([`crate::canonical`]): among rooms
+    /// name (no port) and route path ([`crate::edge::canonical`]): among rooms
     /// whose hosts match (or that name none), the most specific rule wins
     /// (rules cover whole segments); a room naming the host beats one that
     /// does not at equal length.
@@ -659,7 +664,7 @@ impl Rooms {
                 c.paths
                     .iter()
                     .filter_map(|p| {
-                        crate::canonical::rule_covers(path, p, c.case_insensitive_paths)
+                        crate::edge::canonical::rule_covers(path, p, c.case_insensitive_paths)
                     })
                     .max()
             };
@@ -679,14 +684,15 @@ impl Rooms {
 /// paths are, hosts as `Host` headers are (lowercase, no trailing dot, no
 /// port). `Config::validate` refused any that cannot be.
 fn canonical_rules(mut c: RoomConfig) -> RoomConfig {
-    let rule = |p: &String| crate::canonical::normalize_rule(p).unwrap_or_else(|_| p.clone());
+    let rule = |p: &String| crate::edge::canonical::normalize_rule(p).unwrap_or_else(|_| p.clone());
     c.paths = c.paths.iter().map(rule).collect();
     c.bypass_paths = c.bypass_paths.iter().map(rule).collect();
     c.hosts = c
         .hosts
         .iter()
         .map(|h| {
-            crate::canonical::normalize_host(h).map_or_else(|_| h.to_ascii_lowercase(), |h| h.name)
+            crate::edge::canonical::normalize_host(h)
+                .map_or_else(|_| h.to_ascii_lowercase(), |h| h.name)
         })
         .collect();
     c
@@ -700,7 +706,7 @@ pub fn bypasses(room: &Room, path: &str, ip: IpAddr) -> bool {
     let c = &room.config;
     c.bypass_paths
         .iter()
-        .any(|p| crate::canonical::rule_covers(path, p, c.case_insensitive_paths).is_some())
+        .any(|p| crate::edge::canonical::rule_covers(path, p, c.case_insensitive_paths).is_some())
         || c.bypass_ips.iter().any(|n| n.contains(&ip))
 }
 
@@ -713,7 +719,7 @@ pub async fn run_ticker(
     rooms: Arc<Rooms>,
     store: QueueBackend,
     telemetry: Telemetry,
-    events: crate::events::Events,
+    events: crate::reserve::events::Events,
 ) {
     let mut interval = tokio::time::interval(TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1072,7 +1078,7 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         room.public_state(snap)
     };
     let mut view = json!({
-        "opens_at": snap.opens_at_ms.map(crate::schedule::format_rfc3339),
+        "opens_at": snap.opens_at_ms.map(crate::gate::schedule::format_rfc3339),
         "room": room.id(),
         "state": state,
         "rate_per_sec": snap.rate_per_sec,
@@ -1122,7 +1128,7 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
 fn adaptive_view(room: &Room, settings: &RoomSettings, now_ms: u64) -> Value {
     let cfg = &room.config.adaptive;
     let a = &settings.adaptive;
-    let (floor, ceiling) = crate::adaptive::bounds(cfg, settings.capacity_rate());
+    let (floor, ceiling) = crate::gate::adaptive::bounds(cfg, settings.capacity_rate());
     let overridden = a.enabled && a.override_until_ms > now_ms;
     let mode = if !a.enabled {
         "off"
@@ -1174,7 +1180,7 @@ pub async fn admin_patch(
             opens_at = Some(match v {
                 Value::Null => None,
                 Value::String(t) => {
-                    let ms = crate::schedule::parse_rfc3339_ms(t)
+                    let ms = crate::gate::schedule::parse_rfc3339_ms(t)
                         .map_err(|e| Problem::invalid_setting(k, e))?;
                     if ms <= crate::app::now_ms() {
                         return Err(Problem::invalid_setting(k, "must be in the future"));
@@ -1392,7 +1398,7 @@ mod tests {
 
     #[test]
     fn prefixes_respect_segments() {
-        let covers = |p, r| crate::canonical::rule_covers(p, r, false).is_some();
+        let covers = |p, r| crate::edge::canonical::rule_covers(p, r, false).is_some();
         assert!(covers("/tickets", "/tickets"));
         assert!(covers("/tickets/1", "/tickets"));
         assert!(!covers("/ticketsx", "/tickets"));

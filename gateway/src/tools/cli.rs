@@ -12,7 +12,8 @@ use tokio::net::TcpListener;
 
 use crate::app::AppState;
 use crate::config::{Config, ConfigError, EXIT_CONFIG, LogFormat};
-use crate::{demo_origin, server};
+use crate::edge::server;
+use crate::tools::demo_origin;
 
 /// sluice — an edge virtual waiting room.
 #[derive(Debug, Parser)]
@@ -34,16 +35,16 @@ pub enum Command {
         file: PathBuf,
     },
     /// Read and change a running gateway's rooms and events (admin API).
-    Admin(crate::admin_cli::AdminArgs),
+    Admin(crate::tools::admin_cli::AdminArgs),
     /// Simulate a queue in virtual time with the real admission code.
-    Simulate(crate::simulate::SimulateArgs),
+    Simulate(crate::tools::simulate::SimulateArgs),
     /// Throw a bounded crowd of real HTTP visitors at a running gateway
     /// (loopback only unless --allow-remote) and report what they got.
-    Swarm(crate::swarm::SwarmArgs),
+    Swarm(crate::tools::swarm::SwarmArgs),
     /// Check a scheduled room's published pre-queue draw: that the revealed
     /// seed matches the commitment published before the opening, and the
     /// place each ticket got (or one seq's place). Exit 1 on a mismatch.
-    PrequeueVerify(crate::schedule::VerifyArgs),
+    PrequeueVerify(crate::gate::schedule::VerifyArgs),
     /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
     /// key id into DIR. The newest key signs; older keys keep verifying
     /// (rotation without logging anyone out). Prints the key id.
@@ -186,10 +187,10 @@ pub fn main() -> ExitCode {
                 Err(e) => config_failure(&e),
             }
         }
-        Command::Admin(args) => crate::admin_cli::run(args),
-        Command::Simulate(args) => crate::simulate::run(args),
-        Command::Swarm(args) => crate::swarm::run(args),
-        Command::PrequeueVerify(args) => crate::schedule::run_verify(args),
+        Command::Admin(args) => crate::tools::admin_cli::run(args),
+        Command::Simulate(args) => crate::tools::simulate::run(args),
+        Command::Swarm(args) => crate::tools::swarm::run(args),
+        Command::PrequeueVerify(args) => crate::gate::schedule::run_verify(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {
             Ok(kid) => {
                 println!("{kid}");

@@ -10,7 +10,7 @@
 //! cost about as much as the rest of the gateway. Here the downstream task
 //! writes the request and reads the answer itself. Requests with a body
 //! (which must be written while the answer may already be coming) and
-//! upgrades still go through hyper's client ([`crate::upstream`]).
+//! upgrades still go through hyper's client ([`crate::proxy::upstream`]).
 //!
 //! What it accepts from an origin is what hyper's client accepts, decided
 //! the same way (a differential test holds the two to it,

@@ -4,8 +4,8 @@
 
 use http::{HeaderMap, HeaderValue, header};
 
-use crate::client_ip::ClientInfo;
-use crate::rooms::Room;
+use crate::edge::client_ip::ClientInfo;
+use crate::gate::rooms::Room;
 
 /// The queue-token cookie of a room.
 pub fn queue_name(room: &str) -> String {

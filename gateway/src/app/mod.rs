@@ -14,7 +14,7 @@
 //!    [`admin_guard`]), and as fallback the guarded proxy (whose forwards
 //!    to the origin are bounded by `limits.max_origin_requests`).
 //!
-//! The accept loop ([`crate::server`]) bounds open connections
+//! The accept loop ([`crate::edge::server`]) bounds open connections
 //! (`limits.max_connections`). A request that no room guards (outside
 //! `/_sluice/`, `/metrics` and every room's paths, or let by its room's
 //! bypass rules) goes from the connection straight to the proxy, without
@@ -22,6 +22,10 @@
 //! the same catch of a panic, and the proxy's own problem logs, but no
 //! per-request tracing span. On this path the layers cost about a fifth
 //! of the gateway's CPU per request (`tests/bench/proxy.sh`).
+
+pub mod problem;
+pub mod stores;
+pub mod telemetry;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,12 +45,12 @@ use tower_http::request_id::{
 };
 use tower_http::trace::TraceLayer;
 
-use crate::client_ip::ClientInfo;
+use crate::app::problem::Problem;
+use crate::app::telemetry::Telemetry;
 use crate::config::Config;
-use crate::problem::Problem;
+use crate::edge::client_ip::ClientInfo;
+use crate::gate::rooms::{Room, Rooms};
 use crate::proxy::Proxy;
-use crate::rooms::{Room, Rooms};
-use crate::telemetry::Telemetry;
 use crate::{gate, visitor};
 use sluice_admission::{
     AdmitClaims, Keyring, QueueBackend, QueueClaims, QueueStore, TokenError, VerifyCache,
@@ -70,10 +74,10 @@ struct Inner {
     pow: Keyset,
     replay_guard: ReplayGuard,
     inventory: InventoryBackend,
-    events: crate::events::Events,
+    events: crate::reserve::events::Events,
     /// The per-visitor limit on hold requests
     /// (`limits.holds_per_visitor_per_min`).
-    hold_limiter: Arc<crate::hold_limit::HoldLimiter>,
+    hold_limiter: Arc<crate::reserve::hold_limit::HoldLimiter>,
     telemetry: Telemetry,
     shutting_down: AtomicBool,
     admin_failures: AdminFailures,
@@ -123,11 +127,11 @@ impl AppState {
             &config.proxy,
             &config.timeouts,
             config.limits.max_origin_requests,
-            crate::server::io_threads(config.server.io_threads),
+            crate::edge::server::io_threads(config.server.io_threads),
             telemetry.clone(),
         )?;
         let rooms = Arc::new(Rooms::from_config(&config)?);
-        let stores = crate::stores::connect(&config).await?;
+        let stores = crate::app::stores::connect(&config).await?;
         let keyring = match &config.keys_dir {
             Some(dir) => Keyring::load_dir(dir)
                 .map_err(|e| anyhow::anyhow!("keys in {}: {e}", dir.display()))?,
@@ -150,18 +154,18 @@ impl AppState {
             }
             None => Keyset::random(),
         };
-        let events = crate::events::Events::from_config(&config);
+        let events = crate::reserve::events::Events::from_config(&config);
         // This gateway's id for the steering leases of adaptive admission.
         let gateway_id = format!("gw-{:016x}", rand::random::<u64>());
         let mut background = vec![
-            tokio::spawn(crate::rooms::run_ticker(
+            tokio::spawn(crate::gate::rooms::run_ticker(
                 rooms.clone(),
                 stores.queue.clone(),
                 telemetry.clone(),
                 events.clone(),
             ))
             .abort_handle(),
-            tokio::spawn(crate::events::run_reaper(
+            tokio::spawn(crate::reserve::events::run_reaper(
                 events.clone(),
                 stores.inventory.clone(),
                 config.events.clone(),
@@ -171,7 +175,7 @@ impl AppState {
         ];
         for room in rooms.all() {
             background.push(
-                tokio::spawn(crate::adaptive::run_steering(
+                tokio::spawn(crate::gate::adaptive::run_steering(
                     room.clone(),
                     stores.queue.clone(),
                     telemetry.clone(),
@@ -180,11 +184,13 @@ impl AppState {
                 .abort_handle(),
             );
         }
-        let hold_limiter = Arc::new(crate::hold_limit::HoldLimiter::new(
+        let hold_limiter = Arc::new(crate::reserve::hold_limit::HoldLimiter::new(
             config.limits.holds_per_visitor_per_min,
         ));
-        background
-            .push(tokio::spawn(crate::hold_limit::run_pruner(hold_limiter.clone())).abort_handle());
+        background.push(
+            tokio::spawn(crate::reserve::hold_limit::run_pruner(hold_limiter.clone()))
+                .abort_handle(),
+        );
         let store_slots = Arc::new(tokio::sync::Semaphore::new(
             config.limits.max_store_requests,
         ));
@@ -266,12 +272,12 @@ impl AppState {
     }
 
     /// The events and their cached state.
-    pub fn events(&self) -> &crate::events::Events {
+    pub fn events(&self) -> &crate::reserve::events::Events {
         &self.inner.events
     }
 
     /// The per-visitor limit on hold requests.
-    pub fn hold_limiter(&self) -> &crate::hold_limit::HoldLimiter {
+    pub fn hold_limiter(&self) -> &crate::reserve::hold_limit::HoldLimiter {
         &self.inner.hold_limiter
     }
 
@@ -385,7 +391,7 @@ pub fn build(state: AppState) -> Router {
 }
 
 /// [`build`], with the request ids it gives shared with the server's
-/// direct path to the origin ([`crate::server`]).
+/// direct path to the origin ([`crate::edge::server`]).
 pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
     let control = Router::new()
         .route("/_sluice/healthz", get(healthz))
@@ -396,14 +402,17 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
         .route("/_sluice/rooms/{room}/challenge", post(visitor::challenge))
         .route("/_sluice/rooms/{room}/join", post(visitor::join))
         .route("/_sluice/rooms/{room}/status", get(visitor::status))
-        .route("/_sluice/static/{file}", get(crate::page::static_file))
+        .route(
+            "/_sluice/static/{file}",
+            get(crate::visitor::page::static_file),
+        )
         .route("/_sluice/admin/rooms", get(admin_list_rooms))
         .route(
             "/_sluice/admin/rooms/{room}",
             get(admin_get_room).patch(admin_patch_room),
         )
         .merge(crate::reserve::routes())
-        .merge(crate::dashboard::routes())
+        .merge(crate::admin::dashboard::routes())
         .route("/metrics", get(metrics))
         .route("/_sluice/{*rest}", any(unknown_endpoint))
         .method_not_allowed_fallback(method_not_allowed)
@@ -556,7 +565,7 @@ pub fn metrics_text(state: &AppState) -> Response {
 }
 
 /// The gateway's own reference of its HTTP contract.
-const OPENAPI: &str = include_str!("../api/openapi.json");
+const OPENAPI: &str = include_str!("../../api/openapi.json");
 
 async fn openapi() -> Response {
     let mut res = OPENAPI.into_response();
@@ -768,7 +777,7 @@ async fn admin_list_rooms(
         .rooms()
         .all()
         .iter()
-        .map(|r| crate::rooms::admin_view(r))
+        .map(|r| crate::gate::rooms::admin_view(r))
         .collect();
     Ok(axum::Json(json!({ "rooms": rooms })).into_response())
 }
@@ -780,7 +789,7 @@ async fn admin_get_room(
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
     let room = state.room(&room)?;
-    Ok(axum::Json(crate::rooms::admin_view_fresh(room, state.queue()).await).into_response())
+    Ok(axum::Json(crate::gate::rooms::admin_view_fresh(room, state.queue()).await).into_response())
 }
 
 async fn admin_patch_room(
@@ -792,10 +801,10 @@ async fn admin_patch_room(
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
     let room = state.room(&room)?;
-    let before = crate::rooms::admin_view(room);
-    let after = crate::rooms::admin_patch(room, state.queue(), &patch).await?;
+    let before = crate::gate::rooms::admin_view(room);
+    let after = crate::gate::rooms::admin_patch(room, state.queue(), &patch).await?;
     // Who (a fingerprint of the token, the client address), what, before, after.
-    let who = crate::dashboard::audit_who(&headers, client.as_ref().map(|c| &c.0));
+    let who = crate::admin::dashboard::audit_who(&headers, client.as_ref().map(|c| &c.0));
     tracing::info!(target: "audit", who = %who, room = %room.id(), change = %patch, before = %before, after = %after, "room settings changed");
     Ok(axum::Json(after).into_response())
 }

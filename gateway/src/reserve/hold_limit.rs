@@ -20,7 +20,7 @@
 //!   24 h), so it is refused past the limit like any request; the client
 //!   retries after `Retry-After` and gets the same answer.
 //! - **Memory**: [`HoldLimiter::prune`] (every
-//!   [`crate::rooms::LIMITER_PRUNE_EVERY`]) forgets visitors whose budget
+//!   [`crate::gate::rooms::LIMITER_PRUNE_EVERY`]) forgets visitors whose budget
 //!   is full again, so only visitors active within about a minute are
 //!   remembered.
 //! - Per gateway process, like the join limit (SECURITY.md, "Known gaps").
@@ -81,10 +81,10 @@ impl HoldLimiter {
     }
 }
 
-/// Prunes `limiter` every [`crate::rooms::LIMITER_PRUNE_EVERY`] until the
+/// Prunes `limiter` every [`crate::gate::rooms::LIMITER_PRUNE_EVERY`] until the
 /// gateway stops (one of its background tasks).
 pub async fn run_pruner(limiter: std::sync::Arc<HoldLimiter>) {
-    let mut interval = tokio::time::interval(crate::rooms::LIMITER_PRUNE_EVERY);
+    let mut interval = tokio::time::interval(crate::gate::rooms::LIMITER_PRUNE_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;

@@ -2,7 +2,7 @@
 //! connections, one pool per I/O thread.
 //!
 //! Two kinds of connection, each with its own pool:
-//! - **Native** ([`crate::h1`]), for a request without a body (most of
+//! - **Native** ([`crate::proxy::h1`]), for a request without a body (most of
 //!   them: page views, assets, API reads) that is not an upgrade: the
 //!   downstream connection's task writes the request and reads the answer
 //!   itself, and the response body it hands on reads from the connection as
@@ -49,7 +49,7 @@ use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::h1::{self, Chunked, Decoded, Framing, Parsed, WireError};
+use crate::proxy::h1::{self, Chunked, Decoded, Framing, Parsed, WireError};
 
 /// Why a request got no response from the origin.
 #[derive(Debug, thiserror::Error)]

@@ -64,9 +64,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sluice_admission::{QueueBackend, QueueStore};
 
+use crate::app::telemetry::Telemetry;
 use crate::config::ConfigError;
-use crate::rooms::Room;
-use crate::telemetry::Telemetry;
+use crate::gate::rooms::Room;
 
 /// Increases only while the window's p99 is below this share of the
 /// objective.

@@ -37,7 +37,10 @@
 //!   checked after the admission token and before the body or the store.
 //!   Replays of an `Idempotency-Key` count and are refused too: a replay
 //!   costs the store what a hold costs, and its answer is the same after
-//!   the wait ([`crate::hold_limit`]).
+//!   the wait ([`crate::reserve::hold_limit`]).
+
+pub mod events;
+pub mod hold_limit;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -55,9 +58,9 @@ use sluice_reservation::{
 };
 use subtle::ConstantTimeEq;
 
+use crate::app::problem::Problem;
 use crate::app::{AppState, JsonBody, now_s};
-use crate::client_ip::ClientInfo;
-use crate::problem::Problem;
+use crate::edge::client_ip::ClientInfo;
 use crate::visitor;
 
 /// How far a webhook timestamp may be from now.
@@ -596,7 +599,7 @@ async fn admin_get_event(
 async fn admin_put_event(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    client: Option<axum::Extension<crate::client_ip::ClientInfo>>,
+    client: Option<axum::Extension<crate::edge::client_ip::ClientInfo>>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, Problem> {
@@ -691,7 +694,7 @@ async fn admin_put_event(
     state.events().upsert(&id, &room, state_now);
     let after = event_admin_json(&state, &id).await?;
     // Who (a fingerprint of the token, the client address), what, before, after.
-    let who = crate::dashboard::audit_who(&headers, client.as_ref().map(|c| &c.0));
+    let who = crate::admin::dashboard::audit_who(&headers, client.as_ref().map(|c| &c.0));
     tracing::info!(target: "audit", who = %who, event = %id, change = %body, before = %before, after = %after, "event stock set");
     Ok((status, axum::Json(after)).into_response())
 }

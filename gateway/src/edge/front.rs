@@ -43,7 +43,7 @@ use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::watch::ConnWatch;
+use crate::edge::watch::ConnWatch;
 
 /// At most this many header fields in a head read here (hyper's default);
 /// a head with more goes to hyper, which applies `limits.max_headers`.
@@ -143,7 +143,7 @@ async fn read_more<S: AsyncRead + Unpin>(
         if stop() {
             return Poll::Ready(false);
         }
-        crate::h1::reserve(buf, 4096);
+        crate::proxy::h1::reserve(buf, 4096);
         match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buf) {
             Poll::Ready(Ok(0) | Err(_)) => Poll::Ready(false),
             Poll::Ready(Ok(_)) => Poll::Ready(true),
@@ -361,7 +361,7 @@ async fn write_response<S: AsyncWrite + Unpin>(
             wants_chunked = true;
             continue;
         } else if name == header::CONNECTION {
-            says_close |= crate::h1::has_token(value, "close");
+            says_close |= crate::proxy::h1::has_token(value, "close");
         } else if name == header::DATE {
             wrote_date = true;
         }
