@@ -44,8 +44,9 @@
 //! - [`bucket`]: the pure token bucket over seqs, in integer units.
 //! - [`room`]: one room's whole state machine: bucket, claim bitmap,
 //!   advance batches (no-show refunds), sessions.
-//! - [`store`]: the [`QueueStore`] trait, its values ([`Snapshot`],
-//!   [`JoinOutcome`], [`ClaimOutcome`]) and the [`QueueBackend`] enum.
+//! - [`store`]: the [`QueueStore`] trait and its values ([`Snapshot`],
+//!   [`JoinOutcome`], [`ClaimOutcome`], [`AdmitOutcome`]).
+//! - [`backend`]: the [`QueueBackend`] enum a gateway runs on.
 //! - [`memory`]: [`MemoryQueueStore`], the reference semantics, usable in
 //!   virtual time.
 //! - [`redis_store`]: [`RedisQueueStore`], the Lua port of [`room`] (the
@@ -75,6 +76,7 @@
 //! - Many gateways calling `advance` at once split the elapsed time: the
 //!   result is that of one caller.
 
+pub mod backend;
 pub mod bucket;
 pub mod clock;
 #[cfg(feature = "test-util")]
@@ -90,6 +92,7 @@ pub mod sim;
 pub mod store;
 pub mod tokens;
 
+pub use backend::QueueBackend;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AdmissionError, validate_room_id};
 pub use memory::MemoryQueueStore;
@@ -99,9 +102,8 @@ pub use redis_store::{RedisConfig, RedisQueueStore};
 pub use settings::{
     AdaptiveState, InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active,
 };
-pub use store::{
-    AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueBackend, QueueStore, Snapshot,
-};
+pub use store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Snapshot};
 pub use tokens::{
-    AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id, unix_now_s,
+    AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id, session_of,
+    unix_now_s,
 };

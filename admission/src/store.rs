@@ -1,5 +1,6 @@
 //! The `QueueStore` trait: the atomic operations of a room's queue, and the
-//! values they return. `memory.rs` is the reference semantics; `redis.rs`
+//! values they return (the backends and the enum that picks one are below
+//! it: `memory`, `redis_store`, `backend`). `memory.rs` is the reference semantics; `redis.rs`
 //! runs the same rules as Lua scripts; `conformance` holds them to one suite.
 
 use std::future::Future;
@@ -8,9 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::AdmissionError;
-use crate::memory::MemoryQueueStore;
 use crate::prequeue::PrequeueDraw;
-use crate::redis_store::RedisQueueStore;
 use crate::settings::RoomSettings;
 
 /// Result of the store operations.
@@ -342,110 +341,4 @@ pub trait QueueStore: Send + Sync {
         holder: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool>> + Send;
-}
-
-/// The store a gateway runs on, chosen at start-up.
-#[derive(Clone)]
-pub enum QueueBackend {
-    /// One process, no Redis.
-    Memory(MemoryQueueStore),
-    /// Many gateways sharing Redis (standalone or cluster).
-    Redis(RedisQueueStore),
-}
-
-impl From<MemoryQueueStore> for QueueBackend {
-    fn from(s: MemoryQueueStore) -> Self {
-        QueueBackend::Memory(s)
-    }
-}
-
-impl From<RedisQueueStore> for QueueBackend {
-    fn from(s: RedisQueueStore) -> Self {
-        QueueBackend::Redis(s)
-    }
-}
-
-macro_rules! delegate {
-    ($self:ident, $s:ident => $e:expr) => {
-        match $self {
-            QueueBackend::Memory($s) => $e.await,
-            QueueBackend::Redis($s) => $e.await,
-        }
-    };
-}
-
-impl QueueStore for QueueBackend {
-    async fn configure(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
-        delegate!(self, s => s.configure(room, settings))
-    }
-    async fn recover(
-        &self,
-        room: &str,
-        settings: &RoomSettings,
-        floors: Floors,
-    ) -> Result<Snapshot> {
-        delegate!(self, s => s.recover(room, settings, floors))
-    }
-    async fn settings(&self, room: &str) -> Result<Option<RoomSettings>> {
-        delegate!(self, s => s.settings(room))
-    }
-    async fn update_settings(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
-        delegate!(self, s => s.update_settings(room, settings))
-    }
-    async fn passthrough(&self, room: &str) -> Result<Option<JoinOutcome>> {
-        delegate!(self, s => s.passthrough(room))
-    }
-    async fn reseat(
-        &self,
-        room: &str,
-        old_epoch: u64,
-        old_seq: u64,
-        ttl: Duration,
-    ) -> Result<JoinOutcome> {
-        delegate!(self, s => s.reseat(room, old_epoch, old_seq, ttl))
-    }
-    async fn admit(
-        &self,
-        room: &str,
-        place: u64,
-        session_id: &str,
-        ttl: Duration,
-    ) -> Result<AdmitOutcome> {
-        delegate!(self, s => s.admit(room, place, session_id, ttl))
-    }
-    async fn ended_since(
-        &self,
-        room: &str,
-        since_ms: u64,
-        limit: usize,
-    ) -> Result<Vec<(String, u64)>> {
-        delegate!(self, s => s.ended_since(room, since_ms, limit))
-    }
-    async fn join(&self, room: &str) -> Result<JoinOutcome> {
-        delegate!(self, s => s.join(room))
-    }
-    async fn advance(&self, room: &str) -> Result<Snapshot> {
-        delegate!(self, s => s.advance(room))
-    }
-    async fn snapshot(&self, room: &str) -> Result<Snapshot> {
-        delegate!(self, s => s.snapshot(room))
-    }
-    async fn claim(&self, room: &str, seq: u64) -> Result<ClaimOutcome> {
-        delegate!(self, s => s.claim(room, seq))
-    }
-    async fn session_start(&self, room: &str, session_id: &str, ttl: Duration) -> Result<u64> {
-        delegate!(self, s => s.session_start(room, session_id, ttl))
-    }
-    async fn session_touch(&self, room: &str, session_id: &str, ttl: Duration) -> Result<bool> {
-        delegate!(self, s => s.session_touch(room, session_id, ttl))
-    }
-    async fn session_end(&self, room: &str, session_id: &str) -> Result<bool> {
-        delegate!(self, s => s.session_end(room, session_id))
-    }
-    async fn reseed(&self, room: &str, min_tail: u64, min_frontier: u64) -> Result<Snapshot> {
-        delegate!(self, s => s.reseed(room, min_tail, min_frontier))
-    }
-    async fn lease(&self, room: &str, holder: &str, ttl: Duration) -> Result<bool> {
-        delegate!(self, s => s.lease(room, holder, ttl))
-    }
 }

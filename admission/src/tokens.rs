@@ -112,6 +112,14 @@ fn random_b64(n: usize) -> String {
     URL_SAFE_NO_PAD.encode(buf)
 }
 
+/// The session of the place `seq` of `epoch` (`epoch.seq`): one place, one
+/// session, so however often (and from however many tabs) a place is
+/// claimed, its admission tokens name the same session and count once
+/// against `max_active`.
+pub fn session_of(epoch: u64, seq: u64) -> String {
+    format!("{epoch}.{seq}")
+}
+
 /// A fresh visitor id: 128 random bits, base64url (22 characters).
 pub fn new_visitor_id() -> String {
     random_b64(16)

@@ -100,7 +100,7 @@ fn the_grafana_dashboard_queries_documented_metrics() {
     let text = std::fs::read_to_string(deploy().join("grafana/sluice.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let telemetry =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry.rs"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/app/telemetry.rs"))
             .unwrap();
     for panel in v["panels"].as_array().unwrap() {
         for t in panel["targets"].as_array().unwrap() {

@@ -256,7 +256,7 @@ async fn an_operator_template_and_colour_restyle_the_page() {
                 difficulty_ceiling_bits: 6,
                 attack_min_solve: Duration::ZERO,
                 join_limit_per_prefix_per_min: 0,
-                page: sluice_gateway::visitor::page::PageConfig {
+                page: sluice_gateway::visitor::template::PageConfig {
                     brand_name: Some("Acme <Tix> & Co".into()),
                     accent_color: Some("#aa3300".into()),
                     template_dir: Some(template_dir),

@@ -19,7 +19,7 @@ use http::Method;
 use serde_json::{Value, json};
 use sha2::Sha256;
 use sluice_admission::{AdmitClaims, Keyring, QueueClaims};
-use sluice_gateway::app::ADMIN_FAILURES_PER_MIN;
+use sluice_gateway::admin::ADMIN_FAILURES_PER_MIN;
 use sluice_gateway::config::RoomConfig;
 use sluice_tests::client::{Answer, TestClient, body, raw, statuses};
 use sluice_tests::origin::TestOrigin;

@@ -20,26 +20,11 @@ use serde_json::{Map, Value, json};
 use sluice_admission::RoomPatch;
 use sluice_admission::sim::{self, Arrivals, SimConfig};
 
-use crate::app::AppState;
 use crate::app::problem::Problem;
+use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
 
 const PAGE: &str = include_str!("../../../static/admin.html");
-
-/// The dashboard's files, served by [`crate::visitor::page::static_file`] beside
-/// the waiting page's: name, content type, text.
-pub const FILES: &[(&str, &str, &str)] = &[
-    (
-        "admin.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../../../static/admin.js"),
-    ),
-    (
-        "admin.css",
-        "text/css; charset=utf-8",
-        include_str!("../../../static/admin.css"),
-    ),
-];
 
 /// Longest line the what-if simulates as is.
 pub const WHATIF_MAX_VISITORS: u64 = 20_000;

@@ -10,8 +10,6 @@ use std::net::{IpAddr, SocketAddr};
 use http::HeaderMap;
 use ipnet::IpNet;
 
-use crate::config::canonical_ip;
-
 /// The resolved downstream client of one request, stored in the request's
 /// extensions by the server before any handler runs.
 #[derive(Clone, Debug)]
@@ -92,6 +90,17 @@ fn parse_forwarded_ip(s: &str) -> Option<IpAddr> {
     s.strip_prefix('[')
         .and_then(|r| r.split(']').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// Maps an IPv4-mapped IPv6 address to its IPv4 form.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,9 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
-use crate::app::{self, AppState, REQUEST_ID};
+use crate::app;
+use crate::app::request_id::{REQUEST_ID, RequestIds, panic_response};
+use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
 use crate::edge::watch::ConnWatch;
 
@@ -90,7 +92,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let config = state.config().clone();
     // Request ids come from one counter, whichever way a request goes.
-    let ids = crate::app::RequestIds::default();
+    let ids = RequestIds::default();
     let router: Router = app::build_with_ids(state.clone(), ids.clone());
     // The HTTP version is known from the first bytes (`first_bytes_within`),
     // so each connection goes straight to its protocol's builder: no
@@ -136,7 +138,7 @@ pub async fn serve(
     // Dropped: the I/O threads' event loops end, and every connection
     // still open with them.
     let (close, closed) = tokio::sync::watch::channel(());
-    let threads = (0..io_threads(config.server.io_threads))
+    let threads = (0..config.server.threads())
         .map(|i| IoThread::start(i, shared.clone(), closed.clone()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     drop(closed);
@@ -193,19 +195,11 @@ pub async fn serve(
     Ok(())
 }
 
-/// The threads that serve connections: `0` asks for one per core.
-pub(crate) fn io_threads(configured: usize) -> usize {
-    match configured {
-        0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-        n => n,
-    }
-}
-
 /// What every connection of one gateway shares.
 struct Shared {
     state: AppState,
     router: Router,
-    ids: crate::app::RequestIds,
+    ids: RequestIds,
     http1: hyper::server::conn::http1::Builder,
     http2: hyper::server::conn::http2::Builder<TokioExecutor>,
     drain: Drain,
@@ -542,7 +536,7 @@ impl http_body::Body for ResponseBody {
 struct ConnCtx {
     st: AppState,
     router: Router,
-    ids: crate::app::RequestIds,
+    ids: RequestIds,
     trusted: Arc<Vec<ipnet::IpNet>>,
     peer: SocketAddr,
     /// The peer's address as a header value, made once.
@@ -599,7 +593,7 @@ fn answer(
             let mut res = std::panic::AssertUnwindSafe(forward)
                 .catch_unwind()
                 .await
-                .unwrap_or_else(crate::app::panic_response);
+                .unwrap_or_else(panic_response);
             res.headers_mut().insert(REQUEST_ID, id);
             res
         }))

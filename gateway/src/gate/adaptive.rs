@@ -58,15 +58,13 @@
 //! switches it on or off live.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use sluice_admission::{QueueBackend, QueueStore};
 
 use crate::app::telemetry::Telemetry;
-use crate::config::ConfigError;
+pub use crate::config::adaptive::{AdaptiveConfig, bounds};
 use crate::gate::rooms::Room;
+pub use crate::gate::window::{Window, WindowSummary};
 
 /// Increases only while the window's p99 is below this share of the
 /// objective.
@@ -84,199 +82,6 @@ pub const FAST_STEP: f64 = 0.1;
 /// A window with fewer than `min_samples` requests stretches over up to
 /// this many intervals before a decision.
 pub const MAX_STRETCH: u32 = 10;
-
-/// `[rooms.adaptive]`: adaptive admission of one room. Off by default.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AdaptiveConfig {
-    /// Steer the rate from the origin's latency and errors (switchable live
-    /// through the admin API's `adaptive_enabled`).
-    pub enabled: bool,
-    /// The latency objective: the origin's p99, in milliseconds.
-    pub latency_p99_ms: f64,
-    /// The most upstream requests that may fail (5xx, unreachable, timeout),
-    /// as a share in [0, 1].
-    pub max_error_ratio: f64,
-    /// Never below this rate (admissions/s).
-    pub floor_rate: f64,
-    /// Never above this rate (nor above the capacity-derived rate when
-    /// `capacity_rps` is set).
-    pub ceiling_rate: f64,
-    /// On a breach the rate is multiplied by this, in (0, 1).
-    pub decrease_factor: f64,
-    /// While healthy and used, the rate grows by this much per interval.
-    pub increase_step: f64,
-    /// How often the steering gateway decides (its window's length).
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
-    /// How long an operator's manual rate overrides adaptation.
-    #[serde(rename = "override", with = "humantime_serde")]
-    pub override_for: Duration,
-    /// Fewer upstream requests than this in a window: hold (too little to
-    /// tell).
-    pub min_samples: u64,
-}
-
-impl Default for AdaptiveConfig {
-    fn default() -> Self {
-        AdaptiveConfig {
-            enabled: false,
-            latency_p99_ms: 500.0,
-            max_error_ratio: 0.01,
-            floor_rate: 1.0,
-            ceiling_rate: 1_000.0,
-            decrease_factor: 0.7,
-            increase_step: 2.0,
-            interval: Duration::from_secs(2),
-            override_for: Duration::from_secs(600),
-            min_samples: 20,
-        }
-    }
-}
-
-impl AdaptiveConfig {
-    /// Checks every field; `field` is where it sits (`rooms[0].adaptive`).
-    pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
-        let bad =
-            |name: &str, reason: &str| ConfigError::invalid(format!("{field}.{name}"), reason);
-        let pos = |v: f64| v.is_finite() && v > 0.0;
-        if !(pos(self.latency_p99_ms) && self.latency_p99_ms <= 3_600_000.0) {
-            return Err(bad("latency_p99_ms", "must be a number of ms > 0"));
-        }
-        if !(self.max_error_ratio.is_finite() && (0.0..=1.0).contains(&self.max_error_ratio)) {
-            return Err(bad("max_error_ratio", "must be in [0, 1]"));
-        }
-        if !(self.floor_rate.is_finite() && self.floor_rate >= 0.0) {
-            return Err(bad("floor_rate", "must be a number ≥ 0"));
-        }
-        if !(pos(self.ceiling_rate)
-            && self.ceiling_rate >= self.floor_rate
-            && self.ceiling_rate <= sluice_admission::settings::MAX_RATE_PER_SEC)
-        {
-            return Err(bad(
-                "ceiling_rate",
-                "must be > 0, at least floor_rate and at most 1000000",
-            ));
-        }
-        if !(self.decrease_factor.is_finite()
-            && self.decrease_factor > 0.0
-            && self.decrease_factor < 1.0)
-        {
-            return Err(bad("decrease_factor", "must be in (0, 1)"));
-        }
-        if !(self.increase_step.is_finite() && self.increase_step >= 0.0) {
-            return Err(bad("increase_step", "must be a number ≥ 0"));
-        }
-        if self.interval < Duration::from_millis(100) || self.interval > Duration::from_secs(3600) {
-            return Err(bad("interval", "must be between 100ms and 1h"));
-        }
-        if self.override_for > Duration::from_secs(7 * 86_400) {
-            return Err(bad("override", "must be at most 7 days"));
-        }
-        Ok(())
-    }
-}
-
-// === the window ===
-
-/// Buckets of the latency histogram: bucket `i ≥ 1` holds latencies up to
-/// `1.1^i` ms (about 10% wide), bucket 0 those under 1 ms; the last one
-/// everything above ~3 minutes.
-const BUCKETS: usize = 128;
-const GROWTH: f64 = 1.1;
-
-/// The upper bound of bucket `i`, in ms.
-fn bucket_upper_ms(i: usize) -> f64 {
-    GROWTH.powi(i as i32)
-}
-
-fn bucket_of(ms: f64) -> usize {
-    if ms.is_nan() || ms <= 1.0 {
-        return 0;
-    }
-    ((ms.ln() / GROWTH.ln()).ceil() as usize).min(BUCKETS - 1)
-}
-
-/// One room's upstream requests since the last drain: a latency histogram
-/// and an error count, all atomics (the proxy path takes no lock).
-pub struct Window {
-    buckets: [AtomicU64; BUCKETS],
-    errors: AtomicU64,
-}
-
-impl Default for Window {
-    fn default() -> Self {
-        Window {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            errors: AtomicU64::new(0),
-        }
-    }
-}
-
-/// What a window saw.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct WindowSummary {
-    /// Upstream requests.
-    pub requests: u64,
-    /// Of which failed.
-    pub errors: u64,
-    /// The 99th percentile latency, ms (to the bucket's upper bound, so at
-    /// most ~10% high); `None` with no request.
-    pub p99_ms: Option<f64>,
-}
-
-impl WindowSummary {
-    /// `errors / requests` (`None` with no request).
-    pub fn error_ratio(&self) -> Option<f64> {
-        (self.requests > 0).then(|| self.errors as f64 / self.requests as f64)
-    }
-}
-
-impl Window {
-    /// Records one upstream request.
-    pub fn record(&self, latency: Duration, failed: bool) {
-        let ms = latency.as_secs_f64() * 1000.0;
-        self.buckets[bucket_of(ms)].fetch_add(1, Ordering::Relaxed);
-        if failed {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Requests recorded since the last drain.
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
-    }
-
-    /// Takes what was recorded since the last drain (and starts a new
-    /// window). Requests recorded while it drains land in one window or the
-    /// next, never in none or both.
-    pub fn drain(&self) -> WindowSummary {
-        let counts: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|b| b.swap(0, Ordering::Relaxed))
-            .collect();
-        let errors = self.errors.swap(0, Ordering::Relaxed);
-        let requests: u64 = counts.iter().sum();
-        let p99_ms = (requests > 0).then(|| {
-            // the smallest bucket holding the 99th percentile request
-            let rank = (requests as f64 * 0.99).ceil().max(1.0) as u64;
-            let mut seen = 0;
-            for (i, c) in counts.iter().enumerate() {
-                seen += c;
-                if seen >= rank {
-                    return bucket_upper_ms(i);
-                }
-            }
-            bucket_upper_ms(BUCKETS - 1)
-        });
-        WindowSummary {
-            requests,
-            errors: errors.min(requests),
-            p99_ms,
-        }
-    }
-}
 
 // === the controller ===
 
@@ -341,16 +146,6 @@ impl Mode {
             Mode::Off => "off",
         }
     }
-}
-
-/// The range the rate must stay in: `[min(floor, ceiling), ceiling]` with
-/// the ceiling lowered to the capacity-derived rate.
-pub fn bounds(cfg: &AdaptiveConfig, capacity_rate: Option<f64>) -> (f64, f64) {
-    let hi = match capacity_rate {
-        Some(c) if c.is_finite() && c >= 0.0 => cfg.ceiling_rate.min(c),
-        _ => cfg.ceiling_rate,
-    };
-    (cfg.floor_rate.min(hi), hi)
 }
 
 /// One decision of the AIMD controller (see the module docs). Pure.
@@ -645,6 +440,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn cfg() -> AdaptiveConfig {
         AdaptiveConfig {

@@ -26,6 +26,7 @@ pub mod adaptive;
 pub mod cookies;
 pub mod rooms;
 pub mod schedule;
+pub mod window;
 
 use std::sync::Arc;
 
@@ -34,7 +35,8 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use sluice_admission::{AdmitClaims, QueueStore, new_visitor_id};
 
-use crate::app::{AppState, now_s};
+use crate::app::clock::now_s;
+use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
 
 use crate::app::problem::Problem;
@@ -147,7 +149,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             Ok(Some(o)) => {
                 let sub = new_visitor_id();
                 state
-                    .start_session(&room, &visitor::session_of(o.epoch, o.seq))
+                    .start_session(&room, &sluice_admission::session_of(o.epoch, o.seq))
                     .await;
                 match state.issue_admission(&room, &sub, Some(o.seq), o.epoch, &client) {
                     Ok((token, _)) => {

@@ -34,7 +34,8 @@ use sluice_pow::{DifficultyPolicy, NetPrefix};
 
 use crate::app::problem::Problem;
 use crate::app::telemetry::Telemetry;
-use crate::config::{Config, FailurePolicy, RoomConfig, canonical_ip};
+use crate::config::{Config, FailurePolicy, RoomConfig};
+use crate::edge::client_ip::canonical_ip;
 
 /// How often each gateway advances every room's bucket and refreshes its
 /// snapshot.
@@ -70,7 +71,7 @@ pub struct Room {
     seen_draw: ArcSwap<Option<PrequeueDraw>>,
     /// The origin's latency and errors on this room's traffic since the
     /// last adaptive decision.
-    window: crate::gate::adaptive::Window,
+    window: crate::gate::window::Window,
     /// This gateway holds the room's steering lease.
     steering: AtomicBool,
     /// Sessions ended by a revoke (through any gateway): session id → when
@@ -136,7 +137,7 @@ impl Room {
             difficulty,
             join_limit_per_min: AtomicU32::new(limit),
             limiter: ArcSwap::from_pointee(limiter(limit)),
-            window: crate::gate::adaptive::Window::default(),
+            window: crate::gate::window::Window::default(),
             steering: AtomicBool::new(false),
             ended: Mutex::new(HashMap::new()),
             ended_read: Mutex::new((0, 0)),
@@ -174,7 +175,7 @@ impl Room {
     }
 
     /// The room's upstream window (adaptive admission).
-    pub fn window(&self) -> &crate::gate::adaptive::Window {
+    pub fn window(&self) -> &crate::gate::window::Window {
         &self.window
     }
 
@@ -1128,7 +1129,7 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
 fn adaptive_view(room: &Room, settings: &RoomSettings, now_ms: u64) -> Value {
     let cfg = &room.config.adaptive;
     let a = &settings.adaptive;
-    let (floor, ceiling) = crate::gate::adaptive::bounds(cfg, settings.capacity_rate());
+    let (floor, ceiling) = crate::config::adaptive::bounds(cfg, settings.capacity_rate());
     let overridden = a.enabled && a.override_until_ms > now_ms;
     let mode = if !a.enabled {
         "off"
@@ -1182,7 +1183,7 @@ pub async fn admin_patch(
                 Value::String(t) => {
                     let ms = crate::gate::schedule::parse_rfc3339_ms(t)
                         .map_err(|e| Problem::invalid_setting(k, e))?;
-                    if ms <= crate::app::now_ms() {
+                    if ms <= crate::app::clock::now_ms() {
                         return Err(Problem::invalid_setting(k, "must be in the future"));
                     }
                     Some(ms)
@@ -1280,7 +1281,7 @@ pub async fn admin_patch(
             let secs = override_secs.unwrap_or(room.config.adaptive.override_for.as_secs());
             // the store's clock (one tick old), which the steering gateway reads
             let now = match room.snapshot().store_now_ms {
-                0 => crate::app::now_ms(),
+                0 => crate::app::clock::now_ms(),
                 t => t,
             };
             settings.adaptive.override_until_ms = if secs == 0 { 0 } else { now + secs * 1000 };

@@ -208,7 +208,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Wir
         }
         // Hop-by-hop fields end here: they describe this connection, not
         // the answer the client gets.
-        if !crate::proxy::is_hop_by_hop(name.as_str()) {
+        if !crate::proxy::headers::is_hop_by_hop(name.as_str()) {
             headers.append(name, value);
         }
     }
@@ -328,7 +328,7 @@ pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {
 
 /// The header names a `Connection` value lists, but for `keep-alive` and
 /// `upgrade`, hop-by-hop names that go anyway (`close` is kept: a field of
-/// that name goes too, as in [`crate::proxy::strip_hop_by_hop`]).
+/// that name goes too, as in [`crate::proxy::headers::strip_hop_by_hop`]).
 fn connection_names(value: &HeaderValue) -> impl Iterator<Item = HeaderName> + '_ {
     value
         .to_str()

@@ -27,6 +27,7 @@
 //!   never reported as the origin's.
 
 pub mod h1;
+pub mod headers;
 pub mod upstream;
 
 use std::net::IpAddr;
@@ -43,6 +44,7 @@ use crate::app::telemetry::Telemetry;
 use crate::config::{ProxyConfig, Timeouts};
 use crate::edge::client_ip::ClientInfo;
 use crate::edge::watch::ConnWatch;
+use crate::proxy::headers::{is_hop_by_hop, strip_headers, strip_hop_by_hop};
 use crate::proxy::upstream::{Upstream, UpstreamError};
 
 /// The origin's response head did not come within
@@ -514,7 +516,7 @@ async fn tunnel(
                     return;
                 }
                 if let Some(b) = &bound {
-                    if crate::app::now_s() >= b.expires_at_s {
+                    if crate::app::clock::now_s() >= b.expires_at_s {
                         tracing::debug!("tunnel closed: its admission expired");
                         return;
                     }
@@ -594,90 +596,10 @@ impl<T: tokio::io::AsyncWrite> tokio::io::AsyncWrite for Activity<T> {
     }
 }
 
-/// Headers that describe one hop, never the message (RFC 9110 §7.6.1),
-/// besides every `Proxy-*` header.
-pub(crate) fn is_hop_by_hop(name: &str) -> bool {
-    // By first letter first: most names are none of these, and say so at
-    // their first byte or their length.
-    match name.as_bytes().first() {
-        Some(b'c') => name == "connection",
-        Some(b'k') => name == "keep-alive",
-        Some(b't') => matches!(name, "te" | "trailer" | "transfer-encoding"),
-        Some(b'u') => name == "upgrade",
-        Some(b'p') => name.starts_with("proxy-"),
-        // h2c's upgrade settings (RFC 9113 §3.2 of 7540): one connection's
-        Some(b'h') => name == "http2-settings",
-        _ => false,
-    }
-}
-
 const SLUICE_COMMAND: HeaderName = HeaderName::from_static("sluice-command");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// Removes `Connection`, every header it names, the fixed hop-by-hop set and
-/// every `Proxy-*` header.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    strip_headers(headers, false);
-}
-
-/// Removes every `Sluice-*` header (a client may not speak for the gateway).
-pub fn strip_sluice(headers: &mut HeaderMap) {
-    strip(headers, |name| name.starts_with("sluice-"));
-}
-
-/// [`strip_hop_by_hop`], and with `sluice` [`strip_sluice`] too, in one
-/// look at each name: the usual message has none of them and costs no more
-/// than that look.
-fn strip_headers(headers: &mut HeaderMap, sluice: bool) {
-    strip(headers, |name| {
-        is_hop_by_hop(name)
-            || (sluice && name.as_bytes().first() == Some(&b's') && name.starts_with("sluice-"))
-    });
-}
-
-/// Removes each header whose (lowercase) name `doomed` picks, and, when
-/// `Connection` is among them, every header that `Connection` names.
-fn strip(headers: &mut HeaderMap, doomed: impl Fn(&str) -> bool) {
-    let mut gone: Vec<HeaderName> = Vec::new();
-    for name in headers.keys() {
-        if doomed(name.as_str()) {
-            gone.push(name.clone());
-        }
-    }
-    if gone.is_empty() {
-        return;
-    }
-    // `Connection: keep-alive` (or `upgrade`) alone, the usual value, names
-    // no header that is not going already.
-    let plain = |v: &HeaderValue| {
-        let v = v.as_bytes();
-        v.eq_ignore_ascii_case(b"keep-alive") || v.eq_ignore_ascii_case(b"upgrade")
-    };
-    if gone.contains(&header::CONNECTION) && !headers.get_all(header::CONNECTION).iter().all(plain)
-    {
-        // The names `Connection` lists, but for the hop-by-hop ones already
-        // going (`keep-alive` and `upgrade` are the usual ones; `close`
-        // names a header too, if one came with that name).
-        gone.extend(
-            headers
-                .get_all(header::CONNECTION)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(str::trim)
-                .filter(|t| {
-                    !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("upgrade")
-                })
-                .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-                .filter(|name| !doomed(name.as_str())),
-        );
-    }
-    for name in gone {
-        headers.remove(name);
-    }
-}
 
 /// Writes `ip` as text: IPv4 by hand (the proxied path writes the client's
 /// address into two headers per request; `core::fmt` costs several times
@@ -921,6 +843,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::proxy::headers::strip_sluice;
 
     #[test]
     fn hop_by_hop_and_named_headers_go() {

@@ -870,7 +870,7 @@ mod tests {
         };
         // What reaches the client: the proxy strips hop-by-hop fields from
         // hyper's answers; native answers come without them.
-        crate::proxy::strip_hop_by_hop(res.headers_mut());
+        crate::proxy::headers::strip_hop_by_hop(res.headers_mut());
         let status = res.status().as_u16();
         let list = |h: &http::HeaderMap| {
             let mut v: Vec<(String, String)> = h

@@ -58,8 +58,10 @@ use sluice_reservation::{
 };
 use subtle::ConstantTimeEq;
 
+use crate::app::clock::now_s;
+use crate::app::extract::JsonBody;
 use crate::app::problem::Problem;
-use crate::app::{AppState, JsonBody, now_s};
+use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
 use crate::visitor;
 

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 
-use crate::app::AppState;
+use crate::app::state::AppState;
 use crate::config::{Config, ConfigError, EXIT_CONFIG, LogFormat};
 use crate::edge::server;
 use crate::tools::demo_origin;
@@ -230,40 +230,6 @@ pub fn main() -> ExitCode {
                 }
             }
         }
-    }
-}
-
-/// Exit status of bad flags or input (as a bad config).
-pub(crate) const EXIT_USAGE: u8 = 64;
-
-/// A subcommand's failure, with the exit status it maps to.
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub code: u8,
-    pub message: String,
-}
-
-impl Failure {
-    /// Prints `sluice: COMMAND: message` and answers the exit status.
-    pub(crate) fn exit(self, command: &str) -> ExitCode {
-        eprintln!("sluice: {command}: {}", self.message);
-        ExitCode::from(self.code)
-    }
-}
-
-/// Bad flags or input (exit 64).
-pub(crate) fn usage(message: impl Into<String>) -> Failure {
-    Failure {
-        code: EXIT_USAGE,
-        message: message.into(),
-    }
-}
-
-/// The run itself failed (exit 1).
-pub(crate) fn failure(message: impl Into<String>) -> Failure {
-    Failure {
-        code: 1,
-        message: message.into(),
     }
 }
 

@@ -47,7 +47,7 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
 use crate::reserve::sign_webhook;
-use crate::visitor::page::html_escape;
+use crate::visitor::template::html_escape;
 
 /// The policy of the shop's pages: its own files only, no inline code.
 const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -323,7 +323,11 @@ async fn pay(
         "outcome": outcome,
     })
     .to_string();
-    let signature = sign_webhook(secret.as_bytes(), crate::app::now_s(), body.as_bytes());
+    let signature = sign_webhook(
+        secret.as_bytes(),
+        crate::app::clock::now_s(),
+        body.as_bytes(),
+    );
     match shop
         .signed_post("/_sluice/webhooks/payment", &signature, body)
         .await

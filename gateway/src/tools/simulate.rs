@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use sluice_admission::RoomSettings;
 use sluice_admission::sim::{self, Arrivals, Dist, SecondRow, SimConfig, SimReport};
 
-use crate::tools::cli::{Failure, failure, usage};
+use crate::tools::{Failure, failure, usage};
 
 /// When the simulated visitors arrive (`--arrivals`).
 #[derive(Clone, Debug, PartialEq)]

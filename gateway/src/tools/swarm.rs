@@ -81,7 +81,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
 use serde_json::{Map, Value, json};
 
-use crate::tools::cli::{Failure, failure, usage};
+use crate::tools::{Failure, failure, usage};
 
 /// Exit status when the run shows overselling or a broken limit (2 is
 /// clap's for a flag it cannot parse).
@@ -1623,7 +1623,7 @@ mod tests {
             "http://[::1]:9"
         );
         let e = check_target("http://192.0.2.1:8080", false).unwrap_err();
-        assert_eq!(e.code, crate::tools::cli::EXIT_USAGE);
+        assert_eq!(e.code, crate::tools::EXIT_USAGE);
         assert!(e.message.contains("--allow-remote"), "{}", e.message);
         assert!(check_target("http://192.0.2.1:8080", true).is_ok());
         assert!(check_target("https://127.0.0.1", false).is_err());

@@ -7,6 +7,7 @@
 //! when its place comes up (the claim).
 
 pub mod page;
+pub mod template;
 
 use std::sync::Arc;
 
@@ -20,8 +21,10 @@ use sluice_admission::{
 };
 use sluice_pow::{PowError, Redemption, ReplayStore, network_prefix};
 
+use crate::app::clock::{now_ms, now_s};
+use crate::app::extract::JsonBody;
 use crate::app::problem::Problem;
-use crate::app::{AppState, JsonBody, now_ms, now_s};
+use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
 use crate::gate::cookies;
 use crate::gate::rooms::{self, Room};
@@ -187,7 +190,10 @@ pub async fn join(
         // passthrough: nobody waits and credit remains; the join claimed
         // the place, its session starts here
         state
-            .start_session(room, &session_of(outcome.epoch, outcome.seq))
+            .start_session(
+                room,
+                &sluice_admission::session_of(outcome.epoch, outcome.seq),
+            )
             .await;
         return admit(
             &state,
@@ -251,14 +257,6 @@ pub async fn join(
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
-}
-
-/// The session of the place `seq` of `epoch`: one place, one session, so
-/// however often (and from however many tabs) a place is claimed, its
-/// admission tokens name the same session and count once against
-/// `max_active`.
-pub fn session_of(epoch: u64, seq: u64) -> String {
-    format!("{epoch}.{seq}")
 }
 
 /// The queue token a request carries for `room` (bearer first, then the
@@ -455,7 +453,7 @@ async fn status_answer(
         return Ok(Some(with_token(no_store(axum::Json(body).into_response()))));
     }
     if let Some(place) = place.filter(|_| admitted) {
-        let sid = session_of(claims.epoch, claims.seq);
+        let sid = sluice_admission::session_of(claims.epoch, claims.seq);
         if room.is_ended(&sid) {
             return Ok(None);
         }

@@ -7,53 +7,18 @@
 //! (`EX_USAGE`), before anything listens.
 
 use std::net::{IpAddr, SocketAddr};
+
+use crate::edge::client_ip::canonical_ip;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-/// Exit status of a configuration error (`EX_USAGE` of sysexits.h).
-pub const EXIT_CONFIG: i32 = 64;
+pub mod adaptive;
+pub mod error;
 
-/// A configuration problem, one line, naming the offending setting.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        /// The path given.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML or does not match the schema (unknown key,
-    /// wrong type, bad duration).
-    #[error("invalid config file {path}: {message}")]
-    Parse {
-        /// The path given.
-        path: PathBuf,
-        /// The parser's message, folded to one line.
-        message: String,
-    },
-    /// A value is out of range or inconsistent with another.
-    #[error("invalid setting `{field}`: {reason}")]
-    Invalid {
-        /// Dotted path of the setting.
-        field: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
-
-impl ConfigError {
-    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        ConfigError::Invalid {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
+pub use error::{ConfigError, EXIT_CONFIG};
 
 /// The whole configuration.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -164,6 +129,16 @@ pub struct ServerConfig {
     /// "Measured"); at the first request that is not plain, hyper serves the
     /// connection. `false`: hyper serves every request.
     pub native_http1: bool,
+}
+
+impl ServerConfig {
+    /// The I/O threads to start: `io_threads`, or one per core for `0`.
+    pub fn threads(&self) -> usize {
+        match self.io_threads {
+            0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            n => n,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -499,10 +474,10 @@ pub struct RoomConfig {
     pub opens_at: Option<String>,
     /// The waiting page's look (`[rooms.page]`): brand name, accent
     /// colour, an operator's template directory (see `docs/waiting-page.md`).
-    pub page: crate::visitor::page::PageConfig,
+    pub page: crate::visitor::template::PageConfig,
     /// Adaptive admission (`[rooms.adaptive]`): the rate steered by the
     /// origin's latency and errors. Off by default.
-    pub adaptive: crate::gate::adaptive::AdaptiveConfig,
+    pub adaptive: crate::config::adaptive::AdaptiveConfig,
 }
 
 impl RoomConfig {
@@ -564,8 +539,8 @@ impl Default for RoomConfig {
             challenge_ttl: Duration::from_secs(300),
             queue_token_ttl: Duration::from_secs(86_400),
             opens_at: None,
-            page: crate::visitor::page::PageConfig::default(),
-            adaptive: crate::gate::adaptive::AdaptiveConfig::default(),
+            page: crate::visitor::template::PageConfig::default(),
+            adaptive: crate::config::adaptive::AdaptiveConfig::default(),
         }
     }
 }
@@ -1000,17 +975,6 @@ impl Config {
     pub fn is_trusted_proxy(&self, peer: IpAddr) -> bool {
         let peer = canonical_ip(peer);
         self.trusted_proxies.iter().any(|net| net.contains(&peer))
-    }
-}
-
-/// Maps an IPv4-mapped IPv6 address to its IPv4 form.
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
     }
 }
 

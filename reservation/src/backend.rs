@@ -1,0 +1,74 @@
+//! [`InventoryBackend`]: the store a gateway holds, one concrete type, so
+//! generics stop here.
+
+use crate::Inventory;
+use crate::error::Result;
+use crate::memory::MemoryInventory;
+use crate::redis::RedisInventory;
+use crate::types::*;
+
+#[derive(Clone)]
+pub enum InventoryBackend {
+    /// One process, no Redis.
+    Memory(MemoryInventory),
+    /// Shared by every gateway through Redis.
+    Redis(RedisInventory),
+}
+
+macro_rules! delegate {
+    ($self:ident, $inv:ident => $call:expr) => {
+        match $self {
+            InventoryBackend::Memory($inv) => $call.await,
+            InventoryBackend::Redis($inv) => $call.await,
+        }
+    };
+}
+
+impl Inventory for InventoryBackend {
+    async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
+        delegate!(self, inv => inv.set_stock(event, spec))
+    }
+
+    async fn hold(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        delegate!(self, inv => inv.hold(event, visitor, qty, idempotency_key))
+    }
+
+    async fn get_hold(&self, hold_id: &HoldId, visitor: &str) -> Result<Option<HoldView>> {
+        delegate!(self, inv => inv.get_hold(hold_id, visitor))
+    }
+
+    async fn release(&self, hold_id: &HoldId, visitor: &str) -> Result<ReleaseOutcome> {
+        delegate!(self, inv => inv.release(hold_id, visitor))
+    }
+
+    async fn confirm(
+        &self,
+        hold_id: &HoldId,
+        payment_event_id: &str,
+        succeeded: bool,
+    ) -> Result<ConfirmOutcome> {
+        delegate!(self, inv => inv.confirm(hold_id, payment_event_id, succeeded))
+    }
+
+    async fn reap(&self, event: &EventId, max: usize) -> Result<usize> {
+        delegate!(self, inv => inv.reap(event, max))
+    }
+
+    async fn read(&self, event: &EventId) -> Result<Option<EventState>> {
+        delegate!(self, inv => inv.read(event))
+    }
+
+    async fn events(&self) -> Result<Vec<EventId>> {
+        delegate!(self, inv => inv.events())
+    }
+
+    async fn recent_transitions(&self, event: &EventId, n: usize) -> Result<Vec<Transition>> {
+        delegate!(self, inv => inv.recent_transitions(event, n))
+    }
+}
