@@ -680,7 +680,22 @@ async fn a_revoke_sticks_on_every_gateway() {
     room.session_ttl = Duration::from_secs(2);
     let mut gws = Vec::new();
     for _ in 0..2 {
-        gws.push(on_redis(&origin, &keys, &redis, &room).await);
+        gws.push(
+            gateway(
+                &origin,
+                &keys,
+                Some(&redis.url()),
+                vec![room.clone()],
+                |c| {
+                    c.events = vec![sluice_gateway::config::EventConfig {
+                        total: 50,
+                        cart_limit: 10,
+                        ..Default::default()
+                    }];
+                },
+            )
+            .await,
+        );
     }
     let (g0, g1) = (gws[0].url(), gws[1].url());
     Visitor::new(&g0, "default").join("/").await; // the one credit
@@ -700,6 +715,9 @@ async fn a_revoke_sticks_on_every_gateway() {
         on.admission_token = v.admission_token.clone();
         assert_eq!(on.get_admitted("/echo/shop/1").await.status, 200);
     }
+    let held = hold(&v, 1).await;
+    assert_eq!(held.status, 201, "{}", held.text());
+    let hold_id = held.json()["hold_id"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(1100)).await;
     // past half its life: renewed while the session lives
     let res = v.get_admitted("/echo/shop/renew").await;
@@ -740,6 +758,62 @@ async fn a_revoke_sticks_on_every_gateway() {
                 "a revoked session was renewed"
             );
         }
+        // nor sells it anything more, in any shape of request
+        for (method, path, body) in [
+            (
+                http::Method::POST,
+                "/_sluice/events/demo/holds",
+                Some(json!({"qty": 1})),
+            ),
+            (
+                http::Method::POST,
+                "/_sluice/events/demo/holds",
+                Some(json!({"qty": 0})),
+            ),
+            (
+                http::Method::POST,
+                "/_sluice/events/demo/holds",
+                Some(json!({"items": []})),
+            ),
+            (http::Method::GET, "/_sluice/events/demo", None),
+        ] {
+            for via_cookie in [false, true] {
+                let res = if via_cookie {
+                    let token = on.admission_token.clone().unwrap();
+                    let cookie = format!("sluice_a_default={token}");
+                    TestClient::new()
+                        .call(
+                            method.clone(),
+                            &format!("{base}{path}"),
+                            &[("cookie", &cookie), ("content-type", "application/json")],
+                            sluice_tests::client::body(
+                                body.as_ref().map_or(String::new(), |b| b.to_string()),
+                            ),
+                        )
+                        .await
+                } else {
+                    on.call_admitted(method.clone(), path, body.clone(), &[])
+                        .await
+                };
+                assert_eq!(
+                    res.status,
+                    401,
+                    "{method} {path} after a revoke: {}",
+                    res.text()
+                );
+                assert_eq!(res.json()["code"], "not_admitted");
+            }
+        }
+        // what it already holds is still its own to read and to let go
+        let res = on
+            .call_admitted(
+                http::Method::GET,
+                &format!("/_sluice/holds/{hold_id}"),
+                None,
+                &[],
+            )
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
         // the place is spent: its queue token admits nobody again
         let mut poll = Visitor::new(base, "default");
         poll.queue_token = queue.clone();
@@ -747,6 +821,23 @@ async fn a_revoke_sticks_on_every_gateway() {
         assert_eq!(res.status, 401, "{}", res.text());
         assert_eq!(res.json()["reason"], "spent");
     }
+    let res = v
+        .call_admitted(
+            http::Method::DELETE,
+            &format!("/_sluice/holds/{hold_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let stock = TestClient::new()
+        .get(
+            &format!("{g1}/_sluice/admin/events/demo"),
+            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+        )
+        .await
+        .json();
+    assert_eq!(stock["available"], 50, "{stock}");
     for gw in gws {
         gw.shutdown().await;
     }

@@ -105,8 +105,7 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
     // revoke (the room's ended set), whatever its token still says.
     let revoked = admission
         .as_ref()
-        .and_then(|(_, c)| c.sid.as_deref())
-        .is_some_and(|sid| room.is_ended(sid));
+        .is_some_and(|(_, c)| visitor::is_revoked(&room, c));
     if let Some((token, claims)) = admission.filter(|_| !revoked) {
         return admitted(&state, &room, req, &client, &token, &claims).await;
     }

@@ -136,24 +136,43 @@ async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Pr
     }
 }
 
-/// The admitted visitor of `room`, or 401 `not_admitted`.
+/// The admitted visitor of `room`, or 401 `not_admitted`: a live
+/// admission. A revoked session reads no event and takes no new hold,
+/// whatever its token still says.
 fn visitor_of(
     state: &AppState,
     headers: &HeaderMap,
     room_id: &str,
     client: &ClientInfo,
 ) -> Result<AdmitClaims, Problem> {
-    let not_admitted = || {
-        Problem::new(
-            StatusCode::UNAUTHORIZED,
-            "not_admitted",
-            "An admission token of the room selling this event is required",
-        )
-    };
+    let room = state.rooms().get(room_id).ok_or_else(not_admitted)?;
+    visitor::live_admission(state, headers, room, client)
+        .map(|(_, c)| c)
+        .ok_or_else(not_admitted)
+}
+
+/// The owner of holds in `room`, or 401 `not_admitted`: any valid
+/// admission of the room, a revoked one included, so a visitor whose
+/// checkout ended its session can still read or release what it holds
+/// (releasing only ever returns stock).
+fn owner_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    room_id: &str,
+    client: &ClientInfo,
+) -> Result<AdmitClaims, Problem> {
     let room = state.rooms().get(room_id).ok_or_else(not_admitted)?;
     visitor::admission_from(state, headers, room, client)
         .map(|(_, c)| c)
         .ok_or_else(not_admitted)
+}
+
+fn not_admitted() -> Problem {
+    Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "not_admitted",
+        "An admission token of the room selling this event is required",
+    )
 }
 
 fn hold_json(h: &HoldView) -> Value {
@@ -302,7 +321,7 @@ async fn hold_of(
             p
         }
     })?;
-    let visitor = visitor_of(state, headers, &room, client)?;
+    let visitor = owner_of(state, headers, &room, client)?;
     Ok((hold, visitor))
 }
 

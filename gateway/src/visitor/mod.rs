@@ -696,8 +696,28 @@ pub fn safe_return_to(given: Option<&str>) -> String {
     if ok { s.to_owned() } else { "/".to_owned() }
 }
 
+/// Whether the session these claims name was revoked (the room's ended
+/// set, learnt by every gateway within a tick of the revoke).
+pub fn is_revoked(room: &Room, claims: &AdmitClaims) -> bool {
+    claims.sid.as_deref().is_some_and(|sid| room.is_ended(sid))
+}
+
+/// An admission the visitor may still use: a valid token of the room
+/// ([`admission_from`]) whose session was not revoked. The reservation
+/// endpoints take only this; the gate also wants to know a revoked one
+/// apart (it clears the cookies and never passes it through).
+pub fn live_admission(
+    state: &AppState,
+    headers: &HeaderMap,
+    room: &Room,
+    client: &ClientInfo,
+) -> Option<(String, AdmitClaims)> {
+    admission_from(state, headers, room, client).filter(|(_, c)| !is_revoked(room, c))
+}
+
 /// Admission-token checks shared by the gate and the reservation
-/// endpoints: the visitor's claims, or `None`.
+/// endpoints: the visitor's claims, or `None`. A revoked session's token
+/// still passes here: see [`live_admission`].
 pub fn admission_from(
     state: &AppState,
     headers: &HeaderMap,
