@@ -14,7 +14,8 @@
 -- First brings the room up to TIME (advance: refunds, sessions, admits
 -- those already waiting), then seq = ++tail; admitted at once when
 -- frontier == seq - 1, credit >= 1, not halted and room under the cap. A
--- passthrough place is claimed by the join itself (its bit is set). Before
+-- place admitted at once is claimed by the join itself (its bit is set)
+-- and its session ({epoch}.{seq}, for the settings' ttl_ms) started. Before
 -- a scheduled room opens, halted() holds: seqs are handed out, nobody is
 -- admitted.
 
@@ -43,6 +44,9 @@ if not halted(st) and st.frontier == seq - 1 and st.credit >= MICRO
   st.admitted = st.admitted + 1
   st.claimed = st.claimed + 1
   redis.call('SETBIT', CLAIMS, seq, 1)
+  -- its session starts in the same step (room.rs start_own_session), so a
+  -- racing admission already counts it against max_active
+  redis.call('ZADD', SESS, int(now + st.ttl_ms), int(st.epoch) .. '.' .. int(seq))
   admitted = 1
 end
 save(st)

@@ -295,12 +295,17 @@ pub async fn sessions_and_max_active<H: Harness>(h: &mut H) {
     s.max_active = Some(2);
     let store = setup(h, room, &s).await;
     let ttl = Duration::from_secs(60);
+    // a place admitted at once starts its own session ({epoch}.{seq}); the
+    // gateway's start is a renewal
     let a = store.join(room).await.unwrap();
     assert!(a.admitted);
-    assert_eq!(store.session_start(room, "sa", ttl).await.unwrap(), 1);
+    assert_eq!(store.snapshot(room).await.unwrap().active_sessions, 1);
+    let sa = crate::session_of(a.epoch, a.seq);
+    assert_eq!(store.session_start(room, &sa, ttl).await.unwrap(), 1);
     let b = store.join(room).await.unwrap();
     assert!(b.admitted);
-    assert_eq!(store.session_start(room, "sb", ttl).await.unwrap(), 2);
+    let sb = crate::session_of(b.epoch, b.seq);
+    assert_eq!(store.session_start(room, &sb, ttl).await.unwrap(), 2);
     let c = store.join(room).await.unwrap();
     assert!(!c.admitted, "the cap holds a third visitor back");
     h.elapse(Duration::from_millis(200)).await;
@@ -308,10 +313,10 @@ pub async fn sessions_and_max_active<H: Harness>(h: &mut H) {
     assert_eq!(snap.frontier, 2);
     assert_eq!(snap.active_sessions, 2);
     assert_eq!(snap.max_active, Some(2));
-    assert!(store.session_touch(room, "sa", ttl).await.unwrap());
+    assert!(store.session_touch(room, &sa, ttl).await.unwrap());
     assert!(!store.session_touch(room, "nobody", ttl).await.unwrap());
-    assert!(store.session_end(room, "sa").await.unwrap());
-    assert!(!store.session_end(room, "sa").await.unwrap());
+    assert!(store.session_end(room, &sa).await.unwrap());
+    assert!(!store.session_end(room, &sa).await.unwrap());
     let snap = store.advance(room).await.unwrap();
     assert_eq!(snap.frontier, 3, "revoke freed a slot");
     assert_eq!(snap.pending_claims, 1);
@@ -837,6 +842,37 @@ pub async fn passthrough_race<H: Harness>(h: &mut H) {
     assert_eq!((snap.tail, snap.frontier), (5, 5));
 }
 
+/// Places admitted on the spot (passthroughs and joins admitted at once)
+/// racing at an idle room with credit to spare never push the active
+/// sessions past `max_active`: each starts its session in the step that
+/// admits it.
+pub async fn admissions_at_once_never_pass_the_cap<H: Harness>(h: &mut H) {
+    let room = "c-cap-race";
+    let mut s = settings(0.01, 20.0);
+    s.max_active = Some(3);
+    let store = setup(h, room, &s).await;
+    let mut tasks = Vec::new();
+    for i in 0..120 {
+        let st = store.clone();
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                st.passthrough(room).await.unwrap().map(|o| o.seq)
+            } else {
+                let j = st.join(room).await.unwrap();
+                j.admitted.then_some(j.seq)
+            }
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap().is_some());
+    }
+    assert_eq!(admitted, 3, "admitted at once past a cap of 3");
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.active_sessions, 3, "{snap:?}");
+    assert_eq!(snap.frontier, 3, "a queued place was admitted past the cap");
+}
+
 /// One place, one session: claiming an admitted place again resumes the
 /// same session (the active count does not grow, a cap holds), and a
 /// revoked or expired session spends the place for good.
@@ -1023,6 +1059,7 @@ macro_rules! conformance_tests {
             prequeue prequeue_race prequeue_lost_store
             steering_lease sold_out_and_adaptive_settings
             passthrough_takes_no_place passthrough_race one_place_one_session
+            admissions_at_once_never_pass_the_cap
             settings_compare_and_set reseat_is_stable_and_unshared);
     };
     (@each $make:expr; $($name:ident)*) => {

@@ -332,7 +332,7 @@ impl RoomCore {
     /// credit allows, the room is not halted and is under its cap. Unlike
     /// [`RoomCore::join`] it never hands out a seq it does not admit (a
     /// place in line is bought with proof of work, at the join endpoint).
-    /// The place is claimed by the call itself.
+    /// The place is claimed, and its session started, by the call itself.
     pub fn passthrough(&mut self, now_ms: u64) -> Option<JoinOutcome> {
         if self.params.closed {
             return None;
@@ -350,6 +350,7 @@ impl RoomCore {
         self.counters.admitted += 1;
         self.counters.claimed += 1;
         self.claims.set(seq);
+        self.start_own_session(now_ms, seq);
         Some(JoinOutcome {
             seq,
             epoch: self.epoch,
@@ -455,6 +456,7 @@ impl RoomCore {
             self.counters.admitted += 1;
             self.counters.claimed += 1;
             self.claims.set(seq);
+            self.start_own_session(now_ms, seq);
         }
         Some(JoinOutcome {
             seq,
@@ -482,6 +484,15 @@ impl RoomCore {
             self.bucket.credit_micro -= MICRO;
             ClaimOutcome::Late
         }
+    }
+
+    /// Starts the session of a place admitted on the spot (a passthrough,
+    /// or a join admitted at once) in the same step as the admission, so a
+    /// racing admission already counts it against `max_active`: the cap
+    /// holds whatever the number of requests racing at an idle room.
+    fn start_own_session(&mut self, now_ms: u64, seq: u64) {
+        let ttl_ms = self.settings.session_ttl.as_millis() as u64;
+        self.session_start(now_ms, &crate::tokens::session_of(self.epoch, seq), ttl_ms);
     }
 
     /// Starts or renews a session; returns the active count.
@@ -739,6 +750,9 @@ mod tests {
             let mut handed = std::collections::HashSet::new();
             let mut revoked = std::collections::HashSet::new();
             let ttl = 3_000;
+            // the gateway's session ids: a start after an admission at once
+            // renews the session the store started with it
+            use crate::tokens::session_of;
             for (op, arg, dt) in ops {
                 now += dt;
                 match op {
@@ -746,7 +760,7 @@ mod tests {
                         let j = r.join(now).unwrap();
                         proptest::prop_assert!(handed.insert(j.seq));
                         if j.admitted {
-                            r.session_start(now, &format!("s{}", j.seq), ttl);
+                            r.session_start(now, &session_of(j.epoch, j.seq), ttl);
                         }
                     }
                     1 => {
@@ -755,14 +769,14 @@ mod tests {
                             Some(j) => {
                                 proptest::prop_assert!(j.admitted);
                                 proptest::prop_assert!(handed.insert(j.seq));
-                                r.session_start(now, &format!("s{}", j.seq), ttl);
+                                r.session_start(now, &session_of(j.epoch, j.seq), ttl);
                             }
                             None => proptest::prop_assert_eq!(r.bucket.tail, tail),
                         }
                     }
                     2 | 3 => {
                         let seq = arg.min(r.bucket.tail).max(1);
-                        let sid = format!("s{seq}");
+                        let sid = session_of(r.epoch, seq);
                         let o = r.admit(now, seq, &sid, ttl);
                         if revoked.contains(&seq) {
                             proptest::prop_assert!(!o.is_admitted(), "{o:?}");
@@ -772,7 +786,7 @@ mod tests {
                         // the origin revokes a session it saw: a claimed place's
                         let seq = arg.min(r.bucket.tail).max(1);
                         if r.claims.get(seq) {
-                            r.session_end(now, &format!("s{seq}"));
+                            r.session_end(now, &session_of(r.epoch, seq));
                             revoked.insert(seq);
                         }
                     }

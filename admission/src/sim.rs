@@ -555,12 +555,14 @@ impl Engine {
         bump(&mut self.abandoned_per_sec, (ms / 1000) as usize);
     }
 
-    /// The session id of `seq`, in a reused buffer taken out of `self`
+    /// The session id of `seq` as the gateway names it
+    /// ([`crate::session_of`]: the store starts that session itself for a
+    /// place admitted at once), in a reused buffer taken out of `self`
     /// (give it back after use).
-    fn take_session_id(&mut self, seq: u64) -> String {
+    fn take_session_id(&mut self, epoch: u64, seq: u64) -> String {
         let mut sid = std::mem::take(&mut self.sid);
         sid.clear();
-        let _ = write!(sid, "v{seq:x}");
+        let _ = write!(sid, "{epoch}.{seq}");
         sid
     }
 
@@ -568,7 +570,7 @@ impl Engine {
     fn reach_origin(&mut self, core: &mut RoomCore, t: u64, seq: u64, arrival: u32) {
         let ttl = self.session_ms + self.session_ttl_ms;
         if self.store_sessions {
-            let sid = self.take_session_id(seq);
+            let sid = self.take_session_id(core.epoch, seq);
             core.session_start(t, &sid, ttl);
             self.sid = sid;
             if self.revoke {
@@ -739,7 +741,7 @@ impl Engine {
                         break;
                     }
                     self.revokes.pop();
-                    let sid = self.take_session_id(seq);
+                    let sid = self.take_session_id(core.epoch, seq);
                     core.session_end(t, &sid);
                     self.sid = sid;
                 }

@@ -636,6 +636,76 @@ async fn one_place_is_one_session_however_often_it_is_polled() {
     gw.shutdown().await;
 }
 
+/// Admissions on the spot racing at an idle room with credit to spare
+/// (cookie-less passthroughs and joins admitted at once) never push the active sessions past `max_active`.
+async fn racing_admissions_at_once_never_pass_max_active(redis: Option<&str>) {
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let mut room = easy_room("default", 0.01, 20.0, &["/echo/shop"]);
+    room.max_active = Some(3);
+    room.join_limit_per_prefix_per_min = 0; // one network races here
+    let gw = gateway(&origin, &keys, redis, vec![room], |_| {}).await;
+    let base = gw.url();
+    until_room(&base, "default", "full bucket", |v| v["tail"] == 0).await;
+    // solutions first, so the joins race the passthroughs
+    let mut joiners = Vec::new();
+    for _ in 0..12 {
+        let v = Visitor::new(&base, "default");
+        let (c, s) = v.solved().await;
+        joiners.push((v, c, s));
+    }
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let addr = gw.addr;
+        tasks.push(tokio::spawn(async move {
+            let req = format!(
+                "GET /echo/shop/{i} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+            );
+            let text = raw(addr, req.as_bytes(), Duration::from_secs(5)).await;
+            statuses(&text) == [200]
+        }));
+    }
+    let mut joins = Vec::new();
+    for (mut v, c, s) in joiners {
+        joins.push(tokio::spawn(async move {
+            let res = v.join_with(&c, &s, "/").await;
+            assert!(res.status.is_success(), "{}", res.text());
+            res.status == 200
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks.into_iter().chain(joins) {
+        admitted += usize::from(t.await.unwrap());
+    }
+    assert!(
+        admitted <= 3,
+        "{admitted} admitted at once under a cap of 3"
+    );
+    assert!(admitted >= 1, "nobody admitted at an idle room");
+    for _ in 0..5 {
+        let room = admin_room(&base, "default").await;
+        assert!(
+            room["active_sessions"].as_u64().unwrap() <= 3,
+            "past the cap: {room}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_admissions_at_once_never_pass_max_active_in_memory() {
+    racing_admissions_at_once_never_pass_max_active(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_admissions_at_once_never_pass_max_active_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    racing_admissions_at_once_never_pass_max_active(Some(&redis.url())).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_polls_are_limited_per_token() {
     let origin = TestOrigin::start().await;
