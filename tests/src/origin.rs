@@ -144,6 +144,20 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         r.headers_mut()
             .insert("sluice-command", v.parse().expect("hv"));
         r
+    } else if path.starts_with("/cache") {
+        // `/cache…`: answers with the Cache-Control and Vary values the
+        // request names in `x-origin-cache-control` / `x-origin-vary` (each
+        // may repeat), as an origin serving a cacheable asset would.
+        let mut r = Response::new(full("asset"));
+        for (from, to) in [
+            ("x-origin-cache-control", http::header::CACHE_CONTROL),
+            ("x-origin-vary", http::header::VARY),
+        ] {
+            for v in req.headers().get_all(from) {
+                r.headers_mut().append(to.clone(), v.clone());
+            }
+        }
+        r
     } else if path == "/ws" {
         websocket(req)
     } else {

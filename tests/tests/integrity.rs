@@ -1548,27 +1548,147 @@ async fn a_join_that_fails_does_not_spend_the_solution() {
     gw.shutdown().await;
 }
 
+/// A join refused because the room closed (seen by the gateway's snapshot,
+/// or only by the store when the close came through another gateway a
+/// moment before) buys nothing and spends nothing: once the room reopens,
+/// the same solution buys its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_join_refused_by_a_closed_room_does_not_spend_the_solution() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let room = easy_room("default", 0.01, 1.0, &["/echo/shop"]);
+    let a = on_redis(&origin, &keys, &redis, &room).await;
+    let b = on_redis(&origin, &keys, &redis, &room).await;
+    Visitor::new(&a.url(), "default").join("/").await; // the one credit
+    for round in 0..6 {
+        let mut v = Visitor::new(&a.url(), "default");
+        let (challenge, solutions) = v.solved().await;
+        // closed through b; the join goes to a at once (its snapshot may
+        // still say open: then the store refuses it) or after a tick
+        let res = admin_patch(&b.url(), "default", json!({"closed": true})).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        if round % 2 == 1 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        let res = v.join_with(&challenge, &solutions, "/").await;
+        assert_eq!(res.status, 423, "round {round}: {}", res.text());
+        assert_eq!(res.json()["code"], "room_closed");
+        let res = admin_patch(&b.url(), "default", json!({"closed": false})).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let res = v.join_with(&challenge, &solutions, "/").await;
+            if res.status == 201 {
+                break;
+            }
+            assert_ne!(
+                res.json()["code"],
+                "pow_replayed",
+                "round {round}: the refused join spent the solution"
+            );
+            assert!(Instant::now() < deadline, "round {round}: {}", res.text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let tail = admin_room(&a.url(), "default").await["tail"].clone();
+    assert_eq!(tail, 7, "one place per solution, none for a refused join");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_sets_a_gateway_cookie_is_never_shared_cacheable() {
     let origin = TestOrigin::start().await;
     let keys = temp_keys();
-    // a passthrough to a public, cacheable asset of the origin: the answer
+    // passthroughs to public, cacheable assets of the origin: each answer
     // carries the visitor's admission cookie
-    let gw = gateway(
-        &origin,
-        &keys,
-        None,
-        vec![easy_room("default", 100.0, 10.0, &["/echo"])],
-        |_| {},
-    )
-    .await;
-    let text = get_raw(&gw, "/echo/asset.css", &["Host: x", "Accept: text/css"]).await;
-    assert_eq!(statuses(&text), [200], "{text}");
-    let head = text.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
-    assert!(head.contains("set-cookie: sluice_a_default="), "{head}");
-    assert!(head.contains("cache-control: private"), "{head}");
-    assert!(head.contains("vary: cookie"), "{head}");
-    assert!(!head.contains("public"), "{head}");
+    let mut room = easy_room("default", 1000.0, 1000.0, &["/cache"]);
+    room.join_limit_per_prefix_per_min = 0;
+    let gw = gateway(&origin, &keys, None, vec![room], |_| {}).await;
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    let shared = [
+        "public",
+        "PUBLIC",
+        "Public",
+        "s-maxage=600",
+        "S-MaxAge=600",
+        "s-maxage=\"600\"",
+        "max-age=31536000",
+        "immutable",
+        "no-transform",
+        "stale-while-revalidate=30",
+        "must-revalidate",
+        "proxy-revalidate",
+        "private",
+    ];
+    let varies = [
+        "",
+        "Accept-Encoding",
+        "accept-encoding, origin",
+        "Cookie",
+        "*",
+    ];
+    for case in 0..60 {
+        // one to three Cache-Control fields of one to four directives each
+        let mut fields = Vec::new();
+        for _ in 0..rng.random_range(1..=3) {
+            let n = rng.random_range(1..=4);
+            let ds: Vec<&str> = (0..n)
+                .map(|_| shared[rng.random_range(0..shared.len())])
+                .collect();
+            let sep = if rng.random_bool(0.5) { "," } else { " , " };
+            fields.push(ds.join(sep));
+        }
+        let vary = varies[rng.random_range(0..varies.len())];
+        let mut headers = vec!["Host: x".to_owned(), "Accept: text/css".to_owned()];
+        headers.extend(
+            fields
+                .iter()
+                .map(|f| format!("X-Origin-Cache-Control: {f}")),
+        );
+        if !vary.is_empty() {
+            headers.push(format!("X-Origin-Vary: {vary}"));
+        }
+        let refs: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let text = get_raw(&gw, &format!("/cache/asset-{case}.css"), &refs).await;
+        assert_eq!(statuses(&text), [200], "{fields:?}: {text}");
+        let head = text.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+        assert!(head.contains("set-cookie: sluice_a_default="), "{head}");
+        let cc: Vec<&str> = head
+            .lines()
+            .filter_map(|l| l.strip_prefix("cache-control:"))
+            .collect();
+        assert_eq!(cc.len(), 1, "{fields:?}: {head}");
+        let directives: Vec<&str> = cc[0].split(',').map(str::trim).collect();
+        assert_eq!(directives[0], "private", "{fields:?}: {head}");
+        for d in &directives {
+            let name = d.split('=').next().unwrap();
+            assert!(
+                name != "public" && name != "s-maxage",
+                "shareable after a cookie: {fields:?} -> {head}"
+            );
+        }
+        let vary_tokens: Vec<&str> = head
+            .lines()
+            .filter_map(|l| l.strip_prefix("vary:"))
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect();
+        assert!(
+            vary_tokens.contains(&"cookie") || vary_tokens.contains(&"*"),
+            "{vary:?}: {head}"
+        );
+        // what the origin varied on is kept
+        for t in vary.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            assert!(
+                vary_tokens.contains(&t.to_ascii_lowercase().as_str()),
+                "{vary:?}: {head}"
+            );
+        }
+    }
     gw.shutdown().await;
 }
 
