@@ -1345,38 +1345,59 @@ async fn flushed_store_and_restarted_gateways_never_give_a_place_twice() {
     let origin = TestOrigin::start().await;
     let keys = temp_keys();
     let room = easy_room("default", 0.01, 1.0, &["/echo/shop"]);
-    let gw = on_redis(&origin, &keys, &redis, &room).await;
-    Visitor::new(&gw.url(), "default").join("/").await; // the one credit
+    let mut gws = vec![
+        on_redis(&origin, &keys, &redis, &room).await,
+        on_redis(&origin, &keys, &redis, &room).await,
+    ];
+    Visitor::new(&gws[0].url(), "default").join("/").await; // the one credit
     let mut old = Vec::new();
-    for _ in 0..15 {
-        let mut v = Visitor::new(&gw.url(), "default");
+    for i in 0..16 {
+        let mut v = Visitor::new(&gws[i % 2].url(), "default");
         assert_eq!(v.join("/").await.status, 201);
         old.push(v);
     }
     let old_places = places(&mut old).await;
 
-    // Redis loses everything and the gateway restarts: nobody remembers.
-    gw.shutdown().await;
-    redis.command("FLUSHALL");
-    let gw = on_redis(&origin, &keys, &redis, &room).await;
-    let base = gw.url();
-    for v in old.iter_mut() {
-        v.base = base.clone();
+    // Redis loses everything and every gateway restarts: nobody remembers.
+    for gw in gws.drain(..) {
+        gw.shutdown().await;
     }
+    redis.command("FLUSHALL");
+    let gws = vec![
+        on_redis(&origin, &keys, &redis, &room).await,
+        on_redis(&origin, &keys, &redis, &room).await,
+    ];
+    let bases = [gws[0].url(), gws[1].url()];
+    // old tokens come back through the other gateway than they joined by
+    for (i, v) in old.iter_mut().enumerate() {
+        v.base = bases[(i + 1) % 2].clone();
+    }
+    // new visitors join through both, between old tokens polling in
     let mut new = Vec::new();
-    for _ in 0..15 {
-        let mut v = Visitor::new(&base, "default");
+    let mut reseated = vec![None; old.len()];
+    for i in 0..16 {
+        let mut v = Visitor::new(&bases[i % 2], "default");
         let res = v.join("/").await;
         assert!(res.status.is_success(), "{}", res.text());
         if v.queue_token.is_some() {
             new.push(v);
         }
+        let p = places(std::slice::from_mut(&mut old[i])).await;
+        reseated[i] = Some(p[0]);
     }
-    // old tokens poll in: each is given a place of the new epoch (the same
-    // for every poll), never one a new visitor holds
+    let reseated: Vec<(u64, u64)> = reseated.into_iter().map(Option::unwrap).collect();
+    // each old token is given one place of the new epoch (the same for
+    // every poll, through either gateway), never one a new visitor holds
     let mut all = places(&mut new).await;
-    let reseated = places(&mut old).await;
     assert_eq!(places(&mut old).await, reseated, "a reseated token moved");
+    for v in old.iter_mut() {
+        v.base = bases[0].clone();
+    }
+    assert_eq!(
+        places(&mut old).await,
+        reseated,
+        "two gateways reseated one token apart"
+    );
     for (before, after) in old_places.iter().zip(&reseated) {
         assert_ne!(
             before.0, after.0,
@@ -1395,13 +1416,18 @@ async fn flushed_store_and_restarted_gateways_never_give_a_place_twice() {
 
     // and everyone is admitted exactly once, each with a session of its own
     assert_eq!(
-        admin_patch(&base, "default", json!({"rate_per_sec": 100, "burst": 50}))
-            .await
-            .status,
+        admin_patch(
+            &bases[1],
+            "default",
+            json!({"rate_per_sec": 100, "burst": 50})
+        )
+        .await
+        .status,
         200
     );
     let mut sessions = HashSet::new();
-    for v in new.iter_mut().chain(old.iter_mut()) {
+    for (i, v) in new.iter_mut().chain(old.iter_mut()).enumerate() {
+        v.base = bases[i % 2].clone();
         assert!(v.wait_admitted(Duration::from_secs(10), 100).await);
         let sid = claims(v.admission_token.as_ref().unwrap())["sid"].clone();
         assert!(
@@ -1409,7 +1435,9 @@ async fn flushed_store_and_restarted_gateways_never_give_a_place_twice() {
             "two visitors share session {sid}"
         );
     }
-    gw.shutdown().await;
+    for gw in gws {
+        gw.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
