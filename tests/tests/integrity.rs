@@ -150,7 +150,9 @@ fn canonical_rooms() -> Vec<RoomConfig> {
     tickets.bypass_paths = vec!["/echo/tickets/public".into()];
     let mut vip = easy_room("vip", 10.0, 1.0, &["/echo/vip"]);
     vip.hosts = vec!["VIP.Example".into()];
-    vec![tickets, vip]
+    let mut v6 = easy_room("v6", 10.0, 1.0, &["/echo/v6"]);
+    v6.hosts = vec!["[2001:DB8::1]".into()];
+    vec![tickets, vip, v6]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,7 +161,7 @@ async fn canonical_spellings_of_a_guarded_path_never_reach_the_origin_unqueued()
     let keys = temp_keys();
     let gw = gateway(&origin, &keys, None, canonical_rooms(), |_| {}).await;
     let base = gw.url();
-    for room in ["tickets", "vip"] {
+    for room in ["tickets", "vip", "v6"] {
         assert_eq!(
             admin_patch(&base, room, json!({"paused": true}))
                 .await
@@ -272,12 +274,47 @@ async fn canonical_spellings_of_a_guarded_path_never_reach_the_origin_unqueued()
         let text = get_raw(&gw, "/echo/vip/1", &[h]).await;
         assert!(refused(&text), "{h}: {text}");
     }
+    // An IPv6 literal host in any spelling of the same address is that
+    // room's; a malformed literal is refused; another address is not it.
+    for h in [
+        "[2001:db8::1]",
+        "[2001:DB8::1]:8080",
+        "[2001:0db8:0:0:0:0:0:1]",
+        "[2001:db8:0::0:1]:80",
+    ] {
+        let text = get_raw(&gw, "/echo/v6/x", &[&format!("Host: {h}")]).await;
+        assert!(waiting(&text), "{h}: {text}");
+        let text = get_raw(
+            &gw,
+            &format!("http://{h}/echo/v6/y"),
+            &[&format!("Host: {h}")],
+        )
+        .await;
+        assert!(waiting(&text), "absolute {h}: {text}");
+    }
+    for h in [
+        "[2001:db8::1",
+        "[2001:db8::1]x",
+        "[2001:db8::zz]",
+        "[fe80::1%25eth0]",
+    ] {
+        let text = get_raw(&gw, "/echo/v6/x", &[&format!("Host: {h}")]).await;
+        assert!(refused(&text), "{h}: {text}");
+    }
+    let before_v6 = origin.requests();
+    let text = get_raw(&gw, "/echo/v6/x", &["Host: [2001:db8::2]"]).await;
+    assert_eq!(
+        statuses(&text),
+        [200],
+        "another address is not the room's: {text}"
+    );
+    assert_eq!(origin.requests(), before_v6 + 1);
     // The absolute form is its host: guarded as the vip host.
     let text = get_raw(&gw, "http://VIP.example/echo/vip/1", &["Host: vip.example"]).await;
     assert!(waiting(&text), "{text}");
     assert_eq!(
         origin.requests(),
-        before + 120,
+        before + 121,
         "only the passing requests reached the origin"
     );
     gw.shutdown().await;
@@ -908,6 +945,98 @@ async fn a_revoke_sticks_on_every_gateway() {
         .await
         .json();
     assert_eq!(stock["available"], 50, "{stock}");
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
+/// More revokes than a gateway may remember (`limits.ended_sessions_per_room`)
+/// still stick: past the bound the gateway asks the store about each
+/// admitted request, so no revoke is forgotten while a token of it is
+/// valid, and live sessions keep passing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoke_sticks_past_the_bound_of_the_ended_set() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let mut room = easy_room("default", 100.0, 20.0, &["/echo/shop", "/command"]);
+    room.session_ttl = Duration::from_secs(60);
+    let mut gws = Vec::new();
+    for _ in 0..2 {
+        gws.push(
+            gateway(
+                &origin,
+                &keys,
+                Some(&redis.url()),
+                vec![room.clone()],
+                |c| {
+                    c.limits.ended_sessions_per_room = 2;
+                    c.events = vec![sluice_gateway::config::EventConfig {
+                        total: 50,
+                        cart_limit: 10,
+                        ..Default::default()
+                    }];
+                },
+            )
+            .await,
+        );
+    }
+    let (g0, g1) = (gws[0].url(), gws[1].url());
+    let mut visitors = Vec::new();
+    for _ in 0..9 {
+        let mut v = Visitor::new(&g0, "default");
+        v.join("/").await;
+        assert!(v.wait_admitted(Duration::from_secs(10), 50).await);
+        visitors.push(v);
+    }
+    // six revoked through gateway 0: three times what either remembers
+    let (revoked, live) = visitors.split_at_mut(6);
+    for v in revoked.iter_mut() {
+        assert_eq!(v.get_admitted("/command/revoke").await.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for (i, base) in [&g0, &g1].into_iter().enumerate() {
+        let text = TestClient::new()
+            .get(
+                &format!("{base}/metrics"),
+                &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+            )
+            .await
+            .text();
+        assert!(
+            text.contains("sluice_ended_overflow{room=\"default\"} 1"),
+            "gateway {i}: {}",
+            text.lines()
+                .filter(|l| l.contains("ended"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        for v in revoked.iter() {
+            let mut on = Visitor::new(base, "default");
+            on.admission_token = v.admission_token.clone();
+            let res = on.get_admitted("/echo/shop/after").await;
+            assert_eq!(res.status, 503, "gateway {i} let a revoked session by");
+            assert_eq!(
+                hold(&on, 1).await.status,
+                401,
+                "gateway {i}: a revoked session held"
+            );
+        }
+        for v in live.iter() {
+            let mut on = Visitor::new(base, "default");
+            on.admission_token = v.admission_token.clone();
+            let res = on.get_admitted("/echo/shop/live").await;
+            assert_eq!(
+                res.status,
+                200,
+                "gateway {i} refused a live session: {}",
+                res.text()
+            );
+            assert_eq!(hold(&on, 1).await.status, 201, "gateway {i}");
+        }
+    }
     for gw in gws {
         gw.shutdown().await;
     }

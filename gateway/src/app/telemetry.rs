@@ -253,6 +253,18 @@ impl Telemetry {
         .increment(1);
     }
 
+    /// The room's revoke set (every tick): sessions remembered as ended,
+    /// and 1 while a revoke it could not keep (past
+    /// `limits.ended_sessions_per_room`) may still have a valid token, so
+    /// admitted requests are checked with the store.
+    pub fn ended_sessions(&self, room: &str, remembered: usize, overflowing: bool) {
+        let l = [("room", room.to_owned())];
+        self.gauge("sluice_ended_sessions", &l)
+            .set(remembered as f64);
+        self.gauge("sluice_ended_overflow", &l)
+            .set(if overflowing { 1.0 } else { 0.0 });
+    }
+
     /// A waiting answer was served (`page` or `json`).
     pub fn waiting_served(&self, room: &str, kind: &'static str) {
         self.counter(

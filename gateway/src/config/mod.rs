@@ -345,6 +345,13 @@ pub struct Limits {
     /// Replays of an `Idempotency-Key` count too (their answer stays the
     /// same after the wait). Per gateway process, like the join limit.
     pub holds_per_visitor_per_min: u32,
+    /// Revoked sessions a gateway remembers per room (default 300 000: a
+    /// revoke per admission at 1,000 admissions a second for a 5-minute
+    /// session ttl; about 80 bytes each). Past it a gateway forgets no
+    /// revoke: until the ones it could not keep are too old for any token
+    /// of theirs to be valid, it asks the store whether each admitted
+    /// request's session lives (gauge `sluice_ended_overflow`).
+    pub ended_sessions_per_room: usize,
 }
 
 impl Default for Limits {
@@ -360,6 +367,7 @@ impl Default for Limits {
             max_admin_requests: 16,
             status_polls_per_token_per_min: 120,
             holds_per_visitor_per_min: 60,
+            ended_sessions_per_room: 300_000,
         }
     }
 }
@@ -817,6 +825,12 @@ impl Config {
                 "must be from 16 to 10000000",
             ));
         }
+        if !(1..=10_000_000).contains(&self.limits.ended_sessions_per_room) {
+            return Err(ConfigError::invalid(
+                "limits.ended_sessions_per_room",
+                "must be from 1 to 10000000",
+            ));
+        }
         let mut seen = std::collections::HashSet::new();
         for (i, room) in self.rooms.iter().enumerate() {
             let field = format!("rooms[{i}]");
@@ -1112,6 +1126,14 @@ mod tests {
             let err = Config::from_toml(&toml).unwrap().validate().unwrap_err();
             assert!(err.to_string().contains("token_cache_entries"), "{err}");
         }
+        for bad in ["0", "10000001"] {
+            let toml = format!("[limits]\nended_sessions_per_room = {bad}\n");
+            let err = Config::from_toml(&toml).unwrap().validate().unwrap_err();
+            assert!(err.to_string().contains("ended_sessions_per_room"), "{err}");
+        }
+        let c = Config::from_toml("[limits]\nended_sessions_per_room = 1\n").unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(Limits::default().ended_sessions_per_room, 300_000);
         let d = Limits::default();
         assert_eq!(
             (

@@ -26,6 +26,7 @@ pub mod adaptive;
 pub mod cookies;
 pub mod rooms;
 pub mod schedule;
+pub mod session;
 pub mod window;
 
 use std::sync::Arc;
@@ -100,12 +101,13 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
         .map(|pq| visitor::safe_return_to(Some(pq.as_str())))
         .unwrap_or_else(|| "/".to_owned());
 
-    let admission = visitor::admission_from(&state, req.headers(), &room, &client);
+    let admission = session::admission_from(&state, req.headers(), &room, &client);
     // A revoked session is refused by every gateway within a tick of the
     // revoke (the room's ended set), whatever its token still says.
-    let revoked = admission
-        .as_ref()
-        .is_some_and(|(_, c)| visitor::is_revoked(&room, c));
+    let revoked = match &admission {
+        Some((_, c)) => session::revoked(&state, &room, c).await,
+        None => false,
+    };
     if let Some((token, claims)) = admission.filter(|_| !revoked) {
         return admitted(&state, &room, req, &client, &token, &claims).await;
     }
@@ -194,7 +196,7 @@ async fn admitted(
     let now = now_s();
     let renewed = if now.saturating_sub(claims.iat) * 2 >= ttl.as_secs() {
         let live = match &claims.sid {
-            Some(sid) => session_lives(state, room, claims, sid, ttl).await,
+            Some(sid) => session::session_lives(state, room, claims, sid, ttl).await,
             None => true,
         };
         live.then(|| claims.renewed(now, ttl))
@@ -233,36 +235,6 @@ async fn admitted(
         cookies::set_admission(res.headers_mut(), room, &t, client);
     }
     res
-}
-
-/// Whether the session `sid` of an admission token may be renewed: the
-/// store renews it (it lives), or the store lost it (the token is of an
-/// older epoch than the room's: it is started again, unless this gateway
-/// knows it was revoked). A store that does not answer renews nothing now:
-/// the token stays valid until it expires, and the next request tries again.
-async fn session_lives(
-    state: &AppState,
-    room: &Room,
-    claims: &AdmitClaims,
-    sid: &str,
-    ttl: std::time::Duration,
-) -> bool {
-    match state.queue().session_touch(room.id(), sid, ttl).await {
-        Ok(true) => true,
-        Ok(false) => {
-            let epoch = room.snapshot().epoch;
-            if claims.epoch < epoch && !room.is_ended(sid) {
-                state.start_session(room, sid).await;
-                true
-            } else {
-                false
-            }
-        }
-        Err(e) => {
-            tracing::debug!(room = room.id(), error = %e, "session not renewed: store unavailable");
-            false
-        }
-    }
 }
 
 /// How long a WebSocket opened with this admission may stay open: until

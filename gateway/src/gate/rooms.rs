@@ -80,6 +80,13 @@ pub struct Room {
     /// (no admission token of it outlives that), so the gate refuses their
     /// tokens with a lookup in memory, never a store call per request.
     ended: Mutex<HashMap<String, u64>>,
+    /// The most entries `ended` holds (`limits.ended_sessions_per_room`).
+    ended_cap: usize,
+    /// Until when (store clock, ms) a revoke this gateway could not keep
+    /// (the set was full) may still have a valid token: till then the gate
+    /// asks the store about each admitted request's session
+    /// ([`Room::ended_overflowing`]). 0: never overflowed.
+    ended_overflow_until: AtomicU64,
     /// How far the ended set has been read: the store's `ended_total` and
     /// the latest end time seen.
     ended_read: Mutex<(u64, u64)>,
@@ -98,15 +105,12 @@ pub struct Room {
     read_settings_version: AtomicU64,
 }
 
-/// The most sessions a gateway remembers as ended per room: a revoke per
-/// admission at 1,000 admissions a second for a 5-minute session ttl.
-pub const MAX_ENDED: usize = 300_000;
-
 impl Room {
     fn new(
         config: RoomConfig,
         pow_secret: Option<&str>,
         polls_per_token_per_min: u32,
+        ended_cap: usize,
     ) -> anyhow::Result<Room> {
         let mut settings = settings_from_config(&config);
         if let Some(t) = &config.opens_at {
@@ -140,6 +144,8 @@ impl Room {
             window: crate::gate::window::Window::default(),
             steering: AtomicBool::new(false),
             ended: Mutex::new(HashMap::new()),
+            ended_cap,
+            ended_overflow_until: AtomicU64::new(0),
             ended_read: Mutex::new((0, 0)),
             passthrough_budget: std::sync::atomic::AtomicI64::new(0),
             poll_limiter: std::num::NonZeroU32::new(polls_per_token_per_min).map(|n| {
@@ -263,9 +269,37 @@ impl Room {
     pub fn note_ended(&self, sid: &str) {
         let at = self.snapshot().store_now_ms;
         let mut ended = self.ended.lock();
-        if ended.len() < MAX_ENDED {
+        self.remember_ended(&mut ended, sid, at);
+    }
+
+    /// Puts `sid` (ended at `at`) in the ended set; a full set keeps it out
+    /// and marks the room overflowing for as long as a token of it may be
+    /// valid (the session ttl and the skew after `at`).
+    fn remember_ended(&self, ended: &mut HashMap<String, u64>, sid: &str, at: u64) {
+        if ended.len() < self.ended_cap || ended.contains_key(sid) {
             ended.insert(sid.to_owned(), at);
+            return;
         }
+        let until = at
+            .saturating_add(self.settings().session_ttl.as_millis() as u64)
+            .saturating_add(sluice_admission::room::ENDED_SKEW_MS);
+        let before = self
+            .ended_overflow_until
+            .fetch_max(until, Ordering::Relaxed);
+        if before <= self.snapshot().store_now_ms {
+            tracing::warn!(
+                room = self.id(),
+                cap = self.ended_cap,
+                "ended sessions: more revoked than limits.ended_sessions_per_room; admitted requests are checked with the store until those revokes are stale"
+            );
+        }
+    }
+
+    /// Whether a revoke this gateway could not keep in memory may still
+    /// have a valid token: the gate then asks the store about admitted
+    /// requests' sessions ([`crate::gate::session::revoked`]).
+    pub fn ended_overflowing(&self) -> bool {
+        self.ended_overflow_until.load(Ordering::Relaxed) > self.snapshot().store_now_ms
     }
 
     /// Sessions this gateway knows as ended.
@@ -295,14 +329,7 @@ impl Room {
                 let mut ended = self.ended.lock();
                 for (sid, at) in &page {
                     latest = latest.max(*at);
-                    if ended.len() < MAX_ENDED || ended.contains_key(sid) {
-                        ended.insert(sid.clone(), *at);
-                    } else {
-                        tracing::warn!(
-                            room = self.id(),
-                            "ended sessions: more than {MAX_ENDED} remembered; {sid} not kept"
-                        );
-                    }
+                    self.remember_ended(&mut ended, sid, *at);
                 }
             }
             // a full page: read on from its end at the next tick
@@ -629,6 +656,7 @@ impl Rooms {
                 canonical_rules(rc.clone()),
                 config.pow_secret.as_deref(),
                 config.limits.status_polls_per_token_per_min,
+                config.limits.ended_sessions_per_room,
             )?);
             by_id.insert(rc.id.clone(), room.clone());
             rooms.push(room);
@@ -763,6 +791,7 @@ pub async fn run_ticker(
                 room.difficulty.current_level().difficulty_bits,
                 room.store_ok(),
             );
+            telemetry.ended_sessions(room.id(), room.ended_count(), room.ended_overflowing());
         }
     }
 }
@@ -1376,7 +1405,7 @@ mod tests {
             let m = n.saturating_sub(lag);
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async {
-                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }, None, 0).unwrap();
+                let room = Room::new(RoomConfig { id: "r".into(), ..RoomConfig::default() }, None, 0, 16).unwrap();
                 let clock = Arc::new(sluice_admission::SystemClock);
                 let primary = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock.clone()));
                 let replica = QueueBackend::Memory(sluice_admission::MemoryQueueStore::new(clock));

@@ -63,7 +63,7 @@ use crate::app::extract::JsonBody;
 use crate::app::problem::Problem;
 use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
-use crate::visitor;
+use crate::gate::session;
 
 /// How far a webhook timestamp may be from now.
 pub const WEBHOOK_TOLERANCE_S: u64 = 300;
@@ -139,14 +139,15 @@ async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Pr
 /// The admitted visitor of `room`, or 401 `not_admitted`: a live
 /// admission. A revoked session reads no event and takes no new hold,
 /// whatever its token still says.
-fn visitor_of(
+async fn visitor_of(
     state: &AppState,
     headers: &HeaderMap,
     room_id: &str,
     client: &ClientInfo,
 ) -> Result<AdmitClaims, Problem> {
     let room = state.rooms().get(room_id).ok_or_else(not_admitted)?;
-    visitor::live_admission(state, headers, room, client)
+    session::live_admission(state, headers, room, client)
+        .await
         .map(|(_, c)| c)
         .ok_or_else(not_admitted)
 }
@@ -162,7 +163,7 @@ fn owner_of(
     client: &ClientInfo,
 ) -> Result<AdmitClaims, Problem> {
     let room = state.rooms().get(room_id).ok_or_else(not_admitted)?;
-    visitor::admission_from(state, headers, room, client)
+    session::admission_from(state, headers, room, client)
         .map(|(_, c)| c)
         .ok_or_else(not_admitted)
 }
@@ -193,7 +194,7 @@ async fn get_event(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let (event, room) = known_event(&state, &id).await?;
-    visitor_of(&state, &headers, &room, &client)?;
+    visitor_of(&state, &headers, &room, &client).await?;
     let s = state
         .inventory()
         .read(&event)
@@ -219,7 +220,7 @@ async fn create_hold(
     body: Result<JsonBody<Value>, Problem>,
 ) -> Result<Response, Problem> {
     let (event, room) = known_event(&state, &id).await?;
-    let visitor = visitor_of(&state, &headers, &room, &client)?;
+    let visitor = visitor_of(&state, &headers, &room, &client).await?;
     // Before the body is looked at or the store asked (`hold_limit`).
     state.hold_limiter().check(&visitor.sub).map_err(|wait| {
         state.telemetry().rate_limited(&room, "holds");

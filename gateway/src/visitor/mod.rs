@@ -16,9 +16,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_admission::{
-    AdmitClaims, AdmitOutcome, QueueClaims, QueueStore, Snapshot, new_visitor_id,
-};
+use sluice_admission::{AdmitOutcome, QueueClaims, QueueStore, Snapshot, new_visitor_id};
 use sluice_pow::{PowError, Redemption, ReplayStore, network_prefix};
 
 use crate::app::clock::{now_ms, now_s};
@@ -694,45 +692,6 @@ pub fn safe_return_to(given: Option<&str>) -> String {
         && !s.chars().any(|c| c.is_control() || c.is_whitespace())
         && !s.starts_with("/_sluice/");
     if ok { s.to_owned() } else { "/".to_owned() }
-}
-
-/// Whether the session these claims name was revoked (the room's ended
-/// set, learnt by every gateway within a tick of the revoke).
-pub fn is_revoked(room: &Room, claims: &AdmitClaims) -> bool {
-    claims.sid.as_deref().is_some_and(|sid| room.is_ended(sid))
-}
-
-/// An admission the visitor may still use: a valid token of the room
-/// ([`admission_from`]) whose session was not revoked. The reservation
-/// endpoints take only this; the gate also wants to know a revoked one
-/// apart (it clears the cookies and never passes it through).
-pub fn live_admission(
-    state: &AppState,
-    headers: &HeaderMap,
-    room: &Room,
-    client: &ClientInfo,
-) -> Option<(String, AdmitClaims)> {
-    admission_from(state, headers, room, client).filter(|(_, c)| !is_revoked(room, c))
-}
-
-/// Admission-token checks shared by the gate and the reservation
-/// endpoints: the visitor's claims, or `None`. A revoked session's token
-/// still passes here: see [`live_admission`].
-pub fn admission_from(
-    state: &AppState,
-    headers: &HeaderMap,
-    room: &Room,
-    client: &ClientInfo,
-) -> Option<(String, AdmitClaims)> {
-    let token = cookies::token(headers, &cookies::admit_name(room.id()))
-        .or_else(|| cookies::bearer(headers))?;
-    let claims = state.verify_admit(&token, room.id()).ok()?;
-    if let Some(bound) = &claims.ipp
-        && *bound != network_prefix(client.ip).to_string()
-    {
-        return None;
-    }
-    Some((token, claims))
 }
 
 /// Used by tests and the page: a JSON value for a waiting-room status.
