@@ -517,6 +517,127 @@ async fn a_guarded_websocket_ends_when_its_admission_is_revoked() {
     gw.shutdown().await;
 }
 
+/// Tunnels are bounded like connections and by their admission: open
+/// WebSockets take `limits.max_connections` slots (a connection past the
+/// bound is closed unanswered, and a slot comes back when a tunnel ends);
+/// a guarded tunnel closes when its admission token expires (a WebSocket
+/// renews nothing); an origin that refuses the handshake opens no tunnel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tunnels_are_bounded_like_connections_and_by_their_admission() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let mut room = easy_room("default", 100.0, 5.0, &["/ws"]);
+    room.session_ttl = Duration::from_secs(3);
+    let gw = gateway(&origin, &keys, None, vec![room], |c| {
+        c.limits.max_connections = 3;
+    })
+    .await;
+    // one connection past the bound is closed unanswered
+    let refused = || async {
+        let Ok(mut s) = tokio::net::TcpStream::connect(gw.addr).await else {
+            return true;
+        };
+        let _ = s
+            .write_all(b"GET /_sluice/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut buf)).await;
+        buf.is_empty()
+    };
+    let admitted = |token: String| {
+        let mut req = format!("ws://{}/ws", gw.addr)
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert(
+            "cookie",
+            format!("sluice_a_default={token}").parse().unwrap(),
+        );
+        req
+    };
+    let mut v = Visitor::new(&gw.url(), "default");
+    v.join("/ws").await;
+    assert!(v.wait_admitted(Duration::from_secs(10), 100).await);
+    let token = v.admission_token.clone().unwrap();
+    let exp = claims(&token)["exp"].as_u64().unwrap();
+    drop(v); // its kept-alive connections free their slots
+
+    // an origin that refuses the handshake: its answer, and no tunnel
+    let mut req = format!("ws://{}/status/403", gw.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert("host", "x".parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(res)) => assert_eq!(res.status(), 403),
+        other => panic!("a refused handshake opened a tunnel: {other:?}"),
+    }
+
+    // three tunnels fill the bound; a fourth connection is refused
+    let mut tunnels = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tunnels.len() < 3 {
+        // retried while a closed client connection may still hold a slot
+        match tokio_tungstenite::connect_async(admitted(token.clone())).await {
+            Ok((ws, res)) => {
+                assert_eq!(res.status(), 101);
+                tunnels.push(ws);
+            }
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no slot for a tunnel: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        refused().await,
+        "a connection past the bound was served beside 3 tunnels"
+    );
+    // every tunnel still carries
+    for ws in tunnels.iter_mut() {
+        ws.send(Message::text("ping")).await.unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap();
+        assert_eq!(m.unwrap().unwrap().into_text().unwrap().as_str(), "ping");
+    }
+    // a tunnel that ends gives its slot back
+    let mut one = tunnels.pop().unwrap();
+    one.close(None).await.unwrap();
+    drop(one);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while refused().await {
+        assert!(
+            Instant::now() < deadline,
+            "the ended tunnel's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // the others close when the admission token expires, not before
+    for ws in tunnels.iter_mut() {
+        let end = tokio::time::timeout(Duration::from_secs(10), ws.next()).await;
+        assert!(
+            matches!(
+                end,
+                Ok(None) | Ok(Some(Err(_))) | Ok(Some(Ok(Message::Close(_))))
+            ),
+            "a tunnel outlived its admission: {end:?}"
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(
+            now + 1 >= exp,
+            "closed before its admission expired ({now} < {exp})"
+        );
+    }
+    gw.shutdown().await;
+}
+
 // === 3. no place in line without proof of work ===
 
 async fn racing_cookieless_requests_take_no_place(redis: Option<&str>) {
