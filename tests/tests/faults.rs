@@ -498,6 +498,31 @@ async fn store_bound_requests_past_the_limit_are_refused_at_once_then_recover() 
             hold(&TestClient::new(), &base, &token, 1).await
         }));
     }
+    // The store-bound budget is full: the operator still gets an answer
+    // (the admin API has a budget of its own), never `overloaded`, and
+    // within the store's timeout (the last snapshot when it gives up).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let asked = Instant::now();
+    let res = TestClient::new()
+        .get(
+            &format!("{base}/_sluice/admin/rooms/default"),
+            &[(
+                "authorization",
+                &format!("Bearer {}", sluice_tests::ADMIN_TOKEN),
+            )],
+        )
+        .await;
+    assert_eq!(
+        res.status,
+        200,
+        "the operator was locked out: {}",
+        res.text()
+    );
+    assert!(
+        asked.elapsed() < Duration::from_millis(2500),
+        "the admin answer waited {:?}",
+        asked.elapsed()
+    );
     let mut overloaded = 0u64;
     let mut waited = 0u64;
     for call in calls {
