@@ -1251,6 +1251,101 @@ async fn live_settings_reach_every_gateway_and_concurrent_patches_never_revert()
     }
 }
 
+/// PATCHes through two gateways racing the sold-out flag (written by the
+/// gateways' sold-out sync whenever the stock runs out or comes back):
+/// no PATCH reverts the flag, and the flag reverts no PATCH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn patches_racing_the_sold_out_flag_never_revert_each_other() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let room = easy_room("default", 5.0, 2.0, &["/echo/shop"]);
+    let mut gws = Vec::new();
+    for _ in 0..2 {
+        gws.push(
+            gateway(
+                &origin,
+                &keys,
+                Some(&redis.url()),
+                vec![room.clone()],
+                |c| {
+                    c.events = vec![sluice_gateway::config::EventConfig {
+                        total: 2,
+                        cart_limit: 2,
+                        ..Default::default()
+                    }];
+                },
+            )
+            .await,
+        );
+    }
+    let (ua, ub) = (gws[0].url(), gws[1].url());
+    let mut buyer = Visitor::new(&ua, "default");
+    buyer.join("/").await;
+    assert!(buyer.wait_admitted(Duration::from_secs(10), 100).await);
+    for round in 0..6u64 {
+        // the stock runs out (odd rounds) or comes back (even rounds) while
+        // both gateways take PATCHes of other fields
+        let sold_out = round % 2 == 0;
+        let change = if sold_out {
+            let res = hold(&buyer, 2).await;
+            assert_eq!(res.status, 201, "{}", res.text());
+            res.json()["hold_id"].as_str().unwrap().to_owned()
+        } else {
+            String::new()
+        };
+        let mut patches = Vec::new();
+        for i in 0..6u64 {
+            let base = if i % 2 == 0 { ua.clone() } else { ub.clone() };
+            let body = if i % 2 == 0 {
+                json!({"burst": 10 + round * 10 + i})
+            } else {
+                json!({"max_active": 100 + round * 10 + i})
+            };
+            patches.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(40 * i)).await;
+                admin_patch(&base, "default", body).await.status
+            }));
+        }
+        for p in patches {
+            assert_eq!(p.await.unwrap(), 200);
+        }
+        let (burst, max_active) = ((10 + round * 10 + 4) as f64, 100 + round * 10 + 5);
+        for base in [&ua, &ub] {
+            until_room(base, "default", "the flag and the last PATCHes", |v| {
+                v["sold_out"] == json!(sold_out)
+                    && v["burst"].as_f64() == Some(burst)
+                    && v["max_active"] == json!(max_active)
+            })
+            .await;
+        }
+        // and it stays so over several ticks: nothing reverts late
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for base in [&ua, &ub] {
+            let v = admin_room(base, "default").await;
+            assert_eq!(v["sold_out"], json!(sold_out), "round {round}: {v}");
+            assert_eq!(v["burst"].as_f64(), Some(burst), "round {round}: {v}");
+            assert_eq!(v["max_active"], json!(max_active), "round {round}: {v}");
+        }
+        if sold_out {
+            let res = buyer
+                .call_admitted(
+                    http::Method::DELETE,
+                    &format!("/_sluice/holds/{change}"),
+                    None,
+                    &[],
+                )
+                .await;
+            assert_eq!(res.status, 200, "{}", res.text());
+        }
+    }
+    for gw in gws {
+        gw.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_setting_in_the_store_is_refused_and_the_last_good_one_kept() {
     let Some(redis) = RedisServer::start() else {
