@@ -738,11 +738,23 @@ async fn passthrough_is_limited_per_network_like_joins() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_place_is_one_session_however_often_it_is_polled() {
+    one_place_is_one_session(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_place_is_one_session_however_often_it_is_polled_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    one_place_is_one_session(Some(&redis.url())).await;
+}
+
+async fn one_place_is_one_session(redis: Option<&str>) {
     let origin = TestOrigin::start().await;
     let keys = temp_keys();
     let mut room = easy_room("default", 0.01, 1.0, &["/echo/shop"]);
     room.max_active = Some(2);
-    let gw = gateway(&origin, &keys, None, vec![room], |c| {
+    let gw = gateway(&origin, &keys, redis, vec![room], |c| {
         c.limits.status_polls_per_token_per_min = 0;
     })
     .await;
