@@ -1,7 +1,12 @@
 //! The gateway's cookies: `sluice_q_{room}` (queue token) and
 //! `sluice_a_{room}` (admission token). Always `HttpOnly`, `SameSite=Lax`,
 //! `Path=/`, and `Secure` when the client reached the edge over TLS.
+//!
+//! `Set-Cookie` values are written by the `cookie` crate. Reading stays a
+//! few lines of our own: one pass over the `Cookie` header on every guarded
+//! request, borrowing, where the first non-empty value of the name wins.
 
+use cookie::{Cookie, SameSite};
 use http::{HeaderMap, HeaderValue, header};
 
 use crate::edge::client_ip::ClientInfo;
@@ -44,11 +49,23 @@ pub fn bearer(headers: &HeaderMap) -> Option<String> {
 
 /// Adds a `Set-Cookie` for `name=value`.
 pub fn set(headers: &mut HeaderMap, name: &str, value: &str, max_age_s: u64, secure: bool) {
-    let mut c = format!("{name}={value}; Path=/; Max-Age={max_age_s}; HttpOnly; SameSite=Lax");
-    if secure {
-        c.push_str("; Secure");
-    }
-    if let Ok(v) = HeaderValue::from_str(&c) {
+    let max_age = cookie::time::Duration::seconds(i64::try_from(max_age_s).unwrap_or(i64::MAX));
+    append(
+        headers,
+        Cookie::build((name, value))
+            .path("/")
+            .max_age(max_age)
+            .http_only(true)
+            .same_site(SameSite::Lax)
+            .secure(secure),
+    );
+}
+
+/// Appends `cookie` as a `Set-Cookie` field, and keeps the answer out of
+/// shared caches.
+fn append<'c>(headers: &mut HeaderMap, cookie: impl Into<Cookie<'c>>) {
+    let cookie: Cookie<'c> = cookie.into();
+    if let Ok(v) = HeaderValue::from_str(&cookie.to_string()) {
         headers.append(header::SET_COOKIE, v);
     }
     never_shared(headers);
@@ -118,12 +135,14 @@ pub fn set_queue(headers: &mut HeaderMap, room: &Room, token: &str, client: &Cli
 
 /// Adds a `Set-Cookie` that deletes `name`.
 pub fn clear(headers: &mut HeaderMap, name: &str) {
-    if let Ok(v) = HeaderValue::from_str(&format!(
-        "{name}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax"
-    )) {
-        headers.append(header::SET_COOKIE, v);
-    }
-    never_shared(headers);
+    append(
+        headers,
+        Cookie::build((name, ""))
+            .path("/")
+            .max_age(cookie::time::Duration::ZERO)
+            .http_only(true)
+            .same_site(SameSite::Lax),
+    );
 }
 
 #[cfg(test)]
