@@ -1623,7 +1623,7 @@ mod tests {
             "http://[::1]:9"
         );
         let e = check_target("http://192.0.2.1:8080", false).unwrap_err();
-        assert_eq!(e.code, crate::tools::EXIT_USAGE);
+        assert_eq!(e.code, crate::tools::failure::EXIT_USAGE);
         assert!(e.message.contains("--allow-remote"), "{}", e.message);
         assert!(check_target("http://192.0.2.1:8080", true).is_ok());
         assert!(check_target("https://127.0.0.1", false).is_err());
