@@ -8,7 +8,9 @@
 //!
 //! - `admin_cli` — `sluice admin`, a client of the admin API.
 //! - `simulate` — `sluice simulate`, the queue in virtual time.
-//! - `swarm` — `sluice swarm`, a bounded crowd of real visitors.
+//! - `swarm/` — `sluice swarm`, a bounded crowd of real visitors: the flags,
+//!   the crowd, one visitor's journey, the HTTP client, the ledger of holds
+//!   (nobody oversold, nobody above the cart limit) and the report.
 //!
 //! The tools are a feature of this crate rather than a crate of their own
 //! because the gateway crate owns the `sluice` binary and its one command

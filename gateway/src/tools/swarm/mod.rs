@@ -63,15 +63,15 @@
 //! # Layout
 //!
 //! - `mod.rs` — the flags, their checks (loopback only) and the exit status.
-//! - [`crowd`] — the run: fail-fast probes, the workers that start the
+//! - `crowd.rs` — the run: fail-fast probes, the workers that start the
 //!   visitors (paced arrivals, the hard stop), the admin view of the stock.
-//! - [`visitor`] — one visitor's journey: challenge, join, poll, hold, pay
+//! - `visitor.rs` — one visitor's journey: challenge, join, poll, hold, pay
 //!   or release.
-//! - [`client`] — the pooled HTTP client, the global request pacer, latencies and
-//!   errors per endpoint.
-//! - [`ledger`] — the correctness accounting: units outstanding (nobody
+//! - `client.rs` — the pooled HTTP client, the global request pacer,
+//!   latencies and errors per endpoint.
+//! - `ledger.rs` — the correctness accounting: units outstanding (nobody
 //!   oversold) and each visitor's cart (nobody above the cart limit).
-//! - [`report`] — the verdict, the table, the JSON object, the progress bar.
+//! - `report.rs` — the verdict, the table, the JSON object, the progress bar.
 
 mod client;
 mod crowd;
