@@ -59,8 +59,16 @@
 //!   reaper.
 //! - [`admin`] — the admin dashboard.
 //! - [`config`] — TOML configuration, flags and environment, validation.
-//! - [`tools`] — the `sluice` command line and its tools (`simulate`,
-//!   `swarm`, `admin`), and the built-in demo shop.
+//! - [`tools`] — the `sluice` command line and the built-in demo shop; the
+//!   operator tools (`simulate`, `swarm`, `admin`) behind the `tools`
+//!   feature.
+//!
+//! ## Features
+//!
+//! - `tools` (default) — `sluice simulate`, `sluice swarm` and
+//!   `sluice admin`, and what only they link: plotters, png, a bundled font
+//!   and indicatif. Without it (`--no-default-features`) this crate is the
+//!   server alone, as the fuzz crate builds it.
 
 pub mod admin;
 pub mod app;

@@ -35,11 +35,14 @@ pub enum Command {
         file: PathBuf,
     },
     /// Read and change a running gateway's rooms and events (admin API).
+    #[cfg(feature = "tools")]
     Admin(crate::tools::admin_cli::AdminArgs),
     /// Simulate a queue in virtual time with the real admission code.
+    #[cfg(feature = "tools")]
     Simulate(crate::tools::simulate::SimulateArgs),
     /// Throw a bounded crowd of real HTTP visitors at a running gateway
     /// (loopback only unless --allow-remote) and report what they got.
+    #[cfg(feature = "tools")]
     Swarm(crate::tools::swarm::SwarmArgs),
     /// Check a scheduled room's published pre-queue draw: that the revealed
     /// seed matches the commitment published before the opening, and the
@@ -187,8 +190,11 @@ pub fn main() -> ExitCode {
                 Err(e) => config_failure(&e),
             }
         }
+        #[cfg(feature = "tools")]
         Command::Admin(args) => crate::tools::admin_cli::run(args),
+        #[cfg(feature = "tools")]
         Command::Simulate(args) => crate::tools::simulate::run(args),
+        #[cfg(feature = "tools")]
         Command::Swarm(args) => crate::tools::swarm::run(args),
         Command::PrequeueVerify(args) => crate::gate::schedule::run_verify(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {

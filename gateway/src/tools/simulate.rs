@@ -519,7 +519,6 @@ fn summary(cfg: &SimConfig, r: &SimReport, live: Option<&Live>) -> String {
         Some(m) => format!("max active {}", thousands(m)),
         None => "no active cap".into(),
     };
-    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("  {k:<22}{v}\n"));
     s.push_str(&format!(
         "sluice simulate: rate {}/s, burst {}, {cap}, seed {}\n",
         rate_str(r.rate_per_sec),
@@ -587,46 +586,7 @@ fn summary(cfg: &SimConfig, r: &SimReport, live: Option<&Live>) -> String {
         },
     );
     line(&mut s, "peak queue", thousands(r.peak_queue_length));
-    let w = r.wait_seconds;
-    line(
-        &mut s,
-        "wait mean / p50",
-        format!("{} / {}", human(w.mean), human(w.p50)),
-    );
-    line(
-        &mut s,
-        "wait p95 / p99 / max",
-        format!("{} / {} / {}", human(w.p95), human(w.p99), human(w.max)),
-    );
-    let capacity = match r.capacity_rps {
-        Some(c) => {
-            let verdict = if r.origin_peak_rps > c {
-                "OVER capacity"
-            } else {
-                "within capacity"
-            };
-            format!(" against capacity {} ({verdict})", rate_str(c))
-        }
-        None => String::new(),
-    };
-    line(
-        &mut s,
-        "origin requests/s",
-        format!(
-            "peak {:.1}, mean {:.1}{capacity}",
-            r.origin_peak_rps, r.origin_mean_rps
-        ),
-    );
-    line(
-        &mut s,
-        "edge polls/s",
-        format!(
-            "mean {}, peak {} ({} polls)",
-            thousands(r.edge_polls_per_sec.mean.round() as u64),
-            thousands(r.edge_polls_per_sec.peak),
-            thousands(r.edge_polls_per_sec.total)
-        ),
-    );
+    summary_load(&mut s, r);
     if let Some(l) = live {
         match r.drain_seconds {
             Some(d) => s.push_str(&format!(
@@ -644,6 +604,56 @@ fn summary(cfg: &SimConfig, r: &SimReport, live: Option<&Live>) -> String {
         }
     }
     s
+}
+
+/// The summary's lines on waits and load: wait percentiles, origin
+/// requests/s against capacity, edge polls/s.
+fn summary_load(s: &mut String, r: &SimReport) {
+    let w = r.wait_seconds;
+    line(
+        s,
+        "wait mean / p50",
+        format!("{} / {}", human(w.mean), human(w.p50)),
+    );
+    line(
+        s,
+        "wait p95 / p99 / max",
+        format!("{} / {} / {}", human(w.p95), human(w.p99), human(w.max)),
+    );
+    let capacity = match r.capacity_rps {
+        Some(c) => {
+            let verdict = if r.origin_peak_rps > c {
+                "OVER capacity"
+            } else {
+                "within capacity"
+            };
+            format!(" against capacity {} ({verdict})", rate_str(c))
+        }
+        None => String::new(),
+    };
+    line(
+        s,
+        "origin requests/s",
+        format!(
+            "peak {:.1}, mean {:.1}{capacity}",
+            r.origin_peak_rps, r.origin_mean_rps
+        ),
+    );
+    line(
+        s,
+        "edge polls/s",
+        format!(
+            "mean {}, peak {} ({} polls)",
+            thousands(r.edge_polls_per_sec.mean.round() as u64),
+            thousands(r.edge_polls_per_sec.peak),
+            thousands(r.edge_polls_per_sec.total)
+        ),
+    );
+}
+
+/// One `key   value` line of the summary.
+fn line(s: &mut String, k: &str, v: String) {
+    s.push_str(&format!("  {k:<22}{v}\n"));
 }
 
 /// The per-second series, one row per second.

@@ -1,0 +1,360 @@
+//! What the run found: the verdict ([`Report::violations`], exit status 3
+//! when any), the human table and the JSON object, and the progress bar
+//! shown on a terminal while the crowd runs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Map, Value, json};
+
+use super::Settings;
+use super::client::{Endpoint, Stats};
+use super::ledger::Ledger;
+use super::visitor::EventInfo;
+
+/// Everything the run counted, for the verdict and the two renderings.
+pub(super) struct Report {
+    pub(super) s: Settings,
+    pub(super) stopped_by: &'static str,
+    pub(super) elapsed: Duration,
+    pub(super) started: u64,
+    pub(super) finished: u64,
+    pub(super) joined: u64,
+    pub(super) admitted: u64,
+    pub(super) sold_out: u64,
+    pub(super) failed: u64,
+    pub(super) event: Option<EventInfo>,
+    pub(super) stock_before: Option<Value>,
+    pub(super) stock: Option<Value>,
+    pub(super) ledger: Ledger,
+    pub(super) stats: Stats,
+}
+
+/// The `q`-quantile of sorted `v` (nearest rank).
+pub(super) fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+impl Report {
+    fn total(&self) -> Option<u64> {
+        self.event
+            .map(|e| e.total)
+            .or_else(|| self.stock.as_ref().and_then(|s| s["total"].as_u64()))
+    }
+
+    /// Units held at one moment beyond the stock, as the answers show.
+    fn oversold_by_answers(&self) -> u64 {
+        self.total()
+            .map_or(0, |t| self.ledger.peak_outstanding.saturating_sub(t))
+    }
+
+    /// `held + confirmed` beyond `total` in the store's own view.
+    fn oversold_by_stock(&self) -> u64 {
+        let Some(s) = &self.stock else { return 0 };
+        let (Some(t), Some(h), Some(c)) = (
+            s["total"].as_u64(),
+            s["held"].as_u64(),
+            s["confirmed"].as_u64(),
+        ) else {
+            return 0;
+        };
+        (h + c).saturating_sub(t)
+    }
+
+    fn oversold(&self) -> u64 {
+        self.oversold_by_answers().max(self.oversold_by_stock())
+    }
+
+    fn invariant_holds(&self) -> Option<bool> {
+        self.stock
+            .as_ref()
+            .and_then(|s| s["invariant_holds"].as_bool())
+    }
+
+    /// What makes the run a failure (exit status 3).
+    pub(super) fn violations(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.oversold() > 0 {
+            v.push(format!("oversold {} unit(s)", self.oversold()));
+        }
+        if self.ledger.above_cart_limit > 0 {
+            v.push(format!(
+                "{} visitor(s) above the cart limit",
+                self.ledger.above_cart_limit
+            ));
+        }
+        if self.ledger.idempotency_mismatches > 0 {
+            v.push(format!(
+                "{} idempotent replay(s) returned another hold",
+                self.ledger.idempotency_mismatches
+            ));
+        }
+        if self.invariant_holds() == Some(false) {
+            v.push("the store's stock invariant does not hold".into());
+        }
+        v
+    }
+
+    fn latency(&self) -> Value {
+        let mut m = Map::new();
+        for ep in Endpoint::ALL {
+            let Some(v) = self.stats.latency_ms.get(ep.name()) else {
+                continue;
+            };
+            let mut v = v.clone();
+            v.sort_by(f64::total_cmp);
+            let r = |x: f64| (x * 100.0).round() / 100.0;
+            m.insert(
+                ep.name().into(),
+                json!({
+                    "count": v.len(),
+                    "p50_ms": r(quantile(&v, 0.5)),
+                    "p99_ms": r(quantile(&v, 0.99)),
+                    "max_ms": r(quantile(&v, 1.0)),
+                }),
+            );
+        }
+        Value::Object(m)
+    }
+
+    fn units_left_to_expire(&self) -> u64 {
+        let l = &self.ledger;
+        l.units_held
+            .saturating_sub(l.units_confirmed + l.units_released + l.units_lapsed_before_payment)
+    }
+
+    pub(super) fn to_json(&self) -> Value {
+        let l = &self.ledger;
+        let st = &self.stats;
+        let stock = |s: &Option<Value>| {
+            s.as_ref().map(|s| {
+                json!({
+                    "total": s["total"],
+                    "available": s["available"],
+                    "held": s["held"],
+                    "confirmed": s["confirmed"],
+                    "invariant_holds": s["invariant_holds"],
+                })
+            })
+        };
+        json!({
+            "urls": self.s.bases,
+            "room": self.s.room,
+            "event": self.s.event,
+            "seed": self.s.seed,
+            "stopped_by": self.stopped_by,
+            "elapsed_seconds": (self.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+            "visitors": self.s.visitors,
+            "started": self.started,
+            "finished": self.finished,
+            "unfinished": self.started - self.finished,
+            "joined": self.joined,
+            "admitted": self.admitted,
+            "sold_out_visitors": self.sold_out,
+            "failed_visitors": self.failed,
+            "total": self.total(),
+            "cart_limit": self.event.map(|e| e.cart_limit),
+            "holds": l.holds,
+            "units_held": l.units_held,
+            "units_confirmed": l.units_confirmed,
+            "units_released": l.units_released,
+            "units_lapsed_before_payment": l.units_lapsed_before_payment,
+            "units_left_to_expire": self.units_left_to_expire(),
+            "peak_units_outstanding": l.peak_outstanding,
+            "stock_before": stock(&self.stock_before),
+            "stock": stock(&self.stock),
+            "oversold": self.oversold(),
+            "oversold_by_answers": self.oversold_by_answers(),
+            "oversold_by_stock": self.oversold_by_stock(),
+            "above_cart_limit": l.above_cart_limit,
+            "idempotency_mismatches": l.idempotency_mismatches,
+            "errors": st.errors,
+            "http_errors": st.http_errors.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>(),
+            "transport_errors": st.transport_errors,
+            "requests": st.requests,
+            "requests_per_sec": (st.requests as f64 / self.elapsed.as_secs_f64().max(1e-3) * 10.0).round() / 10.0,
+            "latency_ms": self.latency(),
+            "ok": self.violations().is_empty(),
+        })
+    }
+
+    pub(super) fn table(&self) -> String {
+        let v = self.to_json();
+        let mut s = String::new();
+        s.push_str(&format!(
+            "sluice swarm: {} room {} event {} — {} after {:.1}s, {} requests ({}/s)\n",
+            self.s.bases.join(" "),
+            self.s.room,
+            self.s.event,
+            if self.stopped_by == "done" {
+                "all visitors done"
+            } else {
+                "stopped by --duration"
+            },
+            self.elapsed.as_secs_f64(),
+            v["requests"],
+            v["requests_per_sec"],
+        ));
+        line(
+            &mut s,
+            "visitors",
+            format!(
+                "{} ({} started, {} unfinished, {} sold out, {} failed)",
+                self.s.visitors, self.started, v["unfinished"], self.sold_out, self.failed
+            ),
+        );
+        line(
+            &mut s,
+            "joined / admitted",
+            format!("{} / {}", self.joined, self.admitted),
+        );
+        self.table_stock(&mut s, &v);
+        self.table_errors(&mut s, &v);
+        s.push_str(&format!(
+            "  verdict                 {}\n",
+            match self.violations() {
+                v if v.is_empty() => "ok".to_owned(),
+                v => format!("FAILED: {}", v.join("; ")),
+            }
+        ));
+        s
+    }
+
+    /// The table's lines on the stock: holds, units, the event, the store's
+    /// view, overselling and the cart limit.
+    fn table_stock(&self, s: &mut String, v: &Value) {
+        let l = &self.ledger;
+        line(
+            s,
+            "holds (201)",
+            format!("{} for {} unit(s)", l.holds, l.units_held),
+        );
+        line(
+            s,
+            "units",
+            format!(
+                "{} confirmed, {} released, {} lapsed before payment, {} left to expire",
+                l.units_confirmed,
+                l.units_released,
+                l.units_lapsed_before_payment,
+                self.units_left_to_expire()
+            ),
+        );
+        line(
+            s,
+            "event",
+            match self.event {
+                Some(e) => format!("total {}, cart limit {}", e.total, e.cart_limit),
+                None => "not seen (nobody admitted)".into(),
+            },
+        );
+        if let Some(st) = &v["stock"].as_object() {
+            line(
+                s,
+                "stock (admin)",
+                format!(
+                    "total {}, available {}, held {}, confirmed {}, invariant {}",
+                    st["total"],
+                    st["available"],
+                    st["held"],
+                    st["confirmed"],
+                    st["invariant_holds"]
+                ),
+            );
+        }
+        line(
+            s,
+            "oversold",
+            format!(
+                "{} (answers: peak {} outstanding; store: {})",
+                self.oversold(),
+                l.peak_outstanding,
+                if self.stock.is_some() {
+                    self.oversold_by_stock().to_string()
+                } else {
+                    "not read, no --admin-token".into()
+                }
+            ),
+        );
+        line(s, "above cart limit", l.above_cart_limit.to_string());
+        if l.idempotency_mismatches > 0 {
+            line(
+                s,
+                "idempotency mismatches",
+                l.idempotency_mismatches.to_string(),
+            );
+        }
+    }
+
+    /// The table's lines on errors and latencies.
+    fn table_errors(&self, s: &mut String, v: &Value) {
+        let st = &self.stats;
+        let mut errs: Vec<String> = st.errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        errs.extend(st.http_errors.iter().map(|(k, n)| format!("HTTP {k} {n}")));
+        if st.transport_errors > 0 {
+            errs.push(format!("transport {}", st.transport_errors));
+        }
+        line(
+            s,
+            "errors",
+            if errs.is_empty() {
+                "none".into()
+            } else {
+                errs.join(", ")
+            },
+        );
+        s.push_str("  latency (ms)            count      p50      p99\n");
+        if let Value::Object(m) = &v["latency_ms"] {
+            for (ep, x) in m {
+                s.push_str(&format!(
+                    "    {ep:<22}{:>7} {:>8.1} {:>8.1}\n",
+                    x["count"],
+                    x["p50_ms"].as_f64().unwrap_or(0.0),
+                    x["p99_ms"].as_f64().unwrap_or(0.0)
+                ));
+            }
+        }
+    }
+}
+
+/// One `key   value` line of the table.
+fn line(s: &mut String, k: &str, v: String) {
+    s.push_str(&format!("  {k:<24}{v}\n"));
+}
+
+/// A bar of visitors finished, on a terminal (`Settings::progress`);
+/// hidden otherwise.
+pub(super) fn progress_bar(s: &Settings) -> ProgressBar {
+    if !s.progress {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(s.visitors);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} swarm [{bar:30}] {pos}/{len} visitors {elapsed} {msg}",
+    ) {
+        b.set_style(style.progress_chars("=> "));
+    }
+    b.enable_steady_tick(Duration::from_millis(200));
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&v, 1.0), 100.0);
+        assert_eq!(quantile(&[], 0.5), 0.0);
+    }
+}
