@@ -10,8 +10,8 @@
 //! 3. `TraceLayer` — one span per request with method, path and request id.
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
 //! 5. The router: `/_sluice/…` handlers (bodies limited, no-store, the
-//!    store-bound ones behind [`store_bound`], admin calls behind
-//!    [`admin_guard`]), and as fallback the guarded proxy (whose forwards
+//!    store-bound ones behind `store_bound`, admin calls behind
+//!    `admin::admin_guard`), and as fallback the guarded proxy (whose forwards
 //!    to the origin are bounded by `limits.max_origin_requests`).
 //!
 //! The accept loop ([`crate::edge::server`]) bounds open connections

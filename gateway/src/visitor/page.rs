@@ -4,11 +4,11 @@
 //! visitor's language (`Accept-Language`: English, French) and every value
 //! put into the page is HTML-escaped.
 //!
-//! A room may restyle its page ([`PageConfig`]): a brand name, an accent
+//! A room may restyle its page ([`crate::visitor::template::PageConfig`]): a brand name, an accent
 //! colour (served as a generated stylesheet, so no inline style is needed)
 //! and an operator's template directory whose `waiting.html`, `waiting.css`
 //! and `logo.svg`/`logo.png` replace the embedded ones. The placeholders a
-//! template may use are [`PLACEHOLDERS`] and the texts' keys; they are
+//! template may use are [`crate::visitor::template::PLACEHOLDERS`] and the texts' keys; they are
 //! documented in `docs/waiting-page.md`.
 
 use std::collections::HashMap;
