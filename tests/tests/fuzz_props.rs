@@ -19,9 +19,9 @@
 //!   case the event's stock invariant still holds;
 //! - the config: `Config::from_toml` + `validate` on arbitrary text and on
 //!   mutations of the example configuration;
-//! - the gateway's own HTTP/1.1 reader (`front::serve`) on request-shaped
-//!   and arbitrary bytes: only plain requests answered, the rest handed on
-//!   to hyper untouched.
+//! - the gateway's own HTTP/1.1 reader (`sluice_wire::front::serve`) on
+//!   request-shaped and arbitrary bytes: only plain requests answered, the
+//!   rest handed on to hyper untouched.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -509,7 +509,7 @@ proptest! {
 /// Serves `data` (then the client's end of input) with `front::serve`,
 /// answering each request it takes with its target: the requests taken,
 /// and how it ended.
-fn front_serve(data: &[u8]) -> (usize, sluice_gateway::edge::front::Outcome) {
+fn front_serve(data: &[u8]) -> (usize, sluice_wire::front::Outcome) {
     use tokio::io::AsyncWriteExt;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -519,11 +519,11 @@ fn front_serve(data: &[u8]) -> (usize, sluice_gateway::edge::front::Outcome) {
         let (mut client, mut server) = tokio::io::duplex(1 << 20);
         client.write_all(data).await.unwrap();
         client.shutdown().await.unwrap();
-        let limits = sluice_gateway::edge::front::Limits {
+        let limits = sluice_wire::front::Limits {
             head_bytes: 1024,
             headers: 16,
         };
-        let watch = sluice_gateway::edge::watch::ConnWatch::default();
+        let watch = sluice_wire::watch::ConnWatch::default();
         let taken = std::cell::Cell::new(0usize);
         let answer = |req: Request<Body>| {
             assert!(matches!(*req.method(), Method::GET | Method::HEAD));
@@ -540,7 +540,7 @@ fn front_serve(data: &[u8]) -> (usize, sluice_gateway::edge::front::Outcome) {
         };
         let out = tokio::time::timeout(
             Duration::from_secs(5),
-            sluice_gateway::edge::front::serve(&mut server, limits, &watch, || false, answer),
+            sluice_wire::front::serve(&mut server, limits, &watch, || false, answer),
         )
         .await
         .expect("no hang");
@@ -585,7 +585,7 @@ proptest! {
     ) {
         let data = pieces.concat();
         let (_, out) = front_serve(&data);
-        if let sluice_gateway::edge::front::Outcome::Handoff(rest) = out {
+        if let sluice_wire::front::Outcome::Handoff(rest) = out {
             prop_assert!(!rest.is_empty());
             prop_assert!(data.ends_with(&rest));
         }
@@ -597,7 +597,7 @@ fn the_front_answers_each_plain_request_once_and_stops_at_the_first_other() {
     let data = b"GET /1 HTTP/1.1\r\n\r\nHEAD /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET /4 HTTP/1.1\r\n\r\n";
     let (taken, out) = front_serve(data);
     assert_eq!(taken, 2);
-    let sluice_gateway::edge::front::Outcome::Handoff(rest) = out else {
+    let sluice_wire::front::Outcome::Handoff(rest) = out else {
         panic!("not handed off: {out:?}");
     };
     assert!(rest.starts_with(b"GET /3 HTTP/1.1\r\nContent-Length: 0"));
