@@ -12,7 +12,7 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(token_verify challenge_verify control_bodies config_parse front_heads)
+  targets=(token_verify challenge_verify control_bodies config_parse front_heads origin_heads)
 fi
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz missing: cargo install cargo-fuzz" >&2; exit 2; }
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"

@@ -1,4 +1,4 @@
-//! The gateway's own HTTP/1.1 reader (`sluice_gateway::edge::front`) fed any
+//! The gateway's own HTTP/1.1 reader (`sluice_wire::front`) fed any
 //! bytes as a client's, its answers echoing what it read: never a panic or
 //! a hang; only plain requests (GET or HEAD, no framing fields) are
 //! answered; what it hands to hyper is exactly the bytes it did not take.
@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 use axum::body::Body;
 use http::{Method, Request, Response, header};
 use libfuzzer_sys::fuzz_target;
-use sluice_gateway::edge::front::{self, Limits, Outcome};
-use sluice_gateway::edge::watch::ConnWatch;
+use sluice_wire::front::{self, Limits, Outcome};
+use sluice_wire::watch::ConnWatch;
 use tokio::io::AsyncWriteExt;
 
 fn rt() -> &'static tokio::runtime::Runtime {

@@ -3,7 +3,10 @@
 //! The gateway of sluice: an HTTP front (hyper 1 + tower, HTTP/1.1 and h2c)
 //! that stands between downstream visitors and the upstream origin, and
 //! wires the domain crates (`sluice-pow`, `sluice-admission`,
-//! `sluice-reservation`) to the network.
+//! `sluice-reservation`) to the network. Its HTTP/1.1 wire code on both
+//! sides (the native front, the per-connection deadlines, the codec toward
+//! the origin) is a crate of its own, `sluice-wire`, with its own
+//! differential tests against hyper and fuzz targets.
 //!
 //! ## Life of a request
 //!
@@ -31,7 +34,9 @@
 //!
 //! 1. **Edge.** [`edge::server::serve`] accepts a TCP connection and hands it
 //!    to the I/O thread with the fewest connections open; a client that
-//!    sends no request head within the header timeout is dropped. Each
+//!    sends no request head within the header timeout is dropped
+//!    ([`sluice_wire::watch`]). A plain HTTP/1.1 GET or HEAD is read by
+//!    [`sluice_wire::front`], anything else by hyper's server. Each
 //!    request is put in its canonical form ([`edge::canonical`]) and its
 //!    client decided ([`edge::client_ip::ClientInfo`]) before anything else.
 //! 2. **Direct path.** A request no room guards goes from the edge straight
@@ -43,16 +48,20 @@
 //!    admits on the spot when the room is idle, or answers with the waiting
 //!    room.
 //! 5. **Proxy.** [`proxy::Proxy`] streams the request upstream over a
-//!    pooled connection and streams the answer back.
+//!    pooled connection and streams the answer back: a request without a
+//!    body natively ([`sluice_wire::h1`], [`sluice_wire::origin`]), any
+//!    other through hyper's client.
 //!
 //! ## Modules
-//! - [`edge`] — the listener, connections, deadlines, HTTP/1.1 from the
-//!   client, the canonical request, the client's address.
+//! - [`edge`] — the listener, connections, the canonical request, the
+//!   client's address (deadlines and HTTP/1.1 from the client:
+//!   `sluice-wire`).
 //! - [`app`] — the shared state, the route table and the layer order, the
 //!   one error map ([`app::problem`]), metrics recording, the stores.
 //! - [`gate`] — rooms and their rules, the ticker, the admission gate,
 //!   adaptive admission, scheduled openings, the cookies.
-//! - [`proxy`] — the reverse proxy, its upstream pool and HTTP/1.1 codec.
+//! - [`proxy`] — the reverse proxy and its upstream pool (the HTTP/1.1
+//!   codec toward the origin: `sluice-wire`), the `Sluice-*` namespace.
 //! - [`visitor`] — challenge, join, status, public room state, JWKS, the
 //!   waiting page.
 //! - [`reserve`] — events, holds, the payment webhook, event admin, the

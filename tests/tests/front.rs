@@ -1,5 +1,5 @@
 //! The gateway's own HTTP/1.1 reader and writer (`server.native_http1`,
-//! gateway/src/edge/front.rs) against hyper's server: the same bytes sent on one
+//! wire/src/front.rs) against hyper's server: the same bytes sent on one
 //! connection to a gateway with it and to one without it must bring the
 //! same answers (status lines, header lines in order, framing, bodies) and
 //! the origin must see the same requests, whatever mix of plain requests,

@@ -124,7 +124,7 @@ pub struct ServerConfig {
     pub io_threads: usize,
     /// Plain HTTP/1.1 requests (`GET` or `HEAD`, no body, no upgrade, no
     /// `Expect`) are read and answered by the gateway's own HTTP/1.1 code
-    /// (`crate::edge::front`), without hyper's dispatcher, body channel and codec
+    /// (`sluice_wire::front`), without hyper's dispatcher, body channel and codec
     /// (about 1,600 fewer instructions per proxied request, README
     /// "Measured"); at the first request that is not plain, hyper serves the
     /// connection. `false`: hyper serves every request.

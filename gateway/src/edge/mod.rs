@@ -3,13 +3,14 @@
 //!
 //! - [`server`] — the listener, I/O threads, connections, graceful drain,
 //!   and `answer`, where every request (either HTTP/1 server, or h2) starts.
-//! - [`watch`] — a connection's header and origin deadlines, one timer each.
-//! - [`front`] — HTTP/1.1 from the client for plain GET and HEAD requests.
 //! - [`canonical`] — one spelling of each path and host.
 //! - [`client_ip`] — the downstream client's address.
+//!
+//! The HTTP/1.1 wire code the server runs is the `sluice-wire` crate's:
+//! [`sluice_wire::front`] reads and answers plain GET and HEAD requests
+//! before hyper, and [`sluice_wire::watch`] keeps a connection's header and
+//! origin deadlines, one timer each.
 
 pub mod canonical;
 pub mod client_ip;
-pub mod front;
 pub mod server;
-pub mod watch;

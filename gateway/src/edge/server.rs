@@ -39,7 +39,7 @@ use crate::app;
 use crate::app::request_id::{REQUEST_ID, RequestIds, panic_response};
 use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
-use crate::edge::watch::ConnWatch;
+use sluice_wire::watch::ConnWatch;
 
 /// A running gateway started with [`spawn`]: its address and a handle to
 /// stop it.
@@ -129,7 +129,7 @@ pub async fn serve(
         header_timeout: config.timeouts.header_read,
         upstream_response: config.timeouts.upstream_response,
         native_http1: config.server.native_http1,
-        front_limits: crate::edge::front::Limits {
+        front_limits: sluice_wire::front::Limits {
             head_bytes: config.limits.max_header_bytes,
             headers: config.limits.max_headers,
         },
@@ -206,9 +206,9 @@ struct Shared {
     trusted: Arc<Vec<ipnet::IpNet>>,
     header_timeout: Duration,
     upstream_response: Duration,
-    /// Plain HTTP/1.1 requests read and answered by [`crate::edge::front`].
+    /// Plain HTTP/1.1 requests read and answered by [`sluice_wire::front`].
     native_http1: bool,
-    front_limits: crate::edge::front::Limits,
+    front_limits: sluice_wire::front::Limits,
 }
 
 /// A connection handed to an I/O thread, with its
@@ -338,11 +338,11 @@ async fn connection(
     let serving = watch.clone();
     let conn = async move {
         let mut stream = stream;
-        // Plain requests are read and answered here (`crate::edge::front`) until
+        // Plain requests are read and answered here (`sluice_wire::front`) until
         // one is not: hyper takes the connection from there.
         let read = if shared.native_http1 {
             let stopping = || shared.drain.started();
-            let answered = crate::edge::front::serve(
+            let answered = sluice_wire::front::serve(
                 &mut stream,
                 shared.front_limits,
                 &serving,
@@ -351,13 +351,13 @@ async fn connection(
             );
             // Woken when the drain starts, to close an idle connection.
             match shared.drain.watch(answered, |_| {}).await {
-                crate::edge::front::Outcome::Closed => return,
-                crate::edge::front::Outcome::Handoff(read) => read,
+                sluice_wire::front::Outcome::Closed => return,
+                sluice_wire::front::Outcome::Handoff(read) => read,
             }
         } else {
             bytes::BytesMut::new()
         };
-        let io = TokioIo::new(crate::edge::front::Prefixed::new(read, stream));
+        let io = TokioIo::new(sluice_wire::front::Prefixed::new(read, stream));
         let svc = TowerToHyperService::new(service(ctx));
         let conn = shared.http1.serve_connection(io, svc).with_upgrades();
         let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());

@@ -7,7 +7,7 @@
 //! - **Pooled** upstream connections ([`crate::proxy::upstream::Upstream`]), with a
 //!   connect timeout and an idle timeout. A request without a body is
 //!   written straight from the client's head with the changes below
-//!   ([`crate::proxy::h1`]); any other has its header map edited and goes through
+//!   ([`sluice_wire::h1`]); any other has its header map edited and goes through
 //!   hyper's client. Both send the same headers (a property test holds them
 //!   to it).
 //! - **Hop-by-hop headers** (`Connection` and every header it names,
@@ -26,7 +26,6 @@
 //!   failed (a bad chunk size, a body cut short): the client's fault is
 //!   never reported as the origin's.
 
-pub mod h1;
 pub mod headers;
 pub mod upstream;
 
@@ -43,9 +42,9 @@ use crate::app::problem::Problem;
 use crate::app::telemetry::Telemetry;
 use crate::config::{ProxyConfig, Timeouts};
 use crate::edge::client_ip::ClientInfo;
-use crate::edge::watch::ConnWatch;
 use crate::proxy::headers::{is_hop_by_hop, strip_headers, strip_hop_by_hop};
 use crate::proxy::upstream::{Upstream, UpstreamError};
+use sluice_wire::watch::ConnWatch;
 
 /// The origin's response head did not come within
 /// `timeouts.upstream_response`.
@@ -183,7 +182,7 @@ impl Proxy {
 
         let started = std::time::Instant::now();
         // A request without a body that is no upgrade (most of them) is
-        // written straight from its parts ([`crate::proxy::h1`]); any other is
+        // written straight from its parts ([`sluice_wire::h1`]); any other is
         // edited in place (never taken apart and put together again, each a
         // copy of its head) and goes through hyper's client.
         let native = upgrade.is_none()

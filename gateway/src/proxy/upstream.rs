@@ -2,11 +2,11 @@
 //! connections, one pool per I/O thread.
 //!
 //! Two kinds of connection, each with its own pool:
-//! - **Native** ([`crate::proxy::h1`]), for a request without a body (most of
-//!   them: page views, assets, API reads) that is not an upgrade: the
-//!   downstream connection's task writes the request and reads the answer
-//!   itself, and the response body it hands on reads from the connection as
-//!   hyper's server asks for it. The connection goes back to the pool when
+//! - **Native** ([`sluice_wire::origin`], [`sluice_wire::h1`]), for a
+//!   request without a body (most of them: page views, assets, API reads)
+//!   that is not an upgrade: the downstream connection's task writes the
+//!   request and reads the answer itself, and the response body it hands on
+//!   reads from the connection as hyper's server asks for it. The connection goes back to the pool when
 //!   that body has been read to its end.
 //! - **hyper's** connection-level client, for a request with a body and for
 //!   upgrades (WebSocket): a connection goes back on the stack as soon as
@@ -34,22 +34,17 @@
 //!   request wakes another thread's event loop on its way to the origin and
 //!   back. Other threads share one more pool.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response};
-use http_body::Frame;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
+use sluice_wire::h1::{self, WireError};
+use sluice_wire::origin::{self, Conn};
 use tokio::net::TcpStream;
-
-use crate::proxy::h1::{self, Chunked, Decoded, Framing, Parsed, WireError};
 
 /// Why a request got no response from the origin.
 #[derive(Debug, thiserror::Error)]
@@ -97,14 +92,6 @@ struct Pooled {
     since: Instant,
 }
 
-/// A native connection: the socket, the bytes read from it and not used
-/// yet, and the buffer its request heads are written in.
-struct Conn {
-    stream: TcpStream,
-    read: BytesMut,
-    write: Vec<u8>,
-}
-
 struct Idle {
     conn: Conn,
     since: Instant,
@@ -147,25 +134,12 @@ impl NativeSend {
             }
         }
         let stream = upstream.connect_stream().await?;
-        let conn = Conn {
-            stream,
-            read: BytesMut::with_capacity(8192),
-            write: head,
-        };
+        let conn = Conn::new(stream, head);
         upstream
             .exchange(conn, &method)
             .await
             .map_err(|f| f.error.into())
     }
-}
-
-/// A native exchange that failed: why, whether the origin answered nothing
-/// at all (so a kept connection had closed), and the request head to send
-/// again.
-struct Failed {
-    error: WireError,
-    unanswered: bool,
-    head: Vec<u8>,
 }
 
 thread_local! {
@@ -274,66 +248,17 @@ impl Upstream {
         }
     }
 
-    /// Writes the request head in `conn.write` and reads the response head.
+    /// Writes the request head in `conn.write` and reads the response head
+    /// ([`origin::exchange`]); the body goes back to this pool when read to
+    /// a clean end.
     async fn exchange(
         self: &Arc<Self>,
-        mut conn: Conn,
+        conn: Conn,
         method: &Method,
-    ) -> Result<Response<Body>, Failed> {
-        let failed = |error: WireError, unanswered: bool, conn: Conn| Failed {
-            error,
-            unanswered,
-            head: conn.write,
-        };
-        if let Err(e) = conn.stream.write_all(&conn.write).await {
-            return Err(failed(e.into(), true, conn));
-        }
-        let mut answered = false;
-        loop {
-            match h1::parse_response(&mut conn.read, method) {
-                Err(e) => return Err(failed(e, false, conn)),
-                Ok(Parsed::Informational) => answered = true,
-                Ok(Parsed::Final {
-                    head,
-                    framing,
-                    keep_alive,
-                }) => {
-                    let state = match framing {
-                        Framing::Empty | Framing::Length(0) => State::Done,
-                        Framing::Length(n) => State::Length(n),
-                        Framing::Chunked => State::Chunked(Chunked::default()),
-                        Framing::Eof => State::Eof,
-                    };
-                    let mut body = NativeBody {
-                        conn: Some(conn),
-                        state,
-                        keep_alive,
-                        pool: self.clone(),
-                    };
-                    if body.state == State::Done {
-                        body.finish();
-                    }
-                    return Ok(head.map(|()| Body::new(body)));
-                }
-                Ok(Parsed::Partial) => {
-                    answered |= !conn.read.is_empty();
-                    h1::reserve(&mut conn.read, 4096);
-                    let read = std::future::poll_fn(|cx| {
-                        tokio_util::io::poll_read_buf(
-                            Pin::new(&mut conn.stream),
-                            cx,
-                            &mut conn.read,
-                        )
-                    })
-                    .await;
-                    match read {
-                        Ok(0) => return Err(failed(WireError::Closed, !answered, conn)),
-                        Ok(_) => {}
-                        Err(e) => return Err(failed(e.into(), !answered, conn)),
-                    }
-                }
-            }
-        }
+    ) -> Result<Response<Body>, origin::Failed> {
+        origin::exchange(conn, method, self)
+            .await
+            .map(|res| res.map(Body::new))
     }
 
     /// The most recently used native connection that is still open.
@@ -351,7 +276,7 @@ impl Upstream {
                 native.drain(..expired);
                 native.pop()?
             };
-            if still_open(&idle.conn) {
+            if idle.conn.still_open() {
                 return Some(idle.conn);
             }
         }
@@ -466,159 +391,9 @@ impl Upstream {
     }
 }
 
-/// Whether an idle native connection can carry a request: the origin has
-/// neither closed it nor sent anything since its last response (either
-/// leaves it unusable). Costs a system call only when the event loop has
-/// seen the socket become readable.
-fn still_open(conn: &Conn) -> bool {
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    match conn.stream.poll_read_ready(&mut cx) {
-        Poll::Pending => true,
-        Poll::Ready(Err(_)) => false,
-        Poll::Ready(Ok(())) => {
-            let mut probe = [0u8; 1];
-            matches!(conn.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-        }
-    }
-}
-
-/// Where a native response body is.
-#[derive(Debug, PartialEq)]
-enum State {
-    /// This many bytes left.
-    Length(u64),
-    Chunked(Chunked),
-    /// Until the origin closes.
-    Eof,
-    /// Over.
-    Done,
-}
-
-impl PartialEq for Chunked {
-    fn eq(&self, other: &Self) -> bool {
-        self.is_done() == other.is_done()
-    }
-}
-
-/// The body of a native response, read from the origin's connection as
-/// hyper's server polls it (in the downstream connection's task). Read to
-/// its end on a connection that may carry another request, it puts the
-/// connection back in the pool; dropped before, it closes it.
-struct NativeBody {
-    conn: Option<Conn>,
-    state: State,
-    keep_alive: bool,
-    pool: Arc<Upstream>,
-}
-
-impl NativeBody {
-    /// The body is over: the connection goes back to the pool when it can
-    /// carry another request and nothing but this response came on it.
-    fn finish(&mut self) {
-        self.state = State::Done;
-        if let Some(conn) = self.conn.take()
-            && self.keep_alive
-            && conn.read.is_empty()
-        {
-            self.pool.checkin_native(conn);
-        }
-    }
-
-    /// Reads more from the origin; `Ok(false)` when it closed.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, WireError>> {
-        let Some(conn) = self.conn.as_mut() else {
-            return Poll::Ready(Ok(false));
-        };
-        h1::reserve(&mut conn.read, 16 * 1024);
-        match std::task::ready!(tokio_util::io::poll_read_buf(
-            Pin::new(&mut conn.stream),
-            cx,
-            &mut conn.read
-        )) {
-            Ok(0) => Poll::Ready(Ok(false)),
-            Ok(_) => Poll::Ready(Ok(true)),
-            Err(e) => Poll::Ready(Err(e.into())),
-        }
-    }
-}
-
-impl http_body::Body for NativeBody {
-    type Data = Bytes;
-    type Error = WireError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, WireError>>> {
-        let this = &mut *self;
-        loop {
-            let Some(conn) = this.conn.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match &mut this.state {
-                State::Done => return Poll::Ready(None),
-                State::Length(left) => {
-                    if !conn.read.is_empty() {
-                        let n = usize::try_from(*left)
-                            .unwrap_or(usize::MAX)
-                            .min(conn.read.len());
-                        let data = conn.read.split_to(n).freeze();
-                        *left -= n as u64;
-                        if *left == 0 {
-                            this.finish();
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                }
-                State::Chunked(dec) => match dec.decode(&mut conn.read) {
-                    Err(e) => {
-                        this.conn = None;
-                        return Poll::Ready(Some(Err(e)));
-                    }
-                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                    Ok(Decoded::End(trailers)) => {
-                        this.finish();
-                        return Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))));
-                    }
-                    Ok(Decoded::More) => {}
-                },
-                State::Eof => {
-                    if !conn.read.is_empty() {
-                        let data = conn.read.split().freeze();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                }
-            }
-            // Nothing buffered that the body can use: read more.
-            match std::task::ready!(this.poll_fill(cx)) {
-                Ok(true) => {}
-                Ok(false) if this.state == State::Eof => {
-                    this.state = State::Done;
-                    this.conn = None;
-                    return Poll::Ready(None);
-                }
-                Ok(false) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(WireError::Closed)));
-                }
-                Err(e) => {
-                    this.conn = None;
-                    return Poll::Ready(Some(Err(e)));
-                }
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.state == State::Done
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        match self.state {
-            State::Length(n) => http_body::SizeHint::with_exact(n),
-            State::Done => http_body::SizeHint::with_exact(0),
-            _ => http_body::SizeHint::default(),
-        }
+impl origin::Pool<TcpStream> for Upstream {
+    fn checkin(&self, conn: Conn) {
+        self.checkin_native(conn);
     }
 }
 
@@ -853,119 +628,8 @@ mod tests {
         }
     }
 
-    /// What a client made of an answer: status, headers (sorted), body,
-    /// trailers; or that it failed (at the head or in the body).
-    #[derive(Debug, PartialEq)]
-    enum Seen {
-        Answer(u16, Vec<(String, String)>, Vec<u8>, Vec<(String, String)>),
-        Failed,
-    }
-
-    async fn seen<B>(res: Result<Response<B>, String>) -> Seen
-    where
-        B: http_body::Body,
-    {
-        let Ok(mut res) = res else {
-            return Seen::Failed;
-        };
-        // What reaches the client: the proxy strips hop-by-hop fields from
-        // hyper's answers; native answers come without them.
-        crate::proxy::headers::strip_hop_by_hop(res.headers_mut());
-        let status = res.status().as_u16();
-        let list = |h: &http::HeaderMap| {
-            let mut v: Vec<(String, String)> = h
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.to_string(),
-                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                    )
-                })
-                .collect();
-            v.sort();
-            v
-        };
-        let headers = list(res.headers());
-        match res.into_body().collect().await {
-            Ok(c) => {
-                let trailers = c.trailers().map(list).unwrap_or_default();
-                Seen::Answer(status, headers, c.to_bytes().to_vec(), trailers)
-            }
-            Err(_) => Seen::Failed,
-        }
-    }
-
-    async fn via_native(addr: &str, method: Method) -> Seen {
-        let up = Arc::new(Upstream::new(
-            addr.to_owned(),
-            Duration::from_secs(1),
-            Duration::from_secs(60),
-            8,
-            0,
-        ));
-        let req = Request::builder()
-            .method(method)
-            .uri("/")
-            .header("host", "origin")
-            .body(Body::empty())
-            .unwrap();
-        seen(up.send(req).await.map_err(|e| e.to_string())).await
-    }
-
-    async fn via_hyper(addr: &str, method: Method) -> Seen {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        let (mut tx, conn) =
-            http1::handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let req = Request::builder()
-            .method(method)
-            .uri("/")
-            .header("host", "origin")
-            .body(http_body_util::Empty::new())
-            .unwrap();
-        seen(tx.send_request(req).await.map_err(|e| e.to_string())).await
-    }
-
-    /// The native client reads every answer as hyper's client does: the
-    /// same status, headers, body and trailers, or a failure for both.
-    #[tokio::test]
-    async fn native_answers_are_hypers() {
-        let cases: Vec<(&str, Method, Vec<&'static [u8]>)> = vec![
-            ("length", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\n\r\nhello"]),
-            ("length in pieces", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncont", b"ent-length: 11\r\n\r\nhel", b"lo world"]),
-            ("chunked, trailers", Method::GET, vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n5\r\nhello\r\n", b"6;ext=1\r\n world\r\n0\r\nx-sum: 42\r\n\r\n"]),
-            ("chunked, upper hex", Method::GET, vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nA\r\n0123456789\r\n0\r\n\r\n"]),
-            ("close-delimited", Method::GET, vec![b"HTTP/1.1 200 OK\r\n\r\nuntil ", b"the end"]),
-            ("204 with a length", Method::GET, vec![b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n"]),
-            ("304", Method::GET, vec![b"HTTP/1.1 304 Not Modified\r\netag: \"x\"\r\n\r\n"]),
-            ("103 first", Method::GET, vec![b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]),
-            ("HEAD", Method::HEAD, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 1234\r\n\r\n"]),
-            ("reason", Method::GET, vec![b"HTTP/1.1 200 Fine Thanks\r\ncontent-length: 0\r\n\r\n"]),
-            ("cookies", Method::GET, vec![b"HTTP/1.1 200 OK\r\nset-cookie: a=1\r\nSet-Cookie: b=2\r\ncontent-length: 0\r\n\r\n"]),
-            ("hop-by-hop", Method::GET, vec![b"HTTP/1.1 200 OK\r\nx-secret: 1\r\nConnection: keep-alive, X-Secret, close\r\nclose: c\r\nkeep-alive: timeout=5\r\nproxy-authenticate: Basic\r\nupgrade: h2c\r\nx-end: kept\r\ncontent-length: 2\r\n\r\nok"]),
-            ("HTTP/1.0", Method::GET, vec![b"HTTP/1.0 200 OK\r\ncontent-length: 3\r\n\r\nold"]),
-            ("HTTP/1.0 to the end", Method::GET, vec![b"HTTP/1.0 200 OK\r\n\r\nold times"]),
-            ("equal lengths", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 2\r\n\r\nok"]),
-            ("404 with a body", Method::DELETE, vec![b"HTTP/1.1 404 Not Found\r\ncontent-length: 4\r\n\r\ngone"]),
-            ("cut short", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel"]),
-            ("chunks cut short", Method::GET, vec![b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel"]),
-            ("head cut short", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-len"]),
-            ("differing lengths", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok"]),
-            ("bad length", Method::GET, vec![b"HTTP/1.1 200 OK\r\ncontent-length: abc\r\n\r\nok"]),
-            ("chunked in 1.0", Method::GET, vec![b"HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"]),
-            ("not HTTP", Method::GET, vec![b"SSH-2.0-OpenSSH\r\n\r\n"]),
-            ("nothing", Method::GET, vec![]),
-        ];
-        for (name, method, pieces) in cases {
-            // Each answer is followed by the close: both clients see the end.
-            let origin = scripted(vec![(pieces, true)]).await;
-            let native = via_native(&origin.addr, method.clone()).await;
-            let hyper = via_hyper(&origin.addr, method).await;
-            assert_eq!(native, hyper, "{name}");
-        }
-    }
+    // How the native reader reads each answer, against hyper's client, is
+    // `sluice-wire`'s test (`wire/tests/origin.rs`); here, the pool.
 
     #[tokio::test]
     async fn native_connections_are_reused_only_after_a_clean_end() {

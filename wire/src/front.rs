@@ -34,16 +34,15 @@ use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use axum::body::Body;
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::FutureExt as _;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
+use http_body::Body;
 use http_body_util::BodyExt as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
-use crate::edge::watch::ConnWatch;
+use crate::watch::ConnWatch;
 
 /// At most this many header fields in a head read here (hyper's default);
 /// a head with more goes to hyper, which applies `limits.max_headers`.
@@ -55,14 +54,26 @@ const FLUSH_AT: usize = 64 * 1024;
 /// A body chunk at least this large is written as it is, not copied.
 const DIRECT_AT: usize = 16 * 1024;
 
-/// The bounds a request head is held to (`limits.max_header_bytes`,
-/// `limits.max_headers`); past them, hyper answers it.
+/// The bounds a request head is held to (the gateway's
+/// `limits.max_header_bytes` and `limits.max_headers`); past them, hyper
+/// answers it.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Bytes of request line and header fields.
+    /// Bytes of request line and header fields (default 64 KiB, as the
+    /// gateway's `limits.max_header_bytes`).
     pub head_bytes: usize,
-    /// Header fields.
+    /// Header fields (default 100, hyper's and the gateway's
+    /// `limits.max_headers`).
     pub headers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            head_bytes: 64 * 1024,
+            headers: MAX_FIELDS,
+        }
+    }
 }
 
 /// How a connection's time on this path ended.
@@ -82,7 +93,10 @@ pub enum Outcome {
 /// connection is idle again (its header deadline); once `stopping` says
 /// so, an idle connection is closed and a busy one closed after its
 /// response.
-pub async fn serve<S, A, F>(
+///
+/// The request's body is `Q::default()` (these requests have none); the
+/// response's body `B` is written as hyper's server would write it.
+pub async fn serve<S, Q, B, A, F>(
     io: &mut S,
     limits: Limits,
     watch: &ConnWatch,
@@ -91,8 +105,11 @@ pub async fn serve<S, A, F>(
 ) -> Outcome
 where
     S: AsyncRead + AsyncWrite + Unpin,
-    A: FnMut(Request<Body>) -> F,
-    F: Future<Output = Response<Body>>,
+    Q: Default,
+    B: Body<Data = Bytes> + Default + Unpin,
+    B::Error: std::fmt::Display,
+    A: FnMut(Request<Q>) -> F,
+    F: Future<Output = Response<B>>,
 {
     let mut buf = BytesMut::with_capacity(8192);
     let mut out: Vec<u8> = Vec::with_capacity(4096);
@@ -143,7 +160,7 @@ async fn read_more<S: AsyncRead + Unpin>(
         if stop() {
             return Poll::Ready(false);
         }
-        crate::proxy::h1::reserve(buf, 4096);
+        crate::h1::reserve(buf, 4096);
         match tokio_util::io::poll_read_buf(Pin::new(&mut *io), cx, buf) {
             Poll::Ready(Ok(0) | Err(_)) => Poll::Ready(false),
             Poll::Ready(Ok(_)) => Poll::Ready(true),
@@ -157,19 +174,19 @@ async fn read_more<S: AsyncRead + Unpin>(
 // Returned once per request and matched at once: boxing the request would
 // cost an allocation each.
 #[allow(clippy::large_enum_variant)]
-enum Head {
+enum Head<Q> {
     /// Not all of it is in yet.
     Partial,
     /// A plain request, taken out of the buffer, and whether its client
     /// asked to close the connection after the answer.
-    Plain { req: Request<Body>, close: bool },
+    Plain { req: Request<Q>, close: bool },
     /// Anything else, left in the buffer for hyper.
     Other,
 }
 
 /// Parses the request head at the front of `buf` (RFC 9112 §3, by
 /// `httparse`, as hyper does), taking it out only when it is plain.
-fn parse_head(buf: &mut BytesMut, limits: Limits) -> Head {
+fn parse_head<Q: Default>(buf: &mut BytesMut, limits: Limits) -> Head<Q> {
     // Offsets of each header's name and value in the head.
     let mut fields = [[0u32; 4]; MAX_FIELDS];
     let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
@@ -236,12 +253,12 @@ fn parse_head(buf: &mut BytesMut, limits: Limits) -> Head {
 }
 
 /// The request of a parsed head, unless one of its fields is for hyper.
-fn plain_request(
+fn plain_request<Q: Default>(
     head: &Bytes,
     fields: &[[u32; 4]],
     method: Method,
     target: std::ops::Range<usize>,
-) -> Option<(Request<Body>, bool)> {
+) -> Option<(Request<Q>, bool)> {
     let uri = Uri::from_maybe_shared(head.slice(target)).ok()?;
     // Room for the request id the gateway adds.
     let mut headers = HeaderMap::with_capacity(fields.len() + 1);
@@ -266,7 +283,7 @@ fn plain_request(
         }
         headers.append(name, value);
     }
-    let mut req = Request::new(Body::empty());
+    let mut req = Request::new(Q::default());
     *req.method_mut() = method;
     *req.uri_mut() = uri;
     *req.version_mut() = Version::HTTP_11;
@@ -288,13 +305,18 @@ enum Framing {
 /// connection may carry another (`keep`) or is to be closed; `None`: it
 /// failed midway (the client went, or the body broke) and the connection is
 /// unusable.
-async fn write_response<S: AsyncWrite + Unpin>(
+async fn write_response<S, B>(
     io: &mut S,
     out: &mut Vec<u8>,
-    res: Response<Body>,
+    res: Response<B>,
     head_only: bool,
     mut close: bool,
-) -> Option<bool> {
+) -> Option<bool>
+where
+    S: AsyncWrite + Unpin,
+    B: Body<Data = Bytes> + Default + Unpin,
+    B::Error: std::fmt::Display,
+{
     let (parts, mut body) = res.into_parts();
     out.clear();
     let mut status = parts.status;
@@ -305,7 +327,7 @@ async fn write_response<S: AsyncWrite + Unpin>(
         // gateway's do (upgrades never come this way).
         status = StatusCode::INTERNAL_SERVER_ERROR;
         headers = &none;
-        body = Body::empty();
+        body = B::default();
         close = true;
     }
     let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
@@ -361,7 +383,7 @@ async fn write_response<S: AsyncWrite + Unpin>(
             wants_chunked = true;
             continue;
         } else if name == header::CONNECTION {
-            says_close |= crate::proxy::h1::has_token(value, "close");
+            says_close |= crate::h1::has_token(value, "close");
         } else if name == header::DATE {
             wrote_date = true;
         }
@@ -426,12 +448,17 @@ async fn write_response<S: AsyncWrite + Unpin>(
 
 /// Writes the body after the head in `out`; `None` if it did not go out
 /// whole (the length not met or exceeded, the body or the client failed).
-async fn write_body<S: AsyncWrite + Unpin>(
+async fn write_body<S, B>(
     io: &mut S,
     out: &mut Vec<u8>,
-    mut body: Body,
+    mut body: B,
     framing: Framing,
-) -> Option<()> {
+) -> Option<()>
+where
+    S: AsyncWrite + Unpin,
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let mut left = match framing {
         Framing::Length(n) => n,
         Framing::Chunked => u64::MAX,
@@ -610,8 +637,28 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use futures_util::StreamExt as _;
+    use http_body::Body as _;
+    use http_body::Frame;
+    use http_body_util::combinators::UnsyncBoxBody;
+    use http_body_util::{Full, StreamBody};
     use proptest::prelude::*;
     use tokio::io::AsyncReadExt;
+
+    /// The body type of these tests (the gateway's is axum's).
+    type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+
+    fn full(data: impl Into<Bytes>) -> Body {
+        Full::new(data.into())
+            .map_err(|never| match never {})
+            .boxed_unsync()
+    }
+
+    fn from_stream(
+        s: impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    ) -> Body {
+        StreamBody::new(s.map(|r| r.map(Frame::data))).boxed_unsync()
+    }
 
     const LIMITS: Limits = Limits {
         head_bytes: 8192,
@@ -620,7 +667,7 @@ mod tests {
 
     fn classify(bytes: &[u8]) -> (&'static str, BytesMut) {
         let mut buf = BytesMut::from(bytes);
-        let kind = match parse_head(&mut buf, LIMITS) {
+        let kind = match parse_head::<Body>(&mut buf, LIMITS) {
             Head::Partial => "partial",
             Head::Other => "other",
             Head::Plain { close: true, .. } => "plain+close",
@@ -682,9 +729,9 @@ mod tests {
         };
         let mut long = BytesMut::from(&b"GET / HTTP/1.1\r\nX: "[..]);
         long.extend_from_slice(&[b'a'; 80]);
-        assert!(matches!(parse_head(&mut long, tight), Head::Other));
+        assert!(matches!(parse_head::<Body>(&mut long, tight), Head::Other));
         let mut many = BytesMut::from(&b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n"[..]);
-        assert!(matches!(parse_head(&mut many, tight), Head::Other));
+        assert!(matches!(parse_head::<Body>(&mut many, tight), Head::Other));
     }
 
     #[test]
@@ -692,7 +739,7 @@ mod tests {
         let mut buf = BytesMut::from(
             &b"GET /p/a%20th?q=1&r HTTP/1.1\r\nHost: shop.test\r\nX-Two: 1\r\nx-two: 2\r\nCookie: a=b\r\n\r\nGET /next"[..],
         );
-        let Head::Plain { req, close } = parse_head(&mut buf, LIMITS) else {
+        let Head::Plain { req, close } = parse_head::<Body>(&mut buf, LIMITS) else {
             panic!("not plain");
         };
         assert!(!close);
@@ -727,7 +774,7 @@ mod tests {
             let mut bytes = lines.join("\r\n").into_bytes();
             bytes.extend_from_slice(&tail);
             let mut buf = BytesMut::from(&bytes[..]);
-            match parse_head(&mut buf, LIMITS) {
+            match parse_head::<Body>(&mut buf, LIMITS) {
                 Head::Plain { req, .. } => {
                     let taken = bytes.len() - buf.len();
                     prop_assert_eq!(&bytes[taken..], &buf[..]);
@@ -753,7 +800,7 @@ mod tests {
     }
 
     fn echo_path(req: Request<Body>) -> std::future::Ready<Response<Body>> {
-        std::future::ready(Response::new(Body::from(req.uri().path().to_owned())))
+        std::future::ready(Response::new(full(req.uri().path().to_owned())))
     }
 
     #[tokio::test]
@@ -829,16 +876,15 @@ mod tests {
                 if path == "/stream" {
                     let s =
                         futures_util::stream::iter(pieces.into_iter().map(Ok::<_, std::io::Error>));
-                    Response::new(Body::from_stream(s))
+                    Response::new(from_stream(s))
                 } else {
                     // Claims 10 bytes, has 3.
-                    let mut r =
-                        Response::new(Body::from_stream(futures_util::stream::iter([Ok::<
-                            _,
-                            std::io::Error,
-                        >(
-                            Bytes::from_static(b"abc"),
-                        )])));
+                    let mut r = Response::new(from_stream(futures_util::stream::iter([Ok::<
+                        _,
+                        std::io::Error,
+                    >(
+                        Bytes::from_static(b"abc"),
+                    )])));
                     r.headers_mut()
                         .insert(header::CONTENT_LENGTH, HeaderValue::from_static("10"));
                     r

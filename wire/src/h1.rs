@@ -1,7 +1,8 @@
 //! The origin's side of HTTP/1.1 for the proxy's usual request, one with no
 //! body: the request head written straight from the `http::Request`, the
 //! response head parsed with `httparse`, and the response body's framing
-//! (RFC 9112 §6) decoded here, in the task of the downstream connection.
+//! (RFC 9112 §6) decoded here, in the task of the downstream connection
+//! ([`crate::origin`] drives the exchange on a connection).
 //!
 //! Why not hyper's client for these: it drives each upstream connection in
 //! a task of its own, so every request crosses two channels (the request
@@ -10,12 +11,14 @@
 //! cost about as much as the rest of the gateway. Here the downstream task
 //! writes the request and reads the answer itself. Requests with a body
 //! (which must be written while the answer may already be coming) and
-//! upgrades still go through hyper's client ([`crate::proxy::upstream`]).
+//! upgrades still go through hyper's client (the gateway's
+//! `proxy::upstream`).
 //!
 //! What it accepts from an origin is what hyper's client accepts, decided
-//! the same way (a differential test holds the two to it,
-//! `upstream::tests`), but for a few places where it is stricter because a
-//! misread here would desynchronise a pooled connection:
+//! the same way (differential tests hold the two to it: `tests/origin.rs`
+//! in this crate, over a real loopback socket, on a fixed list of answers
+//! and on generated ones), but for a few places where it is stricter
+//! because a misread here would desynchronise a pooled connection:
 //! - a chunk-size line must end in CRLF and its extensions hold no control
 //!   characters; a chunk's data must end in CRLF;
 //! - `Transfer-Encoding` beside `Content-Length` is read as chunked (as
@@ -208,7 +211,7 @@ pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, Wir
         }
         // Hop-by-hop fields end here: they describe this connection, not
         // the answer the client gets.
-        if !crate::proxy::headers::is_hop_by_hop(name.as_str()) {
+        if !crate::headers::is_hop_by_hop(name.as_str()) {
             headers.append(name, value);
         }
     }
@@ -315,7 +318,8 @@ fn last_coding_is_chunked(value: &HeaderValue) -> bool {
 }
 
 /// `token` among the comma-separated tokens of `value`, case aside.
-pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {
+#[inline]
+pub fn has_token(value: &HeaderValue, token: &str) -> bool {
     let v = value.as_bytes();
     // The usual value is one token.
     if !v.contains(&b',') {
@@ -328,7 +332,7 @@ pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {
 
 /// The header names a `Connection` value lists, but for `keep-alive` and
 /// `upgrade`, hop-by-hop names that go anyway (`close` is kept: a field of
-/// that name goes too, as in [`crate::proxy::headers::strip_hop_by_hop`]).
+/// that name goes too, as in [`crate::headers::strip_hop_by_hop`]).
 fn connection_names(value: &HeaderValue) -> impl Iterator<Item = HeaderName> + '_ {
     value
         .to_str()
@@ -493,6 +497,7 @@ fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
 }
 
 /// Room for at least `min` more bytes at the end of `buf`.
+#[inline]
 pub fn reserve(buf: &mut BytesMut, min: usize) {
     if buf.capacity() - buf.len() < min {
         buf.reserve(min);
