@@ -50,7 +50,9 @@
 //! - [`memory`]: [`MemoryQueueStore`], the reference semantics, usable in
 //!   virtual time.
 //! - [`redis_store`]: [`RedisQueueStore`], the Lua port of [`room`] (the
-//!   scripts are in `admission/lua/`), with the key schema in its docs.
+//!   scripts are in `admission/lua/`), with the key schema in its docs; it
+//!   opens its URL and runs on the connection every store shares
+//!   (`sluice_redis::RedisUrl`, `sluice_redis::RedisConn`).
 //! - [`tokens`]: [`Keyring`], [`QueueClaims`], [`AdmitClaims`], JWKS,
 //!   [`VerifyCache`], [`keygen`].
 //! - [`poll`]: poll intervals, ETA, [`RateMeter`].

@@ -46,7 +46,9 @@
 //! - [`memory`]: [`MemoryInventory`], the reference semantics (embedded
 //!   default: one gateway, no Redis), with an injected [`Clock`].
 //! - [`redis`]: [`RedisInventory`], the key schema, and the scripts in
-//!   `lua/*.lua` (one per operation, `common.lua` prepended).
+//!   `lua/*.lua` (one per operation, `common.lua` prepended), run on the
+//!   connection every store shares (`sluice_redis::RedisConn`, opened from
+//!   [`RedisConfig::url`] by `sluice_redis::RedisUrl`).
 //! - [`retention`]: how long ended holds are kept, and why.
 //! - [`backend`]: [`InventoryBackend`], the enum a gateway holds.
 //! - [`clock`], [`error`].
