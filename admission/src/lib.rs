@@ -38,7 +38,9 @@
 //!
 //! # Layout
 //!
-//! - [`clock`]: the injected time source ([`SystemClock`], [`ManualClock`]).
+//! - time is injected through `sluice-clock`'s [`Clock`] (re-exported here
+//!   with [`SystemClock`] and [`ManualClock`]), the one the reservation
+//!   inventory uses too.
 //! - [`settings`]: [`RoomSettings`], the admin [`RoomPatch`], calibration
 //!   ([`derive_rate`], [`little_max_active`]).
 //! - [`bucket`]: the pure token bucket over seqs, in integer units.
@@ -50,7 +52,9 @@
 //! - [`memory`]: [`MemoryQueueStore`], the reference semantics, usable in
 //!   virtual time.
 //! - [`redis_store`]: [`RedisQueueStore`], the Lua port of [`room`] (the
-//!   scripts are in `admission/lua/`), with the key schema in its docs.
+//!   scripts are in `admission/lua/`), with the key schema in its docs; it
+//!   opens its URL and runs on the connection every store shares
+//!   (`sluice_redis::RedisUrl`, `sluice_redis::RedisConn`).
 //! - [`tokens`]: [`Keyring`], [`QueueClaims`], [`AdmitClaims`], JWKS,
 //!   [`VerifyCache`], [`keygen`].
 //! - [`poll`]: poll intervals, ETA, [`RateMeter`].
@@ -78,7 +82,6 @@
 
 pub mod backend;
 pub mod bucket;
-pub mod clock;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub mod error;
@@ -93,7 +96,6 @@ pub mod store;
 pub mod tokens;
 
 pub use backend::QueueBackend;
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{AdmissionError, validate_room_id};
 pub use memory::MemoryQueueStore;
 pub use poll::{RateMeter, eta_seconds, poll_after_ms, poll_after_ms_eta};
@@ -102,6 +104,7 @@ pub use redis_store::{RedisConfig, RedisQueueStore};
 pub use settings::{
     AdaptiveState, InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active,
 };
+pub use sluice_clock::{Clock, ManualClock, SystemClock};
 pub use store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Snapshot};
 pub use tokens::{
     AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id, session_of,

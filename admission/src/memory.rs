@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::clock::{Clock, SystemClock};
 use crate::error::{AdmissionError, validate_room_id};
 use crate::room::RoomCore;
 use crate::settings::RoomSettings;
 use crate::store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Result, Snapshot};
+use sluice_clock::{Clock, SystemClock};
 
 /// The in-memory store; cheap to clone (clones share the rooms).
 #[derive(Clone)]

@@ -35,10 +35,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
-use sluice_sentinel::SentinelConnection;
+use redis::{Script, Value};
+use sluice_redis::{RedisConn, RedisUrl};
 
 use crate::bucket::{BucketParams, MICRO};
 use crate::error::{AdmissionError, validate_room_id};
@@ -84,47 +82,6 @@ impl Default for RedisConfig {
     }
 }
 
-/// A connection to standalone Redis or to a cluster; both multiplex and
-/// reconnect on their own, and clone cheaply.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-    /// The primary Redis Sentinel names, followed across failovers.
-    Sentinel(SentinelConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-            Conn::Sentinel(c) => c.get_db(),
-        }
-    }
-}
-
 struct Scripts {
     join: Script,
     advance: Script,
@@ -159,11 +116,11 @@ impl Scripts {
 /// The Redis store; cheap to clone.
 #[derive(Clone)]
 pub struct RedisQueueStore {
-    conn: Conn,
+    conn: RedisConn,
     /// The connection joins and their `WAIT` run on, when
     /// [`RedisConfig::wait_replicas`] asks for one (`WAIT` blocks the
     /// connection it runs on).
-    durable: Option<Conn>,
+    durable: Option<RedisConn>,
     scripts: Arc<Scripts>,
     cfg: RedisConfig,
 }
@@ -177,21 +134,23 @@ impl std::fmt::Debug for RedisQueueStore {
 }
 
 impl RedisQueueStore {
-    /// Connects to `url`: `redis://…` (standalone, over a
-    /// `ConnectionManager`), `redis+cluster://host:port[,host:port…]`
-    /// (Redis Cluster; each node as `redis://host:port`) or
+    /// Connects to `url`: `redis://…` (one server),
+    /// `redis+cluster://host:port[,host:port…]` (Redis Cluster) or
     /// `redis+sentinel://host:port[,host:port…]/service` (the primary Redis
-    /// Sentinel names, followed across failovers).
+    /// Sentinel names, followed across failovers), as
+    /// [`sluice_redis::RedisUrl`] reads them. Each connect is bounded by
+    /// twice [`RedisConfig::timeout`].
     pub async fn connect(url: &str, cfg: RedisConfig) -> Result<Self> {
-        let conn = Self::open(url, &cfg).await?;
+        let url = RedisUrl::parse(url).map_err(redis::RedisError::from)?;
+        let conn = Self::open(&url, &cfg).await?;
         let durable = match cfg.wait_replicas {
             0 => None,
-            _ => Some(Self::open(url, &cfg).await?),
+            _ => Some(Self::open(&url, &cfg).await?),
         };
         Ok(Self::with(conn, durable, cfg))
     }
 
-    fn with(conn: Conn, durable: Option<Conn>, cfg: RedisConfig) -> Self {
+    fn with(conn: RedisConn, durable: Option<RedisConn>, cfg: RedisConfig) -> Self {
         Self {
             conn,
             durable,
@@ -200,60 +159,18 @@ impl RedisQueueStore {
         }
     }
 
-    async fn open(url: &str, cfg: &RedisConfig) -> Result<Conn> {
-        if url.starts_with(sluice_sentinel::SCHEME) {
-            let conn = tokio::time::timeout(
-                cfg.timeout * 2,
-                SentinelConnection::connect(url, cfg.timeout),
-            )
+    async fn open(url: &RedisUrl, cfg: &RedisConfig) -> Result<RedisConn> {
+        let bound = cfg.timeout * 2;
+        Ok(tokio::time::timeout(bound, url.connect(cfg.timeout))
             .await
-            .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
-            return Ok(Conn::Sentinel(conn));
-        }
-        if let Some(rest) = url.strip_prefix("redis+cluster://") {
-            let nodes: Vec<String> = rest
-                .trim_end_matches('/')
-                .split(',')
-                .map(|n| format!("redis://{n}"))
-                .collect();
-            return Self::open_cluster(&nodes, cfg).await;
-        }
-        let client = redis::Client::open(url)?;
-        let mcfg = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(cfg.timeout))
-            .set_connection_timeout(Some(cfg.timeout));
-        let cm = tokio::time::timeout(
-            cfg.timeout * 2,
-            ConnectionManager::new_with_config(client, mcfg),
-        )
-        .await
-        .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
-        Ok(Conn::Single(cm))
+            .map_err(|_| AdmissionError::StoreTimeout(bound))??)
     }
 
-    async fn open_cluster(nodes: &[String], cfg: &RedisConfig) -> Result<Conn> {
-        let client = redis::cluster::ClusterClient::new(nodes.to_vec())?;
-        let conn = tokio::time::timeout(cfg.timeout * 2, client.get_async_connection())
-            .await
-            .map_err(|_| AdmissionError::StoreTimeout(cfg.timeout * 2))??;
-        Ok(Conn::Cluster(conn))
-    }
-
-    /// Connects to a Redis Cluster through any of `nodes` (`redis://…`).
-    pub async fn connect_cluster(nodes: &[String], cfg: RedisConfig) -> Result<Self> {
-        let conn = Self::open_cluster(nodes, &cfg).await?;
-        let durable = match cfg.wait_replicas {
-            0 => None,
-            _ => Some(Self::open_cluster(nodes, &cfg).await?),
-        };
-        Ok(Self::with(conn, durable, cfg))
-    }
-
-    /// Wraps an existing connection manager (joins and their `WAIT` share
-    /// it).
-    pub fn from_manager(cm: ConnectionManager, cfg: RedisConfig) -> Self {
-        let durable = (cfg.wait_replicas > 0).then(|| Conn::Single(cm.clone()));
-        Self::with(Conn::Single(cm), durable, cfg)
+    /// Wraps an open connection (joins and their `WAIT` share it).
+    pub fn from_conn(conn: impl Into<RedisConn>, cfg: RedisConfig) -> Self {
+        let conn = conn.into();
+        let durable = (cfg.wait_replicas > 0).then(|| conn.clone());
+        Self::with(conn, durable, cfg)
     }
 
     /// The six keys of `room`, in the scripts' `KEYS[]` order.

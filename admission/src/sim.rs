@@ -90,13 +90,13 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Serialize;
 
-use crate::clock::ManualClock;
 use crate::error::AdmissionError;
 use crate::memory::MemoryQueueStore;
 use crate::poll::{MAX_POLL_MS, MIN_POLL_MS, RateMeter, poll_after_ms_eta};
 use crate::room::RoomCore;
 use crate::settings::RoomSettings;
 use crate::store::{QueueStore, Snapshot};
+use sluice_clock::ManualClock;
 
 /// The room id the simulator uses inside its private store.
 const ROOM: &str = "sim";

@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -98,13 +98,9 @@ pub enum TokenError {
     Signing(String),
 }
 
-/// Seconds since the Unix epoch.
-pub fn unix_now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+/// Seconds since the Unix epoch, by the machine's clock (the one
+/// system "now" of `sluice-clock`).
+pub use sluice_clock::now_s as unix_now_s;
 
 fn random_b64(n: usize) -> String {
     let mut buf = vec![0u8; n];

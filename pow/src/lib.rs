@@ -32,7 +32,7 @@
 //! |---|---|
 //! | [`challenge`] | wire format, [`Keyset`], issue and verify |
 //! | [`hash`] | the puzzle hash with its prefix state, leading zero bits, canonical counters |
-//! | [`guard`] | [`ReplayStore`] trait, memory and Redis guards, the [`ReplayGuard`] enum |
+//! | [`guard`] | [`ReplayStore`] trait, memory and Redis guards (the Redis one on any `sluice_redis::RedisConn`), the [`ReplayGuard`] enum |
 //! | [`difficulty`] | [`DifficultyPolicy`]: pressure hysteresis and per-prefix decayed sketch |
 //! | [`prefix`] | [`network_prefix`] |
 //! | [`solver`] | native multi-threaded [`solve`] |

@@ -19,8 +19,8 @@ use sluice_pow::{
 const NOW: u64 = 1_800_000_000_000;
 
 async fn redis_guard(server: &redis_server::RedisServer) -> RedisReplayGuard {
-    let client = redis::Client::open(server.url()).unwrap();
-    RedisReplayGuard::new(client.get_connection_manager().await.unwrap())
+    let url = sluice_redis::RedisUrl::parse(&server.url()).unwrap();
+    RedisReplayGuard::new(url.connect(Duration::from_secs(1)).await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

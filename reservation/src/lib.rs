@@ -46,10 +46,14 @@
 //! - [`memory`]: [`MemoryInventory`], the reference semantics (embedded
 //!   default: one gateway, no Redis), with an injected [`Clock`].
 //! - [`redis`]: [`RedisInventory`], the key schema, and the scripts in
-//!   `lua/*.lua` (one per operation, `common.lua` prepended).
+//!   `lua/*.lua` (one per operation, `common.lua` prepended), run on the
+//!   connection every store shares (`sluice_redis::RedisConn`, opened from
+//!   [`RedisConfig::url`] by `sluice_redis::RedisUrl`).
 //! - [`retention`]: how long ended holds are kept, and why.
 //! - [`backend`]: [`InventoryBackend`], the enum a gateway holds.
-//! - [`clock`], [`error`].
+//! - [`error`]; time through `sluice-clock`'s [`Clock`] (re-exported here
+//!   with [`SystemClock`] and [`ManualClock`]), the one the admission queue
+//!   uses too.
 //! - `conformance` (feature `test-util`): one suite run against both
 //!   stores, with a plain model for property tests.
 //!
@@ -74,7 +78,6 @@
 use std::future::Future;
 
 pub mod backend;
-pub mod clock;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub mod error;
@@ -84,11 +87,11 @@ pub mod retention;
 pub mod types;
 
 pub use backend::InventoryBackend;
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ReservationError, Result};
 pub use memory::MemoryInventory;
 pub use redis::{RedisConfig, RedisInventory};
 pub use retention::{Retention, RetentionError};
+pub use sluice_clock::{Clock, ManualClock, SystemClock};
 pub use types::{
     ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
     SetStockOutcome, StockSpec, Transition, TransitionKind,

@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
 use crate::retention::Retention;
 use crate::types::{
@@ -26,6 +25,7 @@ use crate::types::{
     SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
 use crate::{IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
+use sluice_clock::{Clock, SystemClock};
 
 /// Default number of transitions kept per event.
 pub const DEFAULT_LOG_CAPACITY: usize = 10_000;

@@ -70,10 +70,8 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
-use sluice_sentinel::SentinelConnection;
+use redis::{Script, Value};
+use sluice_redis::{RedisConn, RedisUrl};
 
 use crate::error::{ReservationError, Result};
 use crate::retention::Retention;
@@ -127,7 +125,9 @@ pub mod source {
 pub struct RedisConfig {
     /// `redis://…` for one server, `redis+cluster://host:port[,host:port…]`
     /// for Redis Cluster, `redis+sentinel://host:port[,host:port…]/service`
-    /// for the primary Redis Sentinel names (followed across failovers).
+    /// for the primary Redis Sentinel names (followed across failovers);
+    /// parsed by [`sluice_redis::RedisUrl`], a refusal is
+    /// [`ReservationError::Config`].
     pub url: String,
     /// Bound on every call (connect included): a slow Redis becomes
     /// [`ReservationError::Timeout`], never a hang. Default 2 s.
@@ -161,47 +161,6 @@ impl RedisConfig {
     }
 }
 
-/// The connection: one multiplexed connection to a standalone server, or a
-/// cluster connection. Both are cheap to clone and reconnect by themselves.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-    /// The primary Redis Sentinel names, followed across failovers.
-    Sentinel(SentinelConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-            Conn::Sentinel(c) => c.get_db(),
-        }
-    }
-}
-
 struct Scripts {
     hold: Script,
     release: Script,
@@ -216,11 +175,11 @@ struct Scripts {
 /// connection.
 #[derive(Clone)]
 pub struct RedisInventory {
-    conn: Conn,
+    conn: RedisConn,
     /// The connection of holds and confirmations followed by `WAIT` (its own,
     /// so a lagging replica does not stall reads); `None` when
     /// [`RedisConfig::wait_replicas`] is 0.
-    durable: Option<Conn>,
+    durable: Option<RedisConn>,
     wait_replicas: u32,
     wait_timeout: Duration,
     timeout: Duration,
@@ -357,52 +316,16 @@ impl RedisInventory {
         })
     }
 
-    /// One connection as `config.url` says.
-    async fn open(config: &RedisConfig) -> Result<Conn> {
+    /// One connection as `config.url` says ([`RedisUrl`]), within
+    /// `config.timeout`.
+    async fn open(config: &RedisConfig) -> Result<RedisConn> {
         let timeout = config.timeout;
-        let conn = if config.url.starts_with(sluice_sentinel::SCHEME) {
-            let conn =
-                tokio::time::timeout(timeout, SentinelConnection::connect(&config.url, timeout))
-                    .await
-                    .map_err(|_| ReservationError::Timeout(timeout))?
-                    .map_err(ReservationError::from_redis)?;
-            Conn::Sentinel(conn)
-        } else if let Some(rest) = config.url.strip_prefix("redis+cluster://") {
-            // `redis+cluster://host:port[,host:port…]`: every listed node is
-            // a seed (any one answering is enough to learn the topology).
-            let nodes: Vec<String> = rest
-                .trim_end_matches('/')
-                .split(',')
-                .filter(|n| !n.is_empty())
-                .map(|n| format!("redis://{n}"))
-                .collect();
-            let client = redis::cluster::ClusterClientBuilder::new(nodes)
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .build()
-                .map_err(|e| ReservationError::Config(e.to_string()))?;
-            let conn = tokio::time::timeout(timeout, client.get_async_connection())
-                .await
-                .map_err(|_| ReservationError::Timeout(timeout))?
-                .map_err(ReservationError::from_redis)?;
-            Conn::Cluster(conn)
-        } else {
-            let client = redis::Client::open(config.url.as_str())
-                .map_err(|e| ReservationError::Config(e.to_string()))?;
-            let cm_config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_number_of_retries(2);
-            let conn = tokio::time::timeout(
-                timeout,
-                ConnectionManager::new_with_config(client, cm_config),
-            )
+        let url =
+            RedisUrl::parse(&config.url).map_err(|e| ReservationError::Config(e.to_string()))?;
+        tokio::time::timeout(timeout, url.connect(timeout))
             .await
             .map_err(|_| ReservationError::Timeout(timeout))?
-            .map_err(ReservationError::from_redis)?;
-            Conn::Single(conn)
-        };
-        Ok(conn)
+            .map_err(ReservationError::from_redis)
     }
 
     /// Loads every script now (optional: `EVALSHA` falls back on its own).

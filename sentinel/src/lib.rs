@@ -1,284 +1,47 @@
-//! A connection to the Redis primary that Redis Sentinel names, followed
-//! across failovers.
+//! sluice's store connection: the one Redis connection type and the one
+//! URL parser that the admission queue, the reservation inventory, the
+//! proof-of-work replay guard and `sluice check-config` share.
 //!
-//! The redis crate's [`SentinelClient`] finds the current primary (asking
-//! each sentinel in turn, then checking with `ROLE` that the node it names
-//! really is a primary) and opens a connection to it, but the connection
-//! does not move when Sentinel promotes a replica. [`SentinelConnection`]
-//! adds that: it keeps one multiplexed connection, and when a command
-//! fails in a way that says "this is not the primary any more" — the
-//! connection dropped or was refused, a timeout, `READONLY` (the old
-//! primary came back as a replica), `MASTERDOWN` — it forgets the
-//! connection; the next command asks the sentinels again. The failed
-//! command is *not* retried here: the stores' callers decide (a hold's
-//! `Idempotency-Key`, a webhook's `payment_event_id`), exactly as with a
-//! standalone server that restarts.
+//! The package is `sluice-redis`, in the folder `sentinel/` where it began
+//! as the Sentinel connection alone: what the stores import is "a Redis
+//! connection" (`sluice_redis::RedisConn`), of which following Sentinel
+//! is one kind, so the package is named for what it gives, and the folder
+//! keeps the name the workspace layout already gives it.
 //!
-//! It implements [`ConnectionLike`], so scripts, commands and pipelines run
-//! on it unchanged, and it clones cheaply (clones share the connection).
-//! The admission queue, the reservation inventory and the proof-of-work
-//! replay guard each take one for a `redis+sentinel://` URL.
+//! # Vocabulary
 //!
-//! # URL
+//! - **store URL**: `redis://…` (one server), `redis+cluster://host:port[,…]`
+//!   (Redis Cluster seed nodes) or `redis+sentinel://host:port[,…]/service`
+//!   (the primary Sentinel names); [`RedisUrl`] parses it, [`UrlError`]
+//!   says in a few words why one is refused.
+//! - **connection**: [`RedisConn`], one of the three kinds, opened by
+//!   [`RedisUrl::connect`]; cheap to clone, reconnecting by itself, and a
+//!   [`redis::aio::ConnectionLike`], so scripts and pipelines run on it.
+//! - **primary**: the node Sentinel names as master; [`SentinelConnection`]
+//!   follows it across failovers.
 //!
-//! `redis+sentinel://host:port[,host:port…]/service` — the sentinels'
-//! addresses (any one answering is enough) and the name of the monitored
-//! primary (`sentinel monitor <service> …`). Database 0, no TLS, no
-//! passwords: what this crate does not parse it refuses, rather than
-//! guessing.
+//! # Layout
+//!
+//! - [`url`]: the parser, and the rules of each scheme.
+//! - [`conn`]: the connection type and how each kind is opened.
+//! - [`sentinel`]: the connection to the primary Sentinel names.
+//!
+//! # Invariants
+//!
+//! - A URL is parsed whole before anything connects, and one parser serves
+//!   `serve` and `check-config`: what one refuses, the other refuses with
+//!   the same words.
+//! - What the parser does not understand (a cluster database, a password
+//!   in a node list, an entry without a port) it refuses, rather than
+//!   guessing.
+//! - Every kind of connection bounds each connect and each reply by the
+//!   timeout it was opened with. A failed command is never retried here:
+//!   the stores decide (idempotency keys, event ids).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+pub mod conn;
+pub mod sentinel;
+pub mod url;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
-    ServerErrorKind, Value,
-};
-
-/// The URL scheme this crate serves.
-pub const SCHEME: &str = "redis+sentinel://";
-
-/// A parsed `redis+sentinel://` URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SentinelUrl {
-    /// The sentinels, as `redis://host:port` URLs.
-    pub sentinels: Vec<String>,
-    /// The primary's service name.
-    pub service: String,
-}
-
-impl SentinelUrl {
-    /// Parses `redis+sentinel://host:port[,host:port…]/service`; the error
-    /// says what is wrong, in a few words.
-    pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix(SCHEME)
-            .ok_or_else(|| format!("must start with {SCHEME}"))?;
-        let (hosts, service) = rest
-            .split_once('/')
-            .ok_or("needs the service name after the sentinels: redis+sentinel://host:port/name")?;
-        let service = service.trim_end_matches('/');
-        if service.is_empty() || service.contains('/') {
-            return Err("needs one service name after the sentinels".into());
-        }
-        if hosts.contains('@') {
-            return Err("sentinel passwords are not supported".into());
-        }
-        let mut sentinels = Vec::new();
-        for host in hosts.split(',') {
-            let (name, port) = host
-                .rsplit_once(':')
-                .ok_or_else(|| format!("sentinel `{host}` needs host:port"))?;
-            if name.is_empty() || port.parse::<u16>().is_err() {
-                return Err(format!("sentinel `{host}` needs host:port"));
-            }
-            sentinels.push(format!("redis://{host}"));
-        }
-        Ok(SentinelUrl {
-            sentinels,
-            service: service.to_owned(),
-        })
-    }
-}
-
-/// A connection to the current primary (module docs).
-#[derive(Clone)]
-pub struct SentinelConnection {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    /// Asks the sentinels; one lookup at a time (concurrent callers that
-    /// find the connection gone wait for the first one's answer).
-    client: tokio::sync::Mutex<SentinelClient>,
-    /// The connection in use, with the generation that opened it, so a
-    /// caller that failed on an old one does not forget a newer one.
-    current: parking_lot::Mutex<Option<(u64, MultiplexedConnection)>>,
-    generation: AtomicU64,
-    timeout: Duration,
-}
-
-impl std::fmt::Debug for SentinelConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SentinelConnection")
-            .field("generation", &self.inner.generation.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
-    }
-}
-
-impl SentinelConnection {
-    /// Finds the primary and connects to it, within `timeout` (which also
-    /// bounds each later lookup, connect and reply).
-    pub async fn connect(url: &str, timeout: Duration) -> RedisResult<Self> {
-        let parsed = SentinelUrl::parse(url)
-            .map_err(|e| RedisError::from((ErrorKind::InvalidClientConfig, "sentinel URL", e)))?;
-        let client = SentinelClient::build(
-            parsed.sentinels,
-            parsed.service,
-            None,
-            SentinelServerType::Master,
-        )?;
-        let conn = SentinelConnection {
-            inner: Arc::new(Inner {
-                client: tokio::sync::Mutex::new(client),
-                current: parking_lot::Mutex::new(None),
-                generation: AtomicU64::new(0),
-                timeout,
-            }),
-        };
-        conn.current().await?;
-        Ok(conn)
-    }
-
-    /// The connection in use, or a new one to whichever node the sentinels
-    /// name now.
-    async fn current(&self) -> RedisResult<(u64, MultiplexedConnection)> {
-        if let Some(c) = self.inner.current.lock().clone() {
-            return Ok(c);
-        }
-        let mut client = self.inner.client.lock().await;
-        if let Some(c) = self.inner.current.lock().clone() {
-            return Ok(c);
-        }
-        let t = self.inner.timeout;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(t))
-            .set_response_timeout(Some(t));
-        // Whatever stops the lookup — no sentinel answers, none names a
-        // primary (mid-failover they name none), the named node refuses —
-        // is the store being unreachable for now, as callers classify it.
-        let conn = tokio::time::timeout(t, client.get_async_connection_with_config(&config))
-            .await
-            .map_err(|_| {
-                RedisError::from((
-                    ErrorKind::Io,
-                    "no primary from the sentinels in time",
-                    format!("{t:?}"),
-                ))
-            })?
-            .map_err(|e| {
-                RedisError::from((
-                    ErrorKind::Io,
-                    "no primary from the sentinels",
-                    e.to_string(),
-                ))
-            })?;
-        let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.inner.current.lock() = Some((generation, conn.clone()));
-        Ok((generation, conn))
-    }
-
-    /// Drops the connection of `generation` (if still in use), so the next
-    /// command asks the sentinels again.
-    fn forget(&self, generation: u64) {
-        let mut current = self.inner.current.lock();
-        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *current = None;
-        }
-    }
-
-    /// How many times a primary was looked up (1 after connecting; each
-    /// failover adds at least one).
-    pub fn lookups(&self) -> u64 {
-        self.inner.generation.load(Ordering::Relaxed)
-    }
-}
-
-/// Whether an error means the node may no longer be the primary.
-fn points_elsewhere(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_unrecoverable_error()
-        || e.is_timeout()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
-        )
-}
-
-/// The same for one reply of a pipeline sent with `ignore_errors`.
-fn value_points_elsewhere(v: &Value) -> bool {
-    matches!(
-        v,
-        Value::ServerError(e)
-            if matches!(e.kind(), Some(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown))
-    )
-}
-
-impl ConnectionLike for SentinelConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let (generation, mut conn) = self.current().await?;
-            let reply = conn.req_packed_command(cmd).await;
-            match &reply {
-                Err(e) if points_elsewhere(e) => self.forget(generation),
-                Ok(v) if value_points_elsewhere(v) => self.forget(generation),
-                _ => {}
-            }
-            reply
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let (generation, mut conn) = self.current().await?;
-            let reply = conn.req_packed_commands(pipeline, offset, count).await;
-            match &reply {
-                Err(e) if points_elsewhere(e) => self.forget(generation),
-                Ok(values) if values.iter().any(value_points_elsewhere) => {
-                    self.forget(generation);
-                }
-                _ => {}
-            }
-            reply
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::SentinelUrl;
-
-    #[test]
-    fn parses_sentinels_and_service() {
-        let u = SentinelUrl::parse("redis+sentinel://10.0.0.1:26379,s2:26380/shop").unwrap();
-        assert_eq!(
-            u.sentinels,
-            vec!["redis://10.0.0.1:26379", "redis://s2:26380"]
-        );
-        assert_eq!(u.service, "shop");
-        assert!(SentinelUrl::parse("redis+sentinel://h:1/shop/").is_ok());
-    }
-
-    #[test]
-    fn refuses_what_it_does_not_parse() {
-        for bad in [
-            "redis://h:1/shop",
-            "redis+sentinel://h:1",
-            "redis+sentinel://h:1/",
-            "redis+sentinel://h/shop",
-            "redis+sentinel://h:x/shop",
-            "redis+sentinel://:1/shop",
-            "redis+sentinel://u:p@h:1/shop",
-            "redis+sentinel://h:1/shop/0",
-            "redis+sentinel://h:1,/shop",
-        ] {
-            assert!(SentinelUrl::parse(bad).is_err(), "{bad}");
-        }
-    }
-}
+pub use conn::RedisConn;
+pub use sentinel::SentinelConnection;
+pub use url::{CLUSTER_SCHEME, RedisUrl, Role, SENTINEL_SCHEME, SentinelUrl, UrlError};

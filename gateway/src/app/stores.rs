@@ -1,7 +1,9 @@
 //! The concrete stores, picked once at start-up: in memory (one gateway,
 //! the embedded default) or Redis (`redis://`, `redis+cluster://` or
-//! `redis+sentinel://`, shared by every gateway). Generics stop here: the rest of the gateway
-//! holds the backend enums of the domain crates.
+//! `redis+sentinel://`, shared by every gateway; one parser and one
+//! connection type for the three stores, `sluice_redis`). Generics stop
+//! here: the rest of the gateway holds the backend enums of the domain
+//! crates.
 
 use std::time::Duration;
 
@@ -56,29 +58,12 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     let inventory = RedisInventory::connect(&inventory_config)
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
-    let replay_guard = if url.starts_with(sluice_sentinel::SCHEME) {
-        let conn = sluice_sentinel::SentinelConnection::connect(url, STORE_TIMEOUT).await?;
-        ReplayGuard::Redis(RedisReplayGuard::sentinel(conn))
-    } else if let Some(rest) = url.strip_prefix("redis+cluster://") {
-        let nodes: Vec<String> = rest
-            .trim_end_matches('/')
-            .split(',')
-            .map(|n| format!("redis://{n}"))
-            .collect();
-        let client = redis::cluster::ClusterClientBuilder::new(nodes)
-            .connection_timeout(STORE_TIMEOUT)
-            .response_timeout(STORE_TIMEOUT)
-            .build()?;
-        let conn = client.get_async_connection().await?;
-        ReplayGuard::Redis(RedisReplayGuard::cluster(conn))
-    } else {
-        let client = redis::Client::open(url.as_str())?;
-        let cfg = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(STORE_TIMEOUT))
-            .set_connection_timeout(Some(STORE_TIMEOUT));
-        let cm = redis::aio::ConnectionManager::new_with_config(client, cfg).await?;
-        ReplayGuard::Redis(RedisReplayGuard::new(cm))
-    };
+    // `validate` parsed the URL already; parsed again here, the same way.
+    let replay_guard = sluice_redis::RedisUrl::parse(url)?
+        .connect(STORE_TIMEOUT)
+        .await
+        .map_err(|e| anyhow::anyhow!("replay guard at {url}: {e}"))?;
+    let replay_guard = ReplayGuard::Redis(RedisReplayGuard::new(replay_guard));
     Ok(Stores {
         queue: QueueBackend::Redis(queue),
         replay_guard,

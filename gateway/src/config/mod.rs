@@ -660,32 +660,13 @@ impl Config {
                 return Err(ConfigError::invalid("origin", "has no host"));
             }
         }
-        if let Some(redis) = &self.redis
-            && !(redis.starts_with("redis://")
-                || redis.starts_with("rediss://")
-                || redis.starts_with("redis+cluster://")
-                || redis.starts_with(sluice_sentinel::SCHEME))
-        {
-            return Err(ConfigError::invalid(
-                "redis",
-                "must start with redis://, redis+cluster:// or redis+sentinel://",
-            ));
-        }
-        if let Some(redis) = &self.redis
-            && redis.starts_with(sluice_sentinel::SCHEME)
-        {
-            sluice_sentinel::SentinelUrl::parse(redis)
-                .map_err(|e| ConfigError::invalid("redis", e))?;
-        }
-        // One server: parsed by the client every store opens it with
-        // (no connection is made), so a bad port, a bad database number or
-        // a TLS URL this build cannot serve is refused here, not after
-        // `serve` has bound its listener. (`redis+cluster://` node lists
-        // are split by each store; a shared URL parser is to come.)
-        if let Some(redis) = &self.redis
-            && (redis.starts_with("redis://") || redis.starts_with("rediss://"))
-        {
-            redis::Client::open(redis.as_str())
+        // The store URL, parsed by the parser every store opens it with
+        // (no connection is made): a bad port or database, a cluster node
+        // without a port, a sentinel URL without its service, a TLS URL
+        // this build cannot serve is refused here, not after `serve` has
+        // bound its listener.
+        if let Some(redis) = &self.redis {
+            sluice_redis::RedisUrl::parse(redis)
                 .map_err(|e| ConfigError::invalid("redis", e.to_string()))?;
         }
         // The keys `serve` signs with, loaded as it loads them: a missing
@@ -1038,6 +1019,8 @@ mod tests {
         for (toml, field) in [
             ("redis = \"redis+sentinel://h:1\"\n", "redis"),
             ("redis = \"redis+sentinel://h/shop\"\n", "redis"),
+            ("redis = \"redis+cluster://a:7000,\"\n", "redis"),
+            ("redis = \"redis+cluster://a:7000/1\"\n", "redis"),
             ("redis = \"sentinel://h:1/shop\"\n", "redis"),
             (
                 "[replication]\nwait_timeout = \"0s\"\n",
@@ -1286,7 +1269,11 @@ mod tests {
             let err = c.validate().unwrap_err().to_string();
             assert!(err.contains("`redis`"), "{url}: {err}");
         }
-        for url in ["redis://127.0.0.1:6379/", "redis://:pw@10.0.0.1:6380/2"] {
+        for url in [
+            "redis://127.0.0.1:6379/",
+            "redis://:pw@10.0.0.1:6380/2",
+            "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
+        ] {
             let c = Config {
                 redis: Some(url.into()),
                 ..Config::default()

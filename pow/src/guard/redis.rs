@@ -15,9 +15,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::cluster_async::ClusterConnection;
-use sluice_sentinel::SentinelConnection;
+use sluice_redis::RedisConn;
 
 use super::{ReplayStore, hex};
 use crate::error::GuardError;
@@ -25,20 +23,10 @@ use crate::error::GuardError;
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "sluice:pow:";
 
-/// A standalone connection (reconnecting), a Redis Cluster connection
-/// (following `MOVED`/`ASK`) or the primary Sentinel names (following
-/// failovers); the guard's one command works on each.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-    Sentinel(SentinelConnection),
-}
-
 /// Challenge ids held in Redis until they expire.
 #[derive(Clone)]
 pub struct RedisReplayGuard {
-    conn: Conn,
+    conn: RedisConn,
     prefix: String,
 }
 
@@ -51,33 +39,18 @@ impl std::fmt::Debug for RedisReplayGuard {
 }
 
 impl RedisReplayGuard {
-    /// A guard over `conn` with keys under [`DEFAULT_PREFIX`].
-    pub fn new(conn: ConnectionManager) -> Self {
+    /// A guard over `conn` (any kind: standalone, cluster, Sentinel) with
+    /// keys under [`DEFAULT_PREFIX`].
+    pub fn new(conn: impl Into<RedisConn>) -> Self {
         Self::with_prefix(conn, DEFAULT_PREFIX)
     }
 
     /// A guard whose keys start with `prefix` (for tests, or several
     /// deployments on one Redis).
-    pub fn with_prefix(conn: ConnectionManager, prefix: impl Into<String>) -> Self {
+    pub fn with_prefix(conn: impl Into<RedisConn>, prefix: impl Into<String>) -> Self {
         RedisReplayGuard {
-            conn: Conn::Single(conn),
+            conn: conn.into(),
             prefix: prefix.into(),
-        }
-    }
-
-    /// A guard over a Redis Cluster connection.
-    pub fn cluster(conn: ClusterConnection) -> Self {
-        RedisReplayGuard {
-            conn: Conn::Cluster(conn),
-            prefix: DEFAULT_PREFIX.to_owned(),
-        }
-    }
-
-    /// A guard over the primary Redis Sentinel names.
-    pub fn sentinel(conn: SentinelConnection) -> Self {
-        RedisReplayGuard {
-            conn: Conn::Sentinel(conn),
-            prefix: DEFAULT_PREFIX.to_owned(),
         }
     }
 
@@ -92,11 +65,7 @@ impl ReplayStore for RedisReplayGuard {
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key(id)).arg(1).arg("NX").arg("PX").arg(ms);
-        let reply: Option<String> = match &self.conn {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
-        };
+        let reply: Option<String> = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(reply.is_some())
     }
 
@@ -107,33 +76,21 @@ impl ReplayStore for RedisReplayGuard {
         // XX: only an id still recorded; KEEPTTL: forgotten with it.
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key(id)).arg(note).arg("XX").arg("KEEPTTL");
-        let _: Option<String> = match &self.conn {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
-        };
+        let _: Option<String> = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 
     async fn noted(&self, id: &[u8; 16]) -> Result<Option<String>, GuardError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.key(id));
-        let reply: Option<String> = match &self.conn {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
-        };
+        let reply: Option<String> = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(reply.filter(|v| v != "1"))
     }
 
     async fn release(&self, id: &[u8; 16]) -> Result<(), GuardError> {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.key(id));
-        let _: i64 = match &self.conn {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await?,
-            Conn::Sentinel(c) => cmd.query_async(&mut c.clone()).await?,
-        };
+        let _: i64 = cmd.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
 }
