@@ -787,6 +787,10 @@ impl Engine {
 /// visitor run, so the simulator counts them itself with the same
 /// deadlines; `active_sessions` means the same either way (a test holds the
 /// two to each other).
+///
+/// One piece on purpose: the event loop of the simulator (set-up, the
+/// ticks, the summary), hot over millions of visitors, its state in locals
+/// the steps share; its parts that stand alone are `Engine`'s methods.
 pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, SimError> {
     cfg.validate()?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);

@@ -305,6 +305,12 @@ enum Framing {
 /// connection may carry another (`keep`) or is to be closed; `None`: it
 /// failed midway (the client went, or the body broke) and the connection is
 /// unusable.
+///
+/// One piece on purpose: it mirrors hyper's server writer step by step
+/// (status line, fields, framing rules, date, body) in the order the bytes
+/// go out, in one buffer, and is held to hyper by the differential test;
+/// split, the framing decisions would be spread over functions that share
+/// every local.
 async fn write_response<S, B>(
     io: &mut S,
     out: &mut Vec<u8>,

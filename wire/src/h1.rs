@@ -117,6 +117,11 @@ pub fn encode_request_head<B>(req: &Request<B>, out: &mut Vec<u8>) {
 
 /// Parses a response head at the front of `buf`, taking it out of `buf`
 /// when complete. `method` is the request's (HEAD answers have no body).
+///
+/// One piece on purpose: the framing rules of RFC 9112 §6 in the order
+/// they apply (1xx, status without body, Transfer-Encoding, Content-Length,
+/// close-delimited), each deciding from what the rules before it left, as
+/// hyper's client reads them (the differential test holds the two equal).
 pub fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireError> {
     // Offsets of each header's name and value in the head.
     let mut fields = [[0u32; 4]; MAX_HEADERS];

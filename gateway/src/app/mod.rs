@@ -22,6 +22,13 @@
 //! the same catch of a panic, and the proxy's own problem logs, but no
 //! per-request tracing span. On this path the layers cost about a fifth
 //! of the gateway's CPU per request (`tests/bench/proxy.sh`).
+//!
+//! The in-flight bounds (store-bound requests, admin calls, forwards to
+//! the origin) are `tokio` semaphores tried without waiting, not tower's
+//! `ConcurrencyLimit` + `LoadShed`: each applies to some routes only (and
+//! the proxy's to the direct path too, which has no tower stack), and a
+//! refusal must be our 503 problem with `Retry-After`, counted in
+//! `sluice_shed_total`, where `LoadShed`'s error would be mapped back to it.
 
 pub mod clock;
 pub mod extract;

@@ -149,6 +149,11 @@ impl Mode {
 }
 
 /// One decision of the AIMD controller (see the module docs). Pure.
+///
+/// One piece on purpose: its rules read top to bottom in priority order
+/// (too few samples, errors, over the objective, near it, nothing to
+/// learn, increase), each an early return; split, that order would be
+/// spread over functions that each need the whole observation.
 pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
     let (lo, hi) = bounds(cfg, obs.capacity_rate);
     let clamp = |r: f64| if r.is_finite() { r.clamp(lo, hi) } else { lo };
@@ -288,6 +293,11 @@ pub fn decide(cfg: &AdaptiveConfig, obs: &Observation) -> Decision {
 /// drains the room's window, and if this gateway holds (or takes) the
 /// room's lease, decides and writes the rate and the decision through the
 /// store. Every gateway runs it for every room; only the lease holder acts.
+///
+/// One piece on purpose: one loop whose state (the last decision, the
+/// previous p99, the windows since the last decrease, the lease) lives in
+/// its locals from one interval to the next, read in the order the steps
+/// happen.
 pub async fn run_steering(
     room: Arc<Room>,
     store: QueueBackend,

@@ -1195,85 +1195,15 @@ pub async fn admin_patch(
     store: &QueueBackend,
     patch: &Value,
 ) -> Result<Value, Problem> {
-    let obj = patch
-        .as_object()
-        .ok_or_else(|| Problem::invalid_setting("body", "must be a JSON object"))?;
-    let mut store_patch = serde_json::Map::new();
-    let mut floor = None;
-    let mut ceiling = None;
-    let mut join_limit = None;
-    let mut opens_at: Option<Option<u64>> = None;
-    let mut adaptive_enabled = None;
-    let mut override_secs = None;
-    for (k, v) in obj {
-        if k == "opens_at" {
-            opens_at = Some(match v {
-                Value::Null => None,
-                Value::String(t) => {
-                    let ms = crate::gate::schedule::parse_rfc3339_ms(t)
-                        .map_err(|e| Problem::invalid_setting(k, e))?;
-                    if ms <= crate::app::clock::now_ms() {
-                        return Err(Problem::invalid_setting(k, "must be in the future"));
-                    }
-                    Some(ms)
-                }
-                _ => {
-                    return Err(Problem::invalid_setting(
-                        k,
-                        "must be an RFC 3339 time (string) or null",
-                    ));
-                }
-            });
-            continue;
-        }
-        if v.is_null() {
-            if k == "max_active" {
-                // null: no cap (the store's patch says it with 0)
-                store_patch.insert(k.clone(), json!(0));
-                continue;
-            }
-            return Err(Problem::invalid_setting(k, "must not be null"));
-        }
-        match k.as_str() {
-            "rate_per_sec"
-            | "burst"
-            | "paused"
-            | "closed"
-            | "max_active"
-            | "capacity_rps"
-            | "safety_margin"
-            | "requests_per_visitor_per_sec"
-            | "session_length_secs"
-            | "claim_window_secs"
-            | "session_ttl_secs" => {
-                store_patch.insert(k.clone(), v.clone());
-            }
-            "difficulty_floor_bits" => floor = Some(small_int(k, v, 0, 32)?),
-            "difficulty_ceiling_bits" => ceiling = Some(small_int(k, v, 0, 32)?),
-            "join_limit_per_prefix_per_min" => {
-                join_limit = Some(small_int(k, v, 0, 1_000_000)? as u32);
-            }
-            "adaptive_enabled" => {
-                adaptive_enabled = Some(
-                    v.as_bool()
-                        .ok_or_else(|| Problem::invalid_setting(k, "must be true or false"))?,
-                );
-            }
-            "adaptive_override_secs" => override_secs = Some(small_int(k, v, 0, 7 * 86_400)?),
-            other => return Err(Problem::invalid_setting(other, "unknown setting")),
-        }
-    }
-    let patch: RoomPatch = serde_json::from_value(Value::Object(store_patch))
-        .map_err(|e| Problem::invalid_setting("body", e.to_string()))?;
-    let manual_rate = patch.rate_per_sec.is_some();
+    let p = AdminPatch::parse(patch)?;
     // The difficulty bounds as they will be, checked against the work cap
     // before anything is written.
-    if floor.is_some() || ceiling.is_some() {
+    if p.floor.is_some() || p.ceiling.is_some() {
         let d = room.difficulty.snapshot();
-        let f = floor.map_or(d.floor_bits, |f| f as u8);
-        let c = ceiling.map_or(d.ceiling_bits, |c| c as u8);
+        let f = p.floor.map_or(d.floor_bits, |f| f as u8);
+        let c = p.ceiling.map_or(d.ceiling_bits, |c| c as u8);
         room.difficulty.config().check_bits(f, c).map_err(|e| {
-            let field = if floor.is_some() {
+            let field = if p.floor.is_some() {
                 "difficulty_floor_bits"
             } else {
                 "difficulty_ceiling_bits"
@@ -1283,31 +1213,136 @@ pub async fn admin_patch(
     }
     // Bad values are refused before the store is asked: the change on this
     // gateway's copy first, as a dry run.
-    patch
+    p.store
         .apply(&mut (*room.settings()).clone())
         .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
     // Applied to the store's copy as it is when written (compare and set,
     // retried on a conflict): a PATCH through another gateway, the sold-out
     // flag or adaptive steering written meanwhile are kept, and nothing
     // changes anywhere unless the write succeeds.
-    let change = |settings: &mut RoomSettings| -> Result<(), Problem> {
-        if let Some(opens) = opens_at {
+    modify_settings(room, store, |settings| p.change(room, settings)).await?;
+    Ok(admin_view(room))
+}
+
+/// An admin PATCH read and checked field by field: the fields the store's
+/// settings take as they are ([`RoomPatch`]) and the ones this gateway
+/// turns into settings itself.
+struct AdminPatch {
+    store: RoomPatch,
+    floor: Option<u64>,
+    ceiling: Option<u64>,
+    join_limit: Option<u32>,
+    /// `Some(None)`: the schedule removed.
+    opens_at: Option<Option<u64>>,
+    adaptive_enabled: Option<bool>,
+    override_secs: Option<u64>,
+}
+
+impl AdminPatch {
+    /// Reads a PATCH body: an object of known settings, each of its type
+    /// and range; anything else is 422 `invalid_setting` naming the field.
+    fn parse(patch: &Value) -> Result<AdminPatch, Problem> {
+        let obj = patch
+            .as_object()
+            .ok_or_else(|| Problem::invalid_setting("body", "must be a JSON object"))?;
+        let mut store_patch = serde_json::Map::new();
+        let mut p = AdminPatch {
+            store: RoomPatch::default(),
+            floor: None,
+            ceiling: None,
+            join_limit: None,
+            opens_at: None,
+            adaptive_enabled: None,
+            override_secs: None,
+        };
+        for (k, v) in obj {
+            if k == "opens_at" {
+                p.opens_at = Some(match v {
+                    Value::Null => None,
+                    Value::String(t) => {
+                        let ms = crate::gate::schedule::parse_rfc3339_ms(t)
+                            .map_err(|e| Problem::invalid_setting(k, e))?;
+                        if ms <= crate::app::clock::now_ms() {
+                            return Err(Problem::invalid_setting(k, "must be in the future"));
+                        }
+                        Some(ms)
+                    }
+                    _ => {
+                        return Err(Problem::invalid_setting(
+                            k,
+                            "must be an RFC 3339 time (string) or null",
+                        ));
+                    }
+                });
+                continue;
+            }
+            if v.is_null() {
+                if k == "max_active" {
+                    // null: no cap (the store's patch says it with 0)
+                    store_patch.insert(k.clone(), json!(0));
+                    continue;
+                }
+                return Err(Problem::invalid_setting(k, "must not be null"));
+            }
+            match k.as_str() {
+                "rate_per_sec"
+                | "burst"
+                | "paused"
+                | "closed"
+                | "max_active"
+                | "capacity_rps"
+                | "safety_margin"
+                | "requests_per_visitor_per_sec"
+                | "session_length_secs"
+                | "claim_window_secs"
+                | "session_ttl_secs" => {
+                    store_patch.insert(k.clone(), v.clone());
+                }
+                "difficulty_floor_bits" => p.floor = Some(small_int(k, v, 0, 32)?),
+                "difficulty_ceiling_bits" => p.ceiling = Some(small_int(k, v, 0, 32)?),
+                "join_limit_per_prefix_per_min" => {
+                    p.join_limit = Some(small_int(k, v, 0, 1_000_000)? as u32);
+                }
+                "adaptive_enabled" => {
+                    p.adaptive_enabled = Some(
+                        v.as_bool()
+                            .ok_or_else(|| Problem::invalid_setting(k, "must be true or false"))?,
+                    );
+                }
+                "adaptive_override_secs" => {
+                    p.override_secs = Some(small_int(k, v, 0, 7 * 86_400)?);
+                }
+                other => return Err(Problem::invalid_setting(other, "unknown setting")),
+            }
+        }
+        p.store = serde_json::from_value(Value::Object(store_patch))
+            .map_err(|e| Problem::invalid_setting("body", e.to_string()))?;
+        Ok(p)
+    }
+
+    /// Applies the PATCH to `settings` (the store's copy as it is when
+    /// written; called again on a compare-and-set conflict).
+    fn change(&self, room: &Room, settings: &mut RoomSettings) -> Result<(), Problem> {
+        if let Some(opens) = self.opens_at {
             schedule(room, settings, opens)?;
         }
-        if let Some(on) = adaptive_enabled {
+        if let Some(on) = self.adaptive_enabled {
             settings.adaptive.enabled = on;
             if !on {
                 settings.adaptive.override_until_ms = 0;
             }
         }
-        patch
+        self.store
             .apply(settings)
             .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
         // An operator's manual rate overrides adaptive admission for a
         // while: the PATCH's adaptive_override_secs, else the room's
         // configured time.
-        if settings.adaptive.enabled && (manual_rate || override_secs.is_some()) {
-            let secs = override_secs.unwrap_or(room.config.adaptive.override_for.as_secs());
+        let manual_rate = self.store.rate_per_sec.is_some();
+        if settings.adaptive.enabled && (manual_rate || self.override_secs.is_some()) {
+            let secs = self
+                .override_secs
+                .unwrap_or(room.config.adaptive.override_for.as_secs());
             // the store's clock (one tick old), which the steering gateway reads
             let now = match room.snapshot().store_now_ms {
                 0 => crate::app::clock::now_ms(),
@@ -1315,13 +1350,13 @@ pub async fn admin_patch(
             };
             settings.adaptive.override_until_ms = if secs == 0 { 0 } else { now + secs * 1000 };
         }
-        if let Some(f) = floor {
+        if let Some(f) = self.floor {
             settings.difficulty_floor_bits = Some(f as u8);
         }
-        if let Some(c) = ceiling {
+        if let Some(c) = self.ceiling {
             settings.difficulty_ceiling_bits = Some(c as u8);
         }
-        if floor.is_some() != ceiling.is_some() {
+        if self.floor.is_some() != self.ceiling.is_some() {
             // one bound given: the other as in force now, so the pair in the
             // store is always one the work cap was checked against
             let d = room.difficulty.snapshot();
@@ -1330,16 +1365,14 @@ pub async fn admin_patch(
                 .difficulty_ceiling_bits
                 .get_or_insert(d.ceiling_bits);
         }
-        if let Some(l) = join_limit {
+        if let Some(l) = self.join_limit {
             settings.join_limit_per_prefix_per_min = Some(l);
         }
         settings
             .to_stored()
             .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
         Ok(())
-    };
-    modify_settings(room, store, change).await?;
-    Ok(admin_view(room))
+    }
 }
 
 /// Applies a PATCH of `opens_at` to `settings`. While the pre-queue is open

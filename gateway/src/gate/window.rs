@@ -1,7 +1,9 @@
 //! One room's upstream requests since the last look: the latencies and
 //! failures adaptive admission ([`crate::gate::adaptive`]) decides from,
 //! recorded by the gate on every proxied request of the room in atomic
-//! counters (no lock per request).
+//! counters (no lock per request). Not hdrhistogram (which `sluice swarm`
+//! uses): its `record` takes `&mut`, a lock on every proxied request, where
+//! 128 fixed atomic buckets 10% wide are all a p99 to steer by needs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

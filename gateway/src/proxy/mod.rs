@@ -245,72 +245,20 @@ impl Proxy {
             (result, body_failed)
         };
         let mut res = match result {
+            Ok(Ok(res)) => res,
+            Ok(Err(e)) => return self.upstream_failed(e, body_failed.as_deref()),
             Err(Late) => {
                 self.telemetry.upstream_error("timeout");
                 return Problem::origin_timeout()
                     .log_cause(&"no response headers within the upstream response timeout")
                     .into_response();
             }
-            Ok(Err(e))
-                if body_failed
-                    .as_ref()
-                    .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed)) =>
-            {
-                return Problem::malformed("the request body could not be read")
-                    .log_cause(&error_chain(&e))
-                    .into_response();
-            }
-            Ok(Err(e)) => {
-                self.telemetry.upstream_error("unreachable");
-                let cause = error_chain(&e);
-                if let UpstreamError::Connect {
-                    timed_out: true, ..
-                } = e
-                {
-                    return Problem::origin_unreachable()
-                        .log_cause(&format!("connect timeout: {cause}"))
-                        .into_response();
-                }
-                return Problem::origin_unreachable()
-                    .log_cause(&cause)
-                    .into_response();
-            }
-            Ok(Ok(res)) => res,
         };
         self.telemetry
             .upstream(res.status().as_u16(), started.elapsed().as_secs_f64());
 
         if res.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-            // The tunnel opens only on the origin's 101 to a WebSocket
-            // handshake; a 101 to anything else is the origin's fault.
-            let Some(downstream) = downstream_upgrade else {
-                self.telemetry.upstream_error("unexpected_upgrade");
-                return Problem::origin_unreachable()
-                    .log_cause(
-                        &"the origin switched protocols on a request that asked for no upgrade",
-                    )
-                    .into_response();
-            };
-            {
-                let upstream = hyper::upgrade::on(&mut res);
-                let idle = self.tunnel_idle;
-                tokio::spawn(async move {
-                    match tokio::try_join!(downstream, upstream) {
-                        Ok((down, up)) => tunnel(down, up, idle, bound, hold).await,
-                        Err(e) => tracing::warn!(error = %e, "upgrade failed"),
-                    }
-                });
-                let (mut parts, body) = res.into_parts();
-                let proto = parts.headers.get(header::UPGRADE).cloned();
-                strip_hop_by_hop(&mut parts.headers);
-                parts
-                    .headers
-                    .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-                if let Some(p) = proto {
-                    parts.headers.insert(header::UPGRADE, p);
-                }
-                return Response::from_parts(parts, body);
-            }
+            return self.switch_protocols(res, downstream_upgrade, bound, hold);
         }
 
         // A native answer came without its hop-by-hop fields already.
@@ -324,6 +272,70 @@ impl Proxy {
                 .insert(OriginCommand(s.trim().to_ascii_lowercase()));
         }
         res
+    }
+
+    /// The answer when the origin could not be asked or did not answer:
+    /// 400 when it was the client's body that failed (not the origin's
+    /// fault), else 502 `origin_unreachable`, the cause logged once.
+    fn upstream_failed(
+        &self,
+        e: UpstreamError,
+        body_failed: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Response {
+        if body_failed.is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed)) {
+            return Problem::malformed("the request body could not be read")
+                .log_cause(&error_chain(&e))
+                .into_response();
+        }
+        self.telemetry.upstream_error("unreachable");
+        let cause = error_chain(&e);
+        if let UpstreamError::Connect {
+            timed_out: true, ..
+        } = e
+        {
+            return Problem::origin_unreachable()
+                .log_cause(&format!("connect timeout: {cause}"))
+                .into_response();
+        }
+        Problem::origin_unreachable()
+            .log_cause(&cause)
+            .into_response()
+    }
+
+    /// The origin's 101: the tunnel opens only on its answer to a
+    /// WebSocket handshake (`downstream` is the client's side of it); a 101
+    /// to anything else is the origin's fault (502).
+    fn switch_protocols(
+        &self,
+        mut res: Response,
+        downstream: Option<hyper::upgrade::OnUpgrade>,
+        bound: Option<TunnelBound>,
+        hold: Option<ConnHold>,
+    ) -> Response {
+        let Some(downstream) = downstream else {
+            self.telemetry.upstream_error("unexpected_upgrade");
+            return Problem::origin_unreachable()
+                .log_cause(&"the origin switched protocols on a request that asked for no upgrade")
+                .into_response();
+        };
+        let upstream = hyper::upgrade::on(&mut res);
+        let idle = self.tunnel_idle;
+        tokio::spawn(async move {
+            match tokio::try_join!(downstream, upstream) {
+                Ok((down, up)) => tunnel(down, up, idle, bound, hold).await,
+                Err(e) => tracing::warn!(error = %e, "upgrade failed"),
+            }
+        });
+        let (mut parts, body) = res.into_parts();
+        let proto = parts.headers.get(header::UPGRADE).cloned();
+        strip_hop_by_hop(&mut parts.headers);
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        if let Some(p) = proto {
+            parts.headers.insert(header::UPGRADE, p);
+        }
+        Response::from_parts(parts, body)
     }
 
     /// `send`, unless the origin's response head takes longer than

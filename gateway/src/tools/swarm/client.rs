@@ -112,13 +112,28 @@ impl Pacer {
 /// Latencies and failures, per endpoint.
 #[derive(Default)]
 pub(super) struct Stats {
-    pub(super) latency_ms: HashMap<&'static str, Vec<f64>>,
+    /// Latencies in microseconds (3 significant digits, bounded memory
+    /// however long the run).
+    pub(super) latency_us: HashMap<&'static str, hdrhistogram::Histogram<u64>>,
     /// Problem answers by `code`.
     pub(super) errors: BTreeMap<String, u64>,
     /// Error answers without a problem `code`, by status.
     pub(super) http_errors: BTreeMap<u16, u64>,
     pub(super) transport_errors: u64,
     pub(super) requests: u64,
+}
+
+/// The latency histogram of endpoint `name`, made on first use (`None`
+/// only if hdrhistogram refused its own bounds, which it does not for 3
+/// digits).
+fn latency_histogram<'a>(
+    all: &'a mut HashMap<&'static str, hdrhistogram::Histogram<u64>>,
+    name: &'static str,
+) -> Option<&'a mut hdrhistogram::Histogram<u64>> {
+    if !all.contains_key(name) {
+        all.insert(name, hdrhistogram::Histogram::new(3).ok()?);
+    }
+    all.get_mut(name)
 }
 
 /// The pooled client, the gateways, the pacer and the stats.
@@ -187,7 +202,7 @@ impl Http {
         })
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")));
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let mut stats = self.stats.lock();
         stats.requests += 1;
         let (parts, bytes) = match result {
@@ -197,11 +212,9 @@ impl Http {
                 return Err(format!("{} {path}: {e}", ep.name()));
             }
         };
-        stats
-            .latency_ms
-            .entry(ep.name())
-            .or_default()
-            .push(elapsed_ms);
+        if let Some(h) = latency_histogram(&mut stats.latency_us, ep.name()) {
+            h.saturating_record(elapsed_us);
+        }
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let retry_after = parts
             .headers

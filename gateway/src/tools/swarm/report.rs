@@ -31,13 +31,25 @@ pub(super) struct Report {
     pub(super) stats: Stats,
 }
 
-/// The `q`-quantile of sorted `v` (nearest rank).
-pub(super) fn quantile(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
+/// Per endpoint: the count, p50, p99 and max latency in ms (to 0.01 ms).
+fn latency_json(stats: &Stats) -> Value {
+    let mut m = Map::new();
+    for ep in Endpoint::ALL {
+        let Some(h) = stats.latency_us.get(ep.name()) else {
+            continue;
+        };
+        let ms = |us: u64| (us as f64 / 10.0).round() / 100.0;
+        m.insert(
+            ep.name().into(),
+            json!({
+                "count": h.len(),
+                "p50_ms": ms(h.value_at_quantile(0.5)),
+                "p99_ms": ms(h.value_at_quantile(0.99)),
+                "max_ms": ms(h.max()),
+            }),
+        );
     }
-    let rank = (q * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
+    Value::Object(m)
 }
 
 impl Report {
@@ -101,25 +113,7 @@ impl Report {
     }
 
     fn latency(&self) -> Value {
-        let mut m = Map::new();
-        for ep in Endpoint::ALL {
-            let Some(v) = self.stats.latency_ms.get(ep.name()) else {
-                continue;
-            };
-            let mut v = v.clone();
-            v.sort_by(f64::total_cmp);
-            let r = |x: f64| (x * 100.0).round() / 100.0;
-            m.insert(
-                ep.name().into(),
-                json!({
-                    "count": v.len(),
-                    "p50_ms": r(quantile(&v, 0.5)),
-                    "p99_ms": r(quantile(&v, 0.99)),
-                    "max_ms": r(quantile(&v, 1.0)),
-                }),
-            );
-        }
-        Value::Object(m)
+        latency_json(&self.stats)
     }
 
     fn units_left_to_expire(&self) -> u64 {
@@ -350,11 +344,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantiles() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&v, 0.5), 50.0);
-        assert_eq!(quantile(&v, 0.99), 99.0);
-        assert_eq!(quantile(&v, 1.0), 100.0);
-        assert_eq!(quantile(&[], 0.5), 0.0);
+    fn latencies_are_reported_in_ms_from_a_histogram() {
+        let mut stats = crate::tools::swarm::client::Stats::default();
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        for us in 1..=100u64 {
+            h.record(us * 1000).unwrap();
+        }
+        stats.latency_us.insert(Endpoint::ALL[0].name(), h);
+        let v = latency_json(&stats);
+        let e = &v[Endpoint::ALL[0].name()];
+        assert_eq!(e["count"], 100);
+        assert!((e["p50_ms"].as_f64().unwrap() - 50.0).abs() < 0.1, "{e}");
+        assert!((e["p99_ms"].as_f64().unwrap() - 99.0).abs() < 0.1, "{e}");
+        assert!((e["max_ms"].as_f64().unwrap() - 100.0).abs() < 0.1, "{e}");
     }
 }
