@@ -4,9 +4,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use http::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 use sluice_tests::client::{TestClient, body};
 use sluice_tests::origin::TestOrigin;
+use sluice_tests::visitor::Visitor;
 use sluice_tests::{ADMIN_TOKEN, TestGateway};
 
 async fn setup() -> (TestOrigin, TestGateway) {
@@ -195,5 +196,98 @@ async fn the_openapi_document_names_every_endpoint() {
             doc["paths"].get(path).is_some(),
             "{path} missing from openapi.json"
         );
+    }
+}
+
+/// Found by schemathesis: a closed room answered 423 to a join whose body
+/// is malformed (a solution that is not a decimal u64, a challenge that is
+/// not base64url.base64url); the body's shape is checked first, so it is
+/// 400 whatever the room's state.
+#[tokio::test]
+async fn a_malformed_join_is_400_even_in_a_closed_room() {
+    let (_origin, gw) = setup().await;
+    let c = TestClient::new();
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let res = c
+        .call(
+            Method::PATCH,
+            &format!("{}/_sluice/admin/rooms/default", gw.url()),
+            &[
+                ("authorization", &bearer),
+                ("content-type", "application/json"),
+            ],
+            body(json!({"closed": true}).to_string()),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let join = format!("{}/_sluice/rooms/default/join", gw.url());
+    for challenge in ["", "abc", "9r.P*", "a.b.c", ".x", "x."] {
+        let res = c
+            .post_json(
+                &join,
+                &[],
+                &json!({"challenge": challenge, "solutions": ["0"]}),
+            )
+            .await;
+        assert_eq!(res.status, 400, "{challenge}: {}", res.text());
+        assert_eq!(res.json()["code"], "malformed_request");
+    }
+    for solutions in [
+        json!([""]),
+        json!(["01"]),
+        json!(["-1"]),
+        json!(["18446744073709551616"]),
+    ] {
+        let res = c
+            .post_json(
+                &join,
+                &[],
+                &json!({"challenge": "0.0", "solutions": solutions}),
+            )
+            .await;
+        assert_eq!(res.status, 400, "{solutions}: {}", res.text());
+        assert_eq!(res.json()["code"], "malformed_request");
+    }
+    // A well-formed one meets the closed room.
+    let res = c
+        .post_json(&join, &[], &json!({"challenge": "0.0", "solutions": ["0"]}))
+        .await;
+    assert_eq!(res.status, 423, "{}", res.text());
+}
+
+/// Found by schemathesis: a what-if at rate 0 with people in line ran the
+/// simulator over its whole two-day horizon (seconds of a blocking thread
+/// per call); the line cannot move, and the answer says so at once.
+#[tokio::test]
+async fn a_whatif_at_rate_zero_answers_at_once() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| c.rooms = vec![sluice_tests::easy_room("default", 0.0, 1.0, &[])])
+        .spawn()
+        .await;
+    for _ in 0..3 {
+        let res = Visitor::new(&gw.url(), "default").join("/").await;
+        assert!(res.status.is_success(), "{}", res.text());
+    }
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    // The room's snapshot sees the line within a tick.
+    let url = format!("{}/_sluice/admin/rooms/default/whatif?burst=1000", gw.url());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let started = std::time::Instant::now();
+        let res = TestClient::new()
+            .get(&url, &[("authorization", &bearer)])
+            .await;
+        let took = started.elapsed();
+        assert_eq!(res.status, 200, "{}", res.text());
+        let v = res.json();
+        if v["queue_length"].as_u64().unwrap() >= 1 {
+            assert_eq!(v["drain_seconds"], Value::Null, "{v}");
+            assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "nobody in line: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
