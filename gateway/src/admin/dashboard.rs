@@ -121,7 +121,14 @@ async fn whatif(
             .session_length
             .map_or(WHATIF_SESSION_SECONDS, |d| d.as_secs_f64()),
         room: settings.clone(),
-        horizon_seconds: WHATIF_HORIZON_SECONDS,
+        // At rate 0 a line never moves (the simulation starts without
+        // credit): one second says so as well as two days, which took the
+        // simulator seconds of a blocking thread (found by schemathesis).
+        horizon_seconds: if settings.rate_per_sec > 0.0 {
+            WHATIF_HORIZON_SECONDS
+        } else {
+            1.0
+        },
         ..SimConfig::default()
     };
     cfg.validate()

@@ -103,13 +103,44 @@ pub async fn join(
     }
 
     let JsonBody(body) = body?;
+    // The body's shape first: a malformed join is 400 whatever the room's
+    // state (a closed room answered 423 to it before).
+    if body.solutions.len() > 64 || body.challenge.len() > 1024 {
+        return Err(Problem::malformed("challenge or solutions too long"));
+    }
+    let base64url = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if !body
+        .challenge
+        .split_once('.')
+        .is_some_and(|(payload, tag)| base64url(payload) && base64url(tag))
+    {
+        state
+            .telemetry()
+            .pow_rejected(room.id(), "malformed_request");
+        return Err(Problem::malformed(
+            "challenge is not one the gateway issues (base64url.base64url)",
+        ));
+    }
+    if let Some(i) = body
+        .solutions
+        .iter()
+        .position(|s| sluice_pow::hash::parse_canonical_u64(s).is_none())
+    {
+        state
+            .telemetry()
+            .pow_rejected(room.id(), "malformed_request");
+        return Err(Problem::malformed(format!(
+            "solutions[{i}] is not a u64 in decimal without sign or leading zeros"
+        )));
+    }
     rate_limit(&state, room, prefix)?;
     let snap = room.snapshot();
     if snap.closed {
         return Err(Problem::room_closed());
-    }
-    if body.solutions.len() > 64 || body.challenge.len() > 1024 {
-        return Err(Problem::malformed("challenge or solutions too long"));
     }
     let return_to = safe_return_to(body.return_to.as_deref());
     let rejected = |e: sluice_pow::PowError| {
