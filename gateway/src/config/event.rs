@@ -41,18 +41,15 @@ impl EventConfig {
     /// its id is unique and its room configured is
     /// [`crate::config::Config::validate`]'s to check.
     pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
-        if !crate::config::valid_id(&self.id) {
+        // The reservation crate's event id, the Redis hash tag of its keys.
+        if sluice_reservation::EventId::parse(&self.id).is_none() {
             return Err(ConfigError::invalid(
                 format!("{field}.id"),
                 "must match [A-Za-z0-9_-]{1,64}",
             ));
         }
-        if self.cart_limit == 0 {
-            return Err(ConfigError::invalid(
-                format!("{field}.cart_limit"),
-                "must be at least 1",
-            ));
-        }
+        // The gateway's own floor, stricter than the stores' (which take
+        // any TTL above zero): kept as it was.
         if self.hold_ttl < Duration::from_secs(1) {
             return Err(ConfigError::invalid(
                 format!("{field}.hold_ttl"),
@@ -61,7 +58,7 @@ impl EventConfig {
         }
         // The stores' own check of the stock this event is loaded with
         // (a total above 2^53 would otherwise be skipped at start with
-        // a log line, the event never ready).
+        // a log line, the event never ready; a cart limit of 0).
         let spec = sluice_reservation::StockSpec {
             total: self.total,
             cart_limit: self.cart_limit,

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+use sluice_admission::RoomSettings;
 
 use crate::config::error::ConfigError;
 
@@ -103,6 +104,43 @@ pub struct RoomConfig {
 }
 
 impl RoomConfig {
+    /// The admission settings the room starts its store with (`Room::new`),
+    /// checked by [`RoomConfig::validate`] with the admission crate's own
+    /// `RoomSettings::validate`, so a room the store would refuse is
+    /// refused by `check-config` and at start, with the same words.
+    pub fn settings(&self) -> RoomSettings {
+        let mut s = RoomSettings {
+            burst: self.burst.max(1.0),
+            ..self.configured_settings()
+        };
+        s.recalibrate();
+        s
+    }
+
+    /// The settings as written, before the burst is clamped and the rate
+    /// derived from `capacity_rps`.
+    fn configured_settings(&self) -> RoomSettings {
+        RoomSettings {
+            rate_per_sec: self.rate_per_sec,
+            burst: self.burst,
+            paused: false,
+            closed: false,
+            sold_out: false,
+            max_active: self.max_active,
+            claim_window: self.claim_window,
+            session_ttl: self.session_ttl,
+            capacity_rps: self.capacity_rps,
+            safety_margin: self.safety_margin,
+            requests_per_visitor_per_sec: self.requests_per_visitor_per_sec,
+            session_length: self.session_length,
+            adaptive: sluice_admission::AdaptiveState {
+                enabled: self.adaptive.enabled,
+                ..Default::default()
+            },
+            ..RoomSettings::default()
+        }
+    }
+
     /// The settings of the room's proof-of-work difficulty policy: what
     /// `Room::new` builds it from and what [`RoomConfig::validate`] checks
     /// with the policy's own `validate`, so a room `serve` would refuse is
@@ -171,6 +209,8 @@ impl RoomConfig {
     /// Checks one room; `field` is where it sits (`rooms[0]`). Whether its
     /// id is unique is [`crate::config::Config::validate`]'s to check.
     pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
+        // Stricter than the admission crate's `validate_room_id` (which
+        // also takes `.`): the same rule as event ids, kept as it was.
         if !crate::config::valid_id(&self.id) {
             return Err(ConfigError::invalid(
                 format!("{field}.id"),
@@ -178,17 +218,16 @@ impl RoomConfig {
             ));
         }
         self.validate_rules(field)?;
-        if !(self.rate_per_sec.is_finite() && self.rate_per_sec >= 0.0) {
-            return Err(ConfigError::invalid(
-                format!("{field}.rate_per_sec"),
-                "must be a number ≥ 0",
-            ));
-        }
-        if !(self.burst.is_finite() && self.burst >= 1.0) {
-            return Err(ConfigError::invalid(
-                format!("{field}.burst"),
-                "must be a number ≥ 1",
-            ));
+        // The admission crate's own check (the one the store makes before
+        // it keeps a room's settings): on the settings as written, so a
+        // rate below zero or a burst below 1 is refused even where
+        // `capacity_rps` or the clamp in `settings` would replace it, and
+        // on the settings the store will be given. Its field names are the
+        // room's keys (`rate_per_sec`, `claim_window`, `session_ttl`…).
+        for settings in [self.configured_settings(), self.settings()] {
+            settings
+                .validate()
+                .map_err(|e| ConfigError::invalid(format!("{field}.{}", e.field), e.reason))?;
         }
         if let Some(t) = &self.opens_at
             && let Err(e) = crate::gate::schedule::parse_rfc3339_ms(t)
@@ -216,26 +255,6 @@ impl RoomConfig {
             };
             ConfigError::invalid(name, e.to_string())
         })?;
-        if self.session_ttl < Duration::from_secs(1) || self.claim_window < Duration::from_secs(1) {
-            return Err(ConfigError::invalid(
-                format!("{field}.session_ttl"),
-                "session_ttl and claim_window must be at least 1s",
-            ));
-        }
-        if let Some(c) = self.capacity_rps
-            && !(c.is_finite() && c > 0.0)
-        {
-            return Err(ConfigError::invalid(
-                format!("{field}.capacity_rps"),
-                "must be a number > 0",
-            ));
-        }
-        if !(0.0..1.0).contains(&self.safety_margin) {
-            return Err(ConfigError::invalid(
-                format!("{field}.safety_margin"),
-                "must be in [0, 1)",
-            ));
-        }
         self.page.validate(&format!("{field}.page"))?;
         self.adaptive.validate(&format!("{field}.adaptive"))
     }
@@ -276,8 +295,59 @@ impl RoomConfig {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
     use super::*;
     use crate::config::Config;
+
+    /// The admission crate's own check of a room's settings: what the store
+    /// would refuse when the room is first written, `validate` refuses
+    /// with its words, naming the room's key.
+    #[test]
+    fn room_settings_are_checked_by_the_admission_crate_itself() {
+        let bad = |f: fn(&mut RoomConfig)| {
+            let mut r = RoomConfig::default();
+            f(&mut r);
+            let store = r.settings().validate().err();
+            let c = Config {
+                rooms: vec![r],
+                ..Config::default()
+            };
+            (c.validate().unwrap_err().to_string(), store)
+        };
+        for (f, field) in [
+            (
+                (|r: &mut RoomConfig| r.rate_per_sec = -1.0) as fn(&mut RoomConfig),
+                "rooms[0].rate_per_sec",
+            ),
+            // refused as written, though `capacity_rps` replaces the rate
+            (
+                |r| {
+                    r.rate_per_sec = -1.0;
+                    r.capacity_rps = Some(100.0);
+                },
+                "rooms[0].rate_per_sec",
+            ),
+            (|r| r.burst = 0.5, "rooms[0].burst"),
+            (|r| r.burst = f64::NAN, "rooms[0].burst"),
+            (|r| r.session_ttl = Duration::ZERO, "rooms[0].session_ttl"),
+            (|r| r.claim_window = Duration::ZERO, "rooms[0].claim_window"),
+            (|r| r.capacity_rps = Some(0.0), "rooms[0].capacity_rps"),
+            (|r| r.safety_margin = 1.0, "rooms[0].safety_margin"),
+            (|r| r.max_active = Some(0), "rooms[0].max_active"),
+            (
+                |r| r.requests_per_visitor_per_sec = 0.0,
+                "rooms[0].requests_per_visitor_per_sec",
+            ),
+        ] {
+            let (err, store) = bad(f);
+            assert!(err.contains(&format!("`{field}`")), "{field}: {err}");
+            if let Some(store) = store {
+                assert!(err.ends_with(&store.reason), "{err} / {store}");
+            }
+        }
+        RoomConfig::default().settings().validate().unwrap();
+    }
 
     /// The difficulty policy's own check: what `Room::new` (so `serve`)
     /// refuses, `validate` (so `check-config`) refuses with its words.
