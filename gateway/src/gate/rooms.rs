@@ -112,7 +112,7 @@ impl Room {
         polls_per_token_per_min: u32,
         ended_cap: usize,
     ) -> anyhow::Result<Room> {
-        let mut settings = settings_from_config(&config);
+        let mut settings = config.settings();
         if let Some(t) = &config.opens_at {
             let ms = crate::gate::schedule::parse_rfc3339_ms(t)
                 .map_err(|e| anyhow::anyhow!("room {}: opens_at {e}", config.id))?;
@@ -613,31 +613,6 @@ fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
 fn limiter(per_min: u32) -> Option<DefaultKeyedRateLimiter<NetPrefix>> {
     let n = std::num::NonZeroU32::new(per_min)?;
     Some(RateLimiter::keyed(Quota::per_minute(n)))
-}
-
-/// The store settings a room starts with, from its configuration.
-pub fn settings_from_config(c: &RoomConfig) -> RoomSettings {
-    let mut s = RoomSettings {
-        rate_per_sec: c.rate_per_sec,
-        burst: c.burst.max(1.0),
-        paused: false,
-        closed: false,
-        sold_out: false,
-        max_active: c.max_active,
-        claim_window: c.claim_window,
-        session_ttl: c.session_ttl,
-        capacity_rps: c.capacity_rps,
-        safety_margin: c.safety_margin,
-        requests_per_visitor_per_sec: c.requests_per_visitor_per_sec,
-        session_length: c.session_length,
-        adaptive: sluice_admission::AdaptiveState {
-            enabled: c.adaptive.enabled,
-            ..Default::default()
-        },
-        ..RoomSettings::default()
-    };
-    s.recalibrate();
-    s
 }
 
 /// The rooms of this gateway.

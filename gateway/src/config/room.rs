@@ -1,0 +1,401 @@
+//! `[[rooms]]`: the waiting rooms and the requests each guards.
+
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use sluice_admission::RoomSettings;
+
+use crate::config::error::ConfigError;
+
+/// One waiting room and the requests it guards.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoomConfig {
+    /// Room id (`[A-Za-z0-9_-]{1,64}`), used in URLs, cookies and keys.
+    pub id: String,
+    /// Host names this room guards (empty: any host).
+    pub hosts: Vec<String>,
+    /// Path prefixes this room guards (empty: every path). The most
+    /// specific match among all rooms wins.
+    pub paths: Vec<String>,
+    /// Path prefixes under the room's hosts that are never queued
+    /// (`/robots.txt`, static assets, feeds).
+    pub bypass_paths: Vec<String>,
+    /// Client address ranges that are never queued (monitoring, partners).
+    pub bypass_ips: Vec<IpNet>,
+    /// Match `paths` and `bypass_paths` ignoring ASCII case, for an origin
+    /// that serves `/Tickets` as `/tickets` (IIS, a case-insensitive file
+    /// system). Off by default.
+    pub case_insensitive_paths: bool,
+    /// Pass an encoded slash (`%2F`) in a path this room guards through to
+    /// the origin, for an origin that really uses them (routing decides on
+    /// the decoded form, where `%2F` is `/`). Off by default: such a
+    /// request is answered 400 `malformed_request`, since origins disagree
+    /// on whether `%2F` separates segments.
+    pub allow_encoded_slashes: bool,
+    /// Admissions per second (0 with `capacity_rps` set: derived from it).
+    pub rate_per_sec: f64,
+    /// Admissions saved up while nobody waits (at least 1).
+    pub burst: f64,
+    /// The origin's capacity in requests/s; when set, the rate is derived:
+    /// `capacity_rps × (1 − safety_margin) / requests_per_visitor_per_sec`.
+    pub capacity_rps: Option<f64>,
+    /// Share of the capacity kept in reserve, in [0, 1).
+    pub safety_margin: f64,
+    /// Requests per second one admitted visitor sends to the origin.
+    pub requests_per_visitor_per_sec: f64,
+    /// Most admitted visitors at once (sessions plus unclaimed admissions).
+    pub max_active: Option<u64>,
+    /// How long an admitted visitor stays; with it and no `max_active`, the
+    /// cap is Little's law: `rate × session_length`.
+    #[serde(with = "humantime_serde")]
+    pub session_length: Option<Duration>,
+    /// Time an admitted visitor has to claim its place before the slot is
+    /// given back (no-show).
+    #[serde(with = "humantime_serde")]
+    pub claim_window: Duration,
+    /// Idle lifetime of an admission (session): the admission token lasts
+    /// this long and is renewed while the visitor is active.
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+    /// Hard cap on a session however active it is (none: sliding forever).
+    #[serde(with = "humantime_serde")]
+    pub session_hard_cap: Option<Duration>,
+    /// Bind admission tokens to the client's network prefix (/24, /56).
+    pub bind_ip_prefix: bool,
+    /// When the store cannot be reached: `closed` holds new visitors (the
+    /// default), `open` lets them through. Admitted visitors always pass.
+    pub failure_policy: FailurePolicy,
+    /// Status of the waiting-room page for browsers: 200, 202, 429 or 503.
+    pub waiting_status: u16,
+    /// Challenges and joins allowed per client network prefix per minute
+    /// (0: no limit).
+    pub join_limit_per_prefix_per_min: u32,
+    /// Puzzles per challenge (k).
+    pub puzzles: u8,
+    /// Lowest proof-of-work difficulty (leading zero bits per puzzle).
+    pub difficulty_floor_bits: u8,
+    /// Highest proof-of-work difficulty.
+    pub difficulty_ceiling_bits: u8,
+    /// Under attack (the work a flooding network would need is past the
+    /// ceiling), challenges carry this minimum solve age instead of more
+    /// work: a wall-clock floor no GPU compresses. `"0s"` turns it off.
+    #[serde(with = "humantime_serde")]
+    pub attack_min_solve: Duration,
+    /// How long a challenge may be solved and redeemed.
+    #[serde(with = "humantime_serde")]
+    pub challenge_ttl: Duration,
+    /// Lifetime of a queue token (a place in line).
+    #[serde(with = "humantime_serde")]
+    pub queue_token_ttl: Duration,
+    /// When the room opens (RFC 3339, e.g. `"2026-12-01T10:00:00Z"`). Until
+    /// then visitors join a pre-queue and nobody is admitted; at the opening
+    /// they are ordered by a verifiable random draw (README, "Scheduled
+    /// opening and the pre-queue draw"). Applied when the room is first
+    /// created in the store; later changes go through the admin API.
+    pub opens_at: Option<String>,
+    /// The waiting page's look (`[rooms.page]`): brand name, accent
+    /// colour, an operator's template directory (see `docs/waiting-page.md`).
+    pub page: crate::visitor::template::PageConfig,
+    /// Adaptive admission (`[rooms.adaptive]`): the rate steered by the
+    /// origin's latency and errors. Off by default.
+    pub adaptive: crate::config::adaptive::AdaptiveConfig,
+}
+
+impl RoomConfig {
+    /// The admission settings the room starts its store with (`Room::new`),
+    /// checked by [`RoomConfig::validate`] with the admission crate's own
+    /// `RoomSettings::validate`, so a room the store would refuse is
+    /// refused by `check-config` and at start, with the same words.
+    pub fn settings(&self) -> RoomSettings {
+        let mut s = RoomSettings {
+            burst: self.burst.max(1.0),
+            ..self.configured_settings()
+        };
+        s.recalibrate();
+        s
+    }
+
+    /// The settings as written, before the burst is clamped and the rate
+    /// derived from `capacity_rps`.
+    fn configured_settings(&self) -> RoomSettings {
+        RoomSettings {
+            rate_per_sec: self.rate_per_sec,
+            burst: self.burst,
+            paused: false,
+            closed: false,
+            sold_out: false,
+            max_active: self.max_active,
+            claim_window: self.claim_window,
+            session_ttl: self.session_ttl,
+            capacity_rps: self.capacity_rps,
+            safety_margin: self.safety_margin,
+            requests_per_visitor_per_sec: self.requests_per_visitor_per_sec,
+            session_length: self.session_length,
+            adaptive: sluice_admission::AdaptiveState {
+                enabled: self.adaptive.enabled,
+                ..Default::default()
+            },
+            ..RoomSettings::default()
+        }
+    }
+
+    /// The settings of the room's proof-of-work difficulty policy: what
+    /// `Room::new` builds it from and what [`RoomConfig::validate`] checks
+    /// with the policy's own `validate`, so a room `serve` would refuse is
+    /// refused by `check-config` with the same words.
+    pub fn difficulty(&self) -> sluice_pow::DifficultyConfig {
+        sluice_pow::DifficultyConfig {
+            floor_bits: self.difficulty_floor_bits,
+            ceiling_bits: self.difficulty_ceiling_bits,
+            default_bits: self.difficulty_floor_bits,
+            puzzles: self.puzzles,
+            min_solve_under_attack: self.attack_min_solve,
+            ..sluice_pow::DifficultyConfig::default()
+        }
+    }
+}
+
+/// What a room does for new visitors when its store cannot be reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailurePolicy {
+    /// Hold new visitors (503 `store_unavailable`) until the store is back.
+    #[default]
+    Closed,
+    /// Let new visitors through unmetered.
+    Open,
+}
+
+impl Default for RoomConfig {
+    fn default() -> Self {
+        RoomConfig {
+            id: "default".to_owned(),
+            hosts: Vec::new(),
+            case_insensitive_paths: false,
+            allow_encoded_slashes: false,
+            paths: Vec::new(),
+            bypass_paths: vec!["/robots.txt".to_owned(), "/favicon.ico".to_owned()],
+            bypass_ips: Vec::new(),
+            rate_per_sec: 50.0,
+            burst: 50.0,
+            capacity_rps: None,
+            safety_margin: 0.2,
+            requests_per_visitor_per_sec: 1.0,
+            max_active: None,
+            session_length: None,
+            claim_window: Duration::from_secs(60),
+            session_ttl: Duration::from_secs(600),
+            session_hard_cap: None,
+            bind_ip_prefix: false,
+            failure_policy: FailurePolicy::Closed,
+            waiting_status: 200,
+            join_limit_per_prefix_per_min: 60,
+            puzzles: 16,
+            difficulty_floor_bits: 18,
+            difficulty_ceiling_bits: 20,
+            attack_min_solve: Duration::from_secs(3),
+            challenge_ttl: Duration::from_secs(300),
+            queue_token_ttl: Duration::from_secs(86_400),
+            opens_at: None,
+            page: crate::visitor::template::PageConfig::default(),
+            adaptive: crate::config::adaptive::AdaptiveConfig::default(),
+        }
+    }
+}
+
+impl RoomConfig {
+    /// Checks one room; `field` is where it sits (`rooms[0]`). Whether its
+    /// id is unique is [`crate::config::Config::validate`]'s to check.
+    pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
+        // Stricter than the admission crate's `validate_room_id` (which
+        // also takes `.`): the same rule as event ids, kept as it was.
+        if !crate::config::valid_id(&self.id) {
+            return Err(ConfigError::invalid(
+                format!("{field}.id"),
+                "must match [A-Za-z0-9_-]{1,64}",
+            ));
+        }
+        self.validate_rules(field)?;
+        // The admission crate's own check (the one the store makes before
+        // it keeps a room's settings): on the settings as written, so a
+        // rate below zero or a burst below 1 is refused even where
+        // `capacity_rps` or the clamp in `settings` would replace it, and
+        // on the settings the store will be given. Its field names are the
+        // room's keys (`rate_per_sec`, `claim_window`, `session_ttl`…).
+        for settings in [self.configured_settings(), self.settings()] {
+            settings
+                .validate()
+                .map_err(|e| ConfigError::invalid(format!("{field}.{}", e.field), e.reason))?;
+        }
+        if let Some(t) = &self.opens_at
+            && let Err(e) = crate::gate::schedule::parse_rfc3339_ms(t)
+        {
+            return Err(ConfigError::invalid(format!("{field}.opens_at"), e));
+        }
+        if !matches!(self.waiting_status, 200 | 202 | 429 | 503) {
+            return Err(ConfigError::invalid(
+                format!("{field}.waiting_status"),
+                "must be 200, 202, 429 or 503",
+            ));
+        }
+        // The difficulty policy's own check, on the settings the room
+        // will build it from (`Room::new`): puzzles, floor ≤ ceiling,
+        // and the work cap (`puzzles × 2^ceiling ≤ 2^24`).
+        self.difficulty().validate().map_err(|e| {
+            use sluice_pow::DifficultyConfigError as E;
+            let name = match e {
+                E::Puzzles(_) => format!("{field}.puzzles"),
+                E::Order { .. } | E::OverCap { .. } => {
+                    format!("{field}.difficulty_ceiling_bits")
+                }
+                // Settings a room does not expose (their defaults pass).
+                _ => field.to_owned(),
+            };
+            ConfigError::invalid(name, e.to_string())
+        })?;
+        self.page.validate(&format!("{field}.page"))?;
+        self.adaptive.validate(&format!("{field}.adaptive"))
+    }
+
+    /// The routing rules: paths that start with `/`, normalise, and stay
+    /// out of `/_sluice/`; host names that normalise.
+    fn validate_rules(&self, field: &str) -> Result<(), ConfigError> {
+        for (name, list) in [("paths", &self.paths), ("bypass_paths", &self.bypass_paths)] {
+            for p in list {
+                if !p.starts_with('/') {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.{name}"),
+                        format!("`{p}` must start with /"),
+                    ));
+                }
+                // A rule is matched in its canonical form, so one that
+                // cannot be normalised could never match as written.
+                let canonical = crate::edge::canonical::normalize_rule(p).map_err(|e| {
+                    ConfigError::invalid(format!("{field}.{name}"), format!("`{p}`: {e}"))
+                })?;
+                if canonical == "/_sluice" || canonical.starts_with("/_sluice/") {
+                    return Err(ConfigError::invalid(
+                        format!("{field}.{name}"),
+                        "/_sluice/ is reserved for the gateway",
+                    ));
+                }
+            }
+        }
+        for h in &self.hosts {
+            crate::edge::canonical::normalize_host(h).map_err(|e| {
+                ConfigError::invalid(format!("{field}.hosts"), format!("`{h}`: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+
+    /// The admission crate's own check of a room's settings: what the store
+    /// would refuse when the room is first written, `validate` refuses
+    /// with its words, naming the room's key.
+    #[test]
+    fn room_settings_are_checked_by_the_admission_crate_itself() {
+        let bad = |f: fn(&mut RoomConfig)| {
+            let mut r = RoomConfig::default();
+            f(&mut r);
+            let store = r.settings().validate().err();
+            let c = Config {
+                rooms: vec![r],
+                ..Config::default()
+            };
+            (c.validate().unwrap_err().to_string(), store)
+        };
+        for (f, field) in [
+            (
+                (|r: &mut RoomConfig| r.rate_per_sec = -1.0) as fn(&mut RoomConfig),
+                "rooms[0].rate_per_sec",
+            ),
+            // refused as written, though `capacity_rps` replaces the rate
+            (
+                |r| {
+                    r.rate_per_sec = -1.0;
+                    r.capacity_rps = Some(100.0);
+                },
+                "rooms[0].rate_per_sec",
+            ),
+            (|r| r.burst = 0.5, "rooms[0].burst"),
+            (|r| r.burst = f64::NAN, "rooms[0].burst"),
+            (|r| r.session_ttl = Duration::ZERO, "rooms[0].session_ttl"),
+            (|r| r.claim_window = Duration::ZERO, "rooms[0].claim_window"),
+            (|r| r.capacity_rps = Some(0.0), "rooms[0].capacity_rps"),
+            (|r| r.safety_margin = 1.0, "rooms[0].safety_margin"),
+            (|r| r.max_active = Some(0), "rooms[0].max_active"),
+            (
+                |r| r.requests_per_visitor_per_sec = 0.0,
+                "rooms[0].requests_per_visitor_per_sec",
+            ),
+        ] {
+            let (err, store) = bad(f);
+            assert!(err.contains(&format!("`{field}`")), "{field}: {err}");
+            if let Some(store) = store {
+                assert!(err.ends_with(&store.reason), "{err} / {store}");
+            }
+        }
+        RoomConfig::default().settings().validate().unwrap();
+    }
+
+    /// The difficulty policy's own check: what `Room::new` (so `serve`)
+    /// refuses, `validate` (so `check-config`) refuses with its words.
+    #[test]
+    fn room_difficulty_is_checked_by_the_policy_itself() {
+        let room = |puzzles: u8, floor: u8, ceiling: u8| RoomConfig {
+            puzzles,
+            difficulty_floor_bits: floor,
+            difficulty_ceiling_bits: ceiling,
+            ..RoomConfig::default()
+        };
+        for (r, field, words) in [
+            // 16 × 2^21 = 2^25 hashes, past the 2^24 cap.
+            (
+                room(16, 18, 21),
+                "rooms[0].difficulty_ceiling_bits",
+                "max ceiling 20",
+            ),
+            (
+                room(1, 18, 25),
+                "rooms[0].difficulty_ceiling_bits",
+                "max ceiling 24",
+            ),
+            (
+                room(16, 19, 18),
+                "rooms[0].difficulty_ceiling_bits",
+                "floor_bits",
+            ),
+            (room(0, 18, 20), "rooms[0].puzzles", "puzzles"),
+            (room(65, 1, 2), "rooms[0].puzzles", "puzzles"),
+        ] {
+            let policy = sluice_pow::DifficultyPolicy::new(r.difficulty()).unwrap_err();
+            let c = Config {
+                rooms: vec![r],
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(words), "{err}");
+            assert!(err.ends_with(&policy.to_string()), "{err} / {policy}");
+        }
+        for ok in [room(16, 18, 20), room(1, 24, 24), room(64, 1, 18)] {
+            sluice_pow::DifficultyPolicy::new(ok.difficulty()).unwrap();
+            Config {
+                rooms: vec![ok],
+                ..Config::default()
+            }
+            .validate()
+            .unwrap();
+        }
+    }
+}
