@@ -262,8 +262,13 @@ impl RoomSettings {
         if st < Duration::from_secs(1) || st > Duration::from_secs(7 * 86_400) {
             return Err(invalid("session_ttl", "must be between 1 s and 7 days"));
         }
-        if let Some(c) = self.capacity_rps {
-            finite_in("capacity_rps", c, f64::MIN_POSITIVE, 1e9)?;
+        if let Some(c) = self.capacity_rps
+            && !(c.is_finite() && c > 0.0 && c <= 1e9)
+        {
+            return Err(invalid(
+                "capacity_rps",
+                format!("must be above 0 and at most 1000000000, got {c}"),
+            ));
         }
         if !(self.safety_margin.is_finite() && (0.0..1.0).contains(&self.safety_margin)) {
             return Err(invalid("safety_margin", "must be in [0, 1)"));
@@ -495,11 +500,11 @@ mod duration_ms {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u64(d.as_millis() as u64)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
     }
 }
@@ -508,14 +513,16 @@ mod opt_duration_ms {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => s.serialize_some(&(d.as_millis() as u64)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
         Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
     }
 }

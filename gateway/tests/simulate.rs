@@ -14,9 +14,11 @@ use serde_json::Value;
 // the end-to-end harness's JSON visitor (challenge, native solve, join)
 #[allow(dead_code)]
 #[path = "../../tests/src/client.rs"]
+#[allow(unreachable_pub)] // shared with the crates that export it
 mod client;
 #[allow(dead_code)]
 #[path = "../../tests/src/visitor.rs"]
+#[allow(unreachable_pub)] // shared with the crates that export it
 mod visitor;
 
 fn sluice() -> Command {

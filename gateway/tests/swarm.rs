@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../tests/src/redis_server.rs"]
+#[allow(unreachable_pub)] // shared with the crates that export it
 mod redis_server;
 
 use std::io::{BufRead as _, BufReader};

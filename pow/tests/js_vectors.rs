@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 #[path = "../examples/js_vectors.rs"]
+#[allow(unreachable_pub)] // shared with the crates that export it
 mod js_vectors;
 
 use serde_json::Value;

@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used)]
 
 #[path = "../../tests/src/redis_server.rs"]
+#[allow(unreachable_pub)] // shared with the crates that export it
 mod redis_server;
 
 use std::sync::Arc;

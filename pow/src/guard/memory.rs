@@ -13,7 +13,7 @@ use crate::error::GuardError;
 const SHARDS: usize = 16;
 /// Default cap on live entries (about 40 MB at worst): far above what a
 /// rate-limited challenge endpoint can fill within one TTL.
-pub const DEFAULT_CAPACITY: usize = 1 << 20;
+pub(crate) const DEFAULT_CAPACITY: usize = 1 << 20;
 /// A shard is swept of expired entries when it grows past this many
 /// entries since its last sweep.
 const MIN_SWEEP_AT: usize = 1024;

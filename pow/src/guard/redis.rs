@@ -21,7 +21,7 @@ use super::{ReplayStore, hex};
 use crate::error::GuardError;
 
 /// The default key prefix.
-pub const DEFAULT_PREFIX: &str = "sluice:pow:";
+pub(crate) const DEFAULT_PREFIX: &str = "sluice:pow:";
 
 /// Challenge ids held in Redis until they expire.
 #[derive(Clone)]
