@@ -166,13 +166,6 @@ impl RedisQueueStore {
             .map_err(|_| AdmissionError::StoreTimeout(bound))??)
     }
 
-    /// Wraps an open connection (joins and their `WAIT` share it).
-    pub fn from_conn(conn: impl Into<RedisConn>, cfg: RedisConfig) -> Self {
-        let conn = conn.into();
-        let durable = (cfg.wait_replicas > 0).then(|| conn.clone());
-        Self::with(conn, durable, cfg)
-    }
-
     /// The six keys of `room`, in the scripts' `KEYS[]` order.
     pub fn keys(&self, room: &str) -> [String; 6] {
         let p = &self.cfg.prefix;

@@ -562,11 +562,6 @@ impl Keyring {
         &self.signing.encoding
     }
 
-    /// A verifying key as a `jsonwebtoken` key.
-    pub fn decoding_key(&self, kid: &str) -> Option<&DecodingKey> {
-        self.verify.get(kid).map(|e| &e.decoding)
-    }
-
     fn sign_claims<T: Serialize>(&self, claims: &T) -> Result<String, TokenError> {
         let payload = serde_json::to_vec(claims).map_err(|e| TokenError::Signing(e.to_string()))?;
         let mut out =

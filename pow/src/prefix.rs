@@ -58,11 +58,6 @@ impl NetPrefix {
             NetPrefix::V6(_) => 56,
         }
     }
-
-    /// Whether this is an IPv4 prefix.
-    pub fn is_ipv4(&self) -> bool {
-        matches!(self, NetPrefix::V4(_))
-    }
 }
 
 impl From<IpAddr> for NetPrefix {
@@ -103,6 +98,5 @@ mod tests {
     #[test]
     fn mapped_v4_is_v4() {
         assert_eq!(p("::ffff:203.0.113.9"), p("203.0.113.200"));
-        assert!(p("::ffff:203.0.113.9").is_ipv4());
     }
 }

@@ -123,12 +123,6 @@ impl SentinelConnection {
             *current = None;
         }
     }
-
-    /// How many times a primary was looked up (1 after connecting; each
-    /// failover adds at least one).
-    pub fn lookups(&self) -> u64 {
-        self.inner.generation.load(Ordering::Relaxed)
-    }
 }
 
 /// Whether an error means the node may no longer be the primary.

@@ -40,13 +40,11 @@
 //! owns (timeouts, limits, routing rules), or where it is stricter than the
 //! domain (a room id without `.`, a hold of at least a second), saying so.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
-
-use crate::edge::client_ip::canonical_ip;
 
 pub mod adaptive;
 pub mod error;
@@ -363,12 +361,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// Whether `peer` is one of the trusted proxies.
-    pub fn is_trusted_proxy(&self, peer: IpAddr) -> bool {
-        let peer = canonical_ip(peer);
-        self.trusted_proxies.iter().any(|net| net.contains(&peer))
-    }
 }
 
 #[cfg(test)]
@@ -612,11 +604,21 @@ mod tests {
 
     #[test]
     fn trusted_proxies_match_mapped_addresses() {
+        // the proxies as configured, decided where the gateway decides it
         let c = Config::from_toml("trusted_proxies = [\"10.0.0.0/8\", \"::1/128\"]").unwrap();
-        assert!(c.is_trusted_proxy("10.1.2.3".parse().unwrap()));
-        assert!(c.is_trusted_proxy("::ffff:10.1.2.3".parse().unwrap()));
-        assert!(c.is_trusted_proxy("::1".parse().unwrap()));
-        assert!(!c.is_trusted_proxy("11.0.0.1".parse().unwrap()));
+        let trusted = |peer: &str| {
+            let peer = SocketAddr::new(peer.parse().unwrap(), 4000);
+            crate::edge::client_ip::ClientInfo::resolve(
+                peer,
+                &http::HeaderMap::new(),
+                &c.trusted_proxies,
+            )
+            .peer_trusted
+        };
+        assert!(trusted("10.1.2.3"));
+        assert!(trusted("::ffff:10.1.2.3"));
+        assert!(trusted("::1"));
+        assert!(!trusted("11.0.0.1"));
     }
 
     #[test]

@@ -795,14 +795,6 @@ fn parse_port(s: &str) -> Result<u16, Malformed> {
 }
 
 impl CanonicalHost {
-    /// Same name and same port. A missing port equals only a missing port
-    /// (`example.com` is not `example.com:443` here): the scheme's default
-    /// is not known at this level; use
-    /// [`CanonicalHost::same_host_with_default_port`] where it is.
-    pub fn same_host(&self, other: &CanonicalHost) -> bool {
-        self.name == other.name && self.port == other.port
-    }
-
     /// Same name, and same port once a missing port is read as
     /// `default_port` (the scheme's: 80 for `http`, 443 for `https`).
     pub fn same_host_with_default_port(&self, other: &CanonicalHost, default_port: u16) -> bool {
@@ -1176,16 +1168,16 @@ mod tests {
     }
 
     #[test]
-    fn same_host_compares_name_and_port() {
+    fn hosts_compare_by_name_and_port() {
         let h = |s: &str| normalize_host(s).unwrap();
-        assert!(h("Example.com.").same_host(&h("example.COM")));
-        assert!(h("example.com:443").same_host(&h("EXAMPLE.com:443")));
-        assert!(!h("example.com").same_host(&h("example.com:443")));
-        assert!(!h("example.com:80").same_host(&h("example.com:8080")));
-        assert!(!h("example.com").same_host(&h("example.org")));
+        assert_eq!(h("Example.com."), h("example.COM"));
+        assert_eq!(h("example.com:443"), h("EXAMPLE.com:443"));
+        assert_ne!(h("example.com"), h("example.com:443"));
+        assert_ne!(h("example.com:80"), h("example.com:8080"));
+        assert_ne!(h("example.com"), h("example.org"));
         assert!(h("example.com").same_host_with_default_port(&h("example.com:443"), 443));
         assert!(!h("example.com").same_host_with_default_port(&h("example.com:443"), 80));
-        assert!(h("[0::1]:80").same_host(&h("[::1]:80")));
+        assert_eq!(h("[0::1]:80"), h("[::1]:80"));
         assert_eq!(h("[::1]:80").to_string(), "[::1]:80");
         assert_eq!(h("Example.com.").to_string(), "example.com");
     }

@@ -206,36 +206,9 @@ impl Proxy {
             let result = self.in_time(send.send(method), watch, started).await;
             (result, None)
         } else {
-            let uri = match self.upstream_uri(req.uri()) {
-                Ok(u) => u,
-                Err(e) => {
-                    return Problem::malformed(format!("bad request target: {e}")).into_response();
-                }
-            };
-            *req.uri_mut() = uri;
-            *req.version_mut() = Version::HTTP_11;
-            let h = req.headers_mut();
-            fwd.apply(h);
-            if let Some(proto) = &upgrade {
-                h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-                h.insert(header::UPGRADE, proto.clone());
-            }
-            for (k, v) in extra.iter() {
-                h.insert(k.clone(), v.clone());
-            }
-            // Notes whether the downstream body failed, so that failure is
-            // answered as the client's (400), not as the origin's (502).
-            let body_failed = if http_body::Body::is_end_stream(req.body()) {
-                None
-            } else {
-                let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let flag = failed.clone();
-                let body = IdleBody::new(std::mem::take(req.body_mut()), self.body_idle);
-                *req.body_mut() = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
-                    flag.store(true, std::sync::atomic::Ordering::Relaxed);
-                    e
-                }));
-                Some(failed)
+            let body_failed = match self.for_hyper(&mut req, &fwd, &extra, upgrade.as_ref()) {
+                Ok(flag) => flag,
+                Err(res) => return res,
             };
             // Boxed: hyper's client future is large, and kept inline it
             // would make every forwarded request's future (the bodiless
@@ -272,6 +245,46 @@ impl Proxy {
                 .insert(OriginCommand(s.trim().to_ascii_lowercase()));
         }
         res
+    }
+
+    /// Edits a request for hyper's client in place: the origin's target and
+    /// HTTP/1.1, the forwarding headers, the upgrade asked for, the
+    /// gateway's own headers, and a body that notes its own failure (so
+    /// that failure is answered as the client's, 400, not as the origin's,
+    /// 502): the flag it sets, when there is a body.
+    #[allow(clippy::result_large_err)]
+    fn for_hyper(
+        &self,
+        req: &mut Request<Body>,
+        fwd: &Forwarding,
+        extra: &HeaderMap,
+        upgrade: Option<&HeaderValue>,
+    ) -> Result<Option<std::sync::Arc<std::sync::atomic::AtomicBool>>, Response> {
+        let uri = self
+            .upstream_uri(req.uri())
+            .map_err(|e| Problem::malformed(format!("bad request target: {e}")).into_response())?;
+        *req.uri_mut() = uri;
+        *req.version_mut() = Version::HTTP_11;
+        let h = req.headers_mut();
+        fwd.apply(h);
+        if let Some(proto) = upgrade {
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            h.insert(header::UPGRADE, proto.clone());
+        }
+        for (k, v) in extra.iter() {
+            h.insert(k.clone(), v.clone());
+        }
+        if http_body::Body::is_end_stream(req.body()) {
+            return Ok(None);
+        }
+        let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = failed.clone();
+        let body = IdleBody::new(std::mem::take(req.body_mut()), self.body_idle);
+        *req.body_mut() = Body::new(http_body_util::BodyExt::map_err(body, move |e| {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            e
+        }));
+        Ok(Some(failed))
     }
 
     /// The answer when the origin could not be asked or did not answer:

@@ -16,7 +16,9 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sluice_admission::{AdmitOutcome, QueueClaims, QueueStore, Snapshot, new_visitor_id};
+use sluice_admission::{
+    AdmitOutcome, JoinOutcome, QueueClaims, QueueStore, Snapshot, new_visitor_id,
+};
 use sluice_pow::{PowError, Redemption, ReplayStore, network_prefix};
 
 use crate::app::clock::{now_ms, now_s};
@@ -103,41 +105,11 @@ pub async fn join(
     }
 
     let JsonBody(body) = body?;
-    // The body's shape first: a malformed join is 400 whatever the room's
-    // state (a closed room answered 423 to it before).
-    if body.solutions.len() > 64 || body.challenge.len() > 1024 {
-        return Err(Problem::malformed("challenge or solutions too long"));
-    }
-    let base64url = |s: &str| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    if !body
-        .challenge
-        .split_once('.')
-        .is_some_and(|(payload, tag)| base64url(payload) && base64url(tag))
-    {
-        state
-            .telemetry()
-            .pow_rejected(room.id(), "malformed_request");
-        return Err(Problem::malformed(
-            "challenge is not one the gateway issues (base64url.base64url)",
-        ));
-    }
-    if let Some(i) = body
-        .solutions
-        .iter()
-        .position(|s| sluice_pow::hash::parse_canonical_u64(s).is_none())
-    {
-        state
-            .telemetry()
-            .pow_rejected(room.id(), "malformed_request");
-        return Err(Problem::malformed(format!(
-            "solutions[{i}] is not a u64 in decimal without sign or leading zeros"
-        )));
-    }
+    // The network's budget first (a malformed join spends it too: probing
+    // is not free), then the body's shape: a malformed join is 400 whatever
+    // the room's state (a closed room answered 423 to it before).
     rate_limit(&state, room, prefix)?;
+    check_join_body(&state, room, &body)?;
     let snap = room.snapshot();
     if snap.closed {
         return Err(Problem::room_closed());
@@ -160,58 +132,28 @@ pub async fn join(
     let verified = match redemption {
         Redemption::New(v) => v,
         Redemption::Replayed { note, .. } => {
-            // The same solution again: a client that lost the answer to its
-            // join (a dropped connection, a timeout) gets the place it bought
-            // back, never a second one. No note: the first join is still in
-            // flight, or it was admitted at once. A place since spent is not
-            // given back.
-            let Some(place) = note.as_deref().and_then(NotedPlace::parse) else {
-                return Err(rejected(sluice_pow::PowError::Replayed));
-            };
-            let (claims, token) =
-                queue_token(&state, room, &place.sub, place.seq, place.epoch, return_to)?;
-            let Some(mut res) = status_answer(
-                &state,
-                room,
-                &claims,
-                &client,
-                StatusCode::CREATED,
-                Some(&token),
-            )
-            .await?
-            else {
-                return Err(rejected(sluice_pow::PowError::Replayed));
-            };
-            if !res.headers().contains_key(header::SET_COOKIE) {
-                cookies::set_queue(res.headers_mut(), room, &token, &client);
-            }
-            return Ok(res);
+            return place_again(&state, room, &client, note.as_deref(), return_to)
+                .await
+                .map_err(|e| match e {
+                    Ok(pow) => rejected(pow),
+                    Err(p) => p,
+                });
         }
     };
 
     let outcome = match rooms::join(room, state.queue()).await {
         Ok(o) => o,
         Err(e) => {
-            // Nothing was bought: the solution stays good for another try.
-            if let Err(g) = state.replay_guard().release(&verified.id).await {
-                tracing::warn!(room = room.id(), error = %g, "solution not released after a failed join");
-            }
-            if !matches!(e, sluice_admission::AdmissionError::Closed(_)) && rooms::fail_open(room) {
-                tracing::warn!(room = room.id(), error = %e, "store down: failing open");
-                let sub = new_visitor_id();
-                return admit(
-                    &state,
-                    room,
-                    &sub,
-                    None,
-                    snap.epoch,
-                    &client,
-                    &return_to,
-                    StatusCode::OK,
-                )
-                .await;
-            }
-            return Err(e.into());
+            return join_failed(
+                &state,
+                room,
+                &client,
+                &verified.id,
+                e,
+                snap.epoch,
+                &return_to,
+            )
+            .await;
         }
     };
     let sub = new_visitor_id();
@@ -248,41 +190,7 @@ pub async fn join(
         // refused as a replay, as before notes existed.
         tracing::warn!(room = room.id(), error = %e, "place not noted on the replay guard");
     }
-    let snap = room.snapshot();
-    let body = if outcome.prequeue {
-        let mut b = prequeue_body(room, &snap, outcome.seq);
-        b["queue_token"] = json!(token);
-        // this join is a ticket even if the snapshot is a tick behind
-        let tickets = snap
-            .queue_length()
-            .max(outcome.seq.saturating_sub(outcome.frontier));
-        b["position"] = json!(tickets.max(1));
-        b["prequeue_tickets"] = json!(tickets);
-        b
-    } else {
-        let position = outcome
-            .seq
-            .saturating_sub(snap.frontier.max(outcome.frontier))
-            .max(1);
-        // A paused room keeps taking joins and says so (API.md: status
-        // `paused`), rather than promising a wait it cannot estimate.
-        // (An operator's pause: a sold-out halt is told by the status poll.)
-        let paused = room.settings().paused && !snap.closed;
-        let mut b = json!({
-            "state": if paused { "paused" } else { "waiting" },
-            "queue_token": token,
-            "seq": outcome.seq,
-            "position": position,
-            "poll_after_ms": poll_after(room, &snap, position),
-            "rate_per_sec": snap.rate_per_sec,
-        });
-        if paused {
-            b["poll_after_ms"] = json!(poll_after(room, &snap, position).max(5_000));
-        } else {
-            b["eta_seconds"] = json!(room.eta_for_position(&snap, position));
-        }
-        b
-    };
+    let body = waiting_join_body(room, &outcome, &token);
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
@@ -398,6 +306,203 @@ fn token_invalid() -> Problem {
     )
 }
 
+/// A join the store could not take: nothing was bought, so the solution
+/// (`solution_id`) stays good for another try; a fail-open room lets the
+/// visitor in while its store is down (not a closed one), any other answers
+/// the store's error.
+async fn join_failed(
+    state: &AppState,
+    room: &Arc<Room>,
+    client: &ClientInfo,
+    solution_id: &[u8; 16],
+    e: sluice_admission::AdmissionError,
+    epoch: u64,
+    return_to: &str,
+) -> Result<Response, Problem> {
+    if let Err(g) = state.replay_guard().release(solution_id).await {
+        tracing::warn!(room = room.id(), error = %g, "solution not released after a failed join");
+    }
+    if !matches!(e, sluice_admission::AdmissionError::Closed(_)) && rooms::fail_open(room) {
+        tracing::warn!(room = room.id(), error = %e, "store down: failing open");
+        let sub = new_visitor_id();
+        return admit(
+            state,
+            room,
+            &sub,
+            None,
+            epoch,
+            client,
+            return_to,
+            StatusCode::OK,
+        )
+        .await;
+    }
+    Err(e.into())
+}
+
+/// The same solution again: a client that lost the answer to its join (a
+/// dropped connection, a timeout) gets the place it bought back, never a
+/// second one. No note: the first join is still in flight, or it was
+/// admitted at once; a place since spent is not given back. Either is
+/// `Err(Ok(Replayed))`, a fault `Err(Err(problem))`.
+async fn place_again(
+    state: &AppState,
+    room: &Arc<Room>,
+    client: &ClientInfo,
+    note: Option<&str>,
+    return_to: String,
+) -> Result<Response, Result<PowError, Problem>> {
+    let Some(place) = note.and_then(NotedPlace::parse) else {
+        return Err(Ok(PowError::Replayed));
+    };
+    let (claims, token) =
+        queue_token(state, room, &place.sub, place.seq, place.epoch, return_to).map_err(Err)?;
+    let Some(mut res) = status_answer(
+        state,
+        room,
+        &claims,
+        client,
+        StatusCode::CREATED,
+        Some(&token),
+    )
+    .await
+    .map_err(Err)?
+    else {
+        return Err(Ok(PowError::Replayed));
+    };
+    if !res.headers().contains_key(header::SET_COOKIE) {
+        cookies::set_queue(res.headers_mut(), room, &token, client);
+    }
+    Ok(res)
+}
+
+/// A join body's shape: at most 64 solutions and a challenge of at most
+/// 1 KiB, in the gateway's own form (`base64url.base64url`), each solution
+/// a canonical decimal u64. Anything else is 400 `malformed_request`,
+/// counted as a proof-of-work rejection.
+fn check_join_body(state: &AppState, room: &Room, body: &JoinBody) -> Result<(), Problem> {
+    if body.solutions.len() > 64 || body.challenge.len() > 1024 {
+        return Err(Problem::malformed("challenge or solutions too long"));
+    }
+    let base64url = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if !body
+        .challenge
+        .split_once('.')
+        .is_some_and(|(payload, tag)| base64url(payload) && base64url(tag))
+    {
+        state
+            .telemetry()
+            .pow_rejected(room.id(), "malformed_request");
+        return Err(Problem::malformed(
+            "challenge is not one the gateway issues (base64url.base64url)",
+        ));
+    }
+    if let Some(i) = body
+        .solutions
+        .iter()
+        .position(|s| sluice_pow::hash::parse_canonical_u64(s).is_none())
+    {
+        state
+            .telemetry()
+            .pow_rejected(room.id(), "malformed_request");
+        return Err(Problem::malformed(format!(
+            "solutions[{i}] is not a u64 in decimal without sign or leading zeros"
+        )));
+    }
+    Ok(())
+}
+
+/// The answer to a join that took a place in line: its queue token,
+/// position and wait (a ticket of the pre-queue draw before a scheduled
+/// opening; `paused`, with no promise of a wait, in a paused room).
+fn waiting_join_body(room: &Room, outcome: &JoinOutcome, token: &str) -> Value {
+    let snap = room.snapshot();
+    if outcome.prequeue {
+        let mut b = prequeue_body(room, &snap, outcome.seq);
+        b["queue_token"] = json!(token);
+        // this join is a ticket even if the snapshot is a tick behind
+        let tickets = snap
+            .queue_length()
+            .max(outcome.seq.saturating_sub(outcome.frontier));
+        b["position"] = json!(tickets.max(1));
+        b["prequeue_tickets"] = json!(tickets);
+        b
+    } else {
+        let position = outcome
+            .seq
+            .saturating_sub(snap.frontier.max(outcome.frontier))
+            .max(1);
+        // A paused room keeps taking joins and says so (API.md: status
+        // `paused`), rather than promising a wait it cannot estimate.
+        // (An operator's pause: a sold-out halt is told by the status poll.)
+        let paused = room.settings().paused && !snap.closed;
+        let mut b = json!({
+            "state": if paused { "paused" } else { "waiting" },
+            "queue_token": token,
+            "seq": outcome.seq,
+            "position": position,
+            "poll_after_ms": poll_after(room, &snap, position),
+            "rate_per_sec": snap.rate_per_sec,
+        });
+        if paused {
+            b["poll_after_ms"] = json!(poll_after(room, &snap, position).max(5_000));
+        } else {
+            b["eta_seconds"] = json!(room.eta_for_position(&snap, position));
+        }
+        b
+    }
+}
+
+/// A place of the current epoch for a queue token of an epoch the room's
+/// state does not cover (the store lost its state), with the token that
+/// names it: the same place for every poll of that token. `None` when the
+/// token's own place stands.
+async fn reseat_if_lost(
+    state: &AppState,
+    room: &Room,
+    claims: &QueueClaims,
+) -> Result<Option<(QueueClaims, String)>, Problem> {
+    let snap = room.snapshot();
+    if snap.epoch == 0 || snap.covers(claims.epoch, claims.seq) {
+        return Ok(None);
+    }
+    let ttl = room.config.queue_token_ttl;
+    let o = state
+        .queue()
+        .reseat(room.id(), claims.epoch, claims.seq, ttl)
+        .await?;
+    let ret = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
+    queue_token(state, room, &claims.sub, o.seq, o.epoch, ret).map(Some)
+}
+
+/// The status answer while the room is `closed`, `sold_out` or `paused`:
+/// the place kept, polled rarely.
+fn room_state_body(
+    state: &AppState,
+    room: &Room,
+    snap: &Snapshot,
+    room_state: &str,
+    seq: u64,
+    position: u64,
+) -> Value {
+    let mut body = json!({
+        "state": room_state,
+        "seq": seq,
+        "position": position,
+        "poll_after_ms": poll_after(room, snap, position).max(5_000),
+    });
+    if room_state == "sold_out" {
+        // Stock held in carts may come back (holds expire or are
+        // released): the place is kept and admission resumes then.
+        body["stock_may_return"] = json!(state.events().room_stock_may_return(room.id()));
+    }
+    body
+}
+
 /// The answer to a visitor holding a valid queue token: waiting (with its
 /// position), the room's state, or admitted (claiming its place and its
 /// one session); `None` when the place is spent (its session ended).
@@ -420,22 +525,10 @@ async fn status_answer(
             state.telemetry().rate_limited(room.id(), "polls");
             Problem::rate_limited(wait)
         })?;
-    let snap = room.snapshot();
-    let mut reissued = None;
-    let reseated;
-    let claims = if snap.epoch != 0 && !snap.covers(claims.epoch, claims.seq) {
-        let ttl = room.config.queue_token_ttl;
-        let o = state
-            .queue()
-            .reseat(room.id(), claims.epoch, claims.seq, ttl)
-            .await?;
-        let ret = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
-        let (c, token) = queue_token(state, room, &claims.sub, o.seq, o.epoch, ret)?;
-        reissued = Some(token);
-        reseated = c;
-        &reseated
-    } else {
-        claims
+    let reseated = reseat_if_lost(state, room, claims).await?;
+    let (claims, reissued) = match &reseated {
+        Some((c, token)) => (c, Some(token.clone())),
+        None => (claims, None),
     };
     let echo_token = reissued.as_deref().or(echo_token);
     let with_token = |mut res: Response| {
@@ -465,17 +558,7 @@ async fn status_answer(
         None
     };
     if let Some(s) = room_state {
-        let mut body = json!({
-            "state": s,
-            "seq": claims.seq,
-            "position": position,
-            "poll_after_ms": poll_after(room, &snap, position).max(5_000),
-        });
-        if s == "sold_out" {
-            // Stock held in carts may come back (holds expire or are
-            // released): the place is kept and admission resumes then.
-            body["stock_may_return"] = json!(state.events().room_stock_may_return(room.id()));
-        }
+        let mut body = room_state_body(state, room, &snap, s, claims.seq, position);
         if let Some(t) = &reissued {
             body["queue_token"] = json!(t);
         }
