@@ -87,6 +87,6 @@ count() { # name port command...
 }
 
 n_ir=$(count nginx "$NGINX" nginx -c "$work/proxy.conf" -p "$work/proxy")
-s_ir=$(SLUICE_LOG=warn SLUICE_IO_THREADS=2 count sluice "$SLUICE" ./target/release/sluice serve \
+s_ir=$(SLUICE_LOG=warn SLUICE_IO_THREADS=2 count sluice "$SLUICE" "${CARGO_TARGET_DIR:-./target}/release/sluice" serve \
   --listen "127.0.0.1:$SLUICE" --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml")
 awk -v s="$s_ir" -v n="$n_ir" 'BEGIN { printf "user-space instructions per proxied request: sluice %d, nginx %d (ratio %.2f)\n", s, n, s / n }'
