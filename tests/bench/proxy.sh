@@ -89,7 +89,7 @@ CONF
 # this script would share one group's CPU share with wrk, which starves the
 # load generator while that server is measured (sluice paid for it, about
 # 5% of throughput, until this line).
-SLUICE_LOG=warn SLUICE_IO_THREADS="$WORKERS" setsid ./target/release/sluice serve --listen "127.0.0.1:$SLUICE" \
+SLUICE_LOG=warn SLUICE_IO_THREADS="$WORKERS" setsid "${CARGO_TARGET_DIR:-./target}/release/sluice" serve --listen "127.0.0.1:$SLUICE" \
   --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml" >/dev/null 2>&1 &
 SLUICE_PID=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/healthz" >/dev/null && break; sleep 0.1; done
