@@ -70,6 +70,16 @@ async fn on_redis(
     gateway(origin, keys, Some(&redis.url()), vec![room.clone()], |_| {}).await
 }
 
+/// The event `demo` (of room `default`) with `total` units and a cart
+/// limit of `cart_limit`.
+fn demo_event(total: u64, cart_limit: u32) -> Vec<sluice_gateway::config::EventConfig> {
+    vec![sluice_gateway::config::EventConfig {
+        total,
+        cart_limit,
+        ..Default::default()
+    }]
+}
+
 /// Waits until `check` holds of the room's admin view, or panics.
 async fn until_room(base: &str, room: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -927,11 +937,7 @@ async fn a_revoke_sticks_on_every_gateway() {
                 Some(&redis.url()),
                 vec![room.clone()],
                 |c| {
-                    c.events = vec![sluice_gateway::config::EventConfig {
-                        total: 50,
-                        cart_limit: 10,
-                        ..Default::default()
-                    }];
+                    c.events = demo_event(50, 10);
                 },
             )
             .await,
@@ -1106,11 +1112,7 @@ async fn a_revoke_sticks_past_the_bound_of_the_ended_set() {
                 vec![room.clone()],
                 |c| {
                     c.limits.ended_sessions_per_room = 2;
-                    c.events = vec![sluice_gateway::config::EventConfig {
-                        total: 50,
-                        cart_limit: 10,
-                        ..Default::default()
-                    }];
+                    c.events = demo_event(50, 10);
                 },
             )
             .await,
@@ -1283,11 +1285,7 @@ async fn patches_racing_the_sold_out_flag_never_revert_each_other() {
                 Some(&redis.url()),
                 vec![room.clone()],
                 |c| {
-                    c.events = vec![sluice_gateway::config::EventConfig {
-                        total: 2,
-                        cart_limit: 2,
-                        ..Default::default()
-                    }];
+                    c.events = demo_event(2, 2);
                 },
             )
             .await,
@@ -2174,11 +2172,7 @@ async fn a_restarted_gateway_never_reloads_stock_into_a_flushed_store() {
     let keys = temp_keys();
     let rooms = vec![easy_room("default", 100.0, 10.0, &["/echo/shop"])];
     let events = |c: &mut Config| {
-        c.events = vec![sluice_gateway::config::EventConfig {
-            total: 5,
-            cart_limit: 4,
-            ..Default::default()
-        }];
+        c.events = demo_event(5, 4);
     };
     // the first deploy loads the configured stock (the harness's Redis
     // gateways do, as `--load-stock` would)
