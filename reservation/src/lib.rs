@@ -49,6 +49,8 @@
 //!   `lua/*.lua` (one per operation, `common.lua` prepended), run on the
 //!   connection every store shares (`sluice_redis::RedisConn`, opened from
 //!   [`RedisConfig::url`] by `sluice_redis::RedisUrl`).
+//! - [`record`]: [`EventRecord`], what the ledger knows of an event, to
+//!   rebuild a store that lost it.
 //! - [`retention`]: how long ended holds are kept, and why.
 //! - [`backend`]: [`InventoryBackend`], the enum a gateway holds.
 //! - [`error`]; time through `sluice-clock`'s [`Clock`] (re-exported here
@@ -82,6 +84,7 @@ pub mod backend;
 pub mod conformance;
 pub mod error;
 pub mod memory;
+pub mod record;
 pub mod redis;
 pub mod retention;
 pub mod types;
@@ -89,6 +92,7 @@ pub mod types;
 pub use backend::InventoryBackend;
 pub use error::{ReservationError, Result};
 pub use memory::MemoryInventory;
+pub use record::{EventRecord, OpenHold, RestoreOutcome};
 pub use redis::{RedisConfig, RedisInventory};
 pub use retention::{Retention, RetentionError};
 pub use sluice_clock::{Clock, ManualClock, SystemClock};
