@@ -44,9 +44,12 @@
 //! 3. **App.** Everything else goes through the router ([`app::build`]):
 //!    the gateway's own endpoints under `/_sluice/`, and as fallback the
 //!    gate.
-//! 4. **Gate.** [`gate::guarded`] lets a request with a valid admission by,
-//!    admits on the spot when the room is idle, or answers with the waiting
-//!    room.
+//! 4. **Gate.** [`gate::guarded`]: [`gate::authorize`] (tower-http's
+//!    authorize shape) gives back the request with its [`gate::Admission`]
+//!    (a valid admission, a passthrough at an idle room, fail-open) or the
+//!    waiting room; then one call to the proxy, then `after_origin` (a
+//!    revoke from the origin, the new or renewed cookie). The room was found
+//!    once, by the edge ([`gate::GuardedBy`]).
 //! 5. **Proxy.** [`proxy::Proxy`] streams the request upstream over a
 //!    pooled connection and streams the answer back: a request without a
 //!    body natively ([`sluice_wire::h1`], [`sluice_wire::origin`]), any

@@ -697,3 +697,45 @@ async fn a_whatif_at_rate_zero_answers_at_once() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Found by schemathesis: a tiny positive rate with people in line
+/// simulated two days in 100 ms ticks (about 12 s of a blocking thread in
+/// a debug build); past ten minutes of drain the simulator ticks whole
+/// seconds. Three in line at 0.001/s drain in about 3,000 s: inside the
+/// horizon, so the answer is a number, not null.
+#[tokio::test]
+async fn a_whatif_at_a_tiny_rate_answers_with_the_long_drain() {
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| c.rooms = vec![sluice_tests::easy_room("default", 0.0, 1.0, &[])])
+        .spawn()
+        .await;
+    for _ in 0..3 {
+        let res = Visitor::new(&gw.url(), "default").join("/").await;
+        assert!(res.status.is_success(), "{}", res.text());
+    }
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let url = format!(
+        "{}/_sluice/admin/rooms/default/whatif?rate_per_sec=0.001",
+        gw.url()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let started = std::time::Instant::now();
+        let res = TestClient::new()
+            .get(&url, &[("authorization", &bearer)])
+            .await;
+        let took = started.elapsed();
+        assert_eq!(res.status, 200, "{}", res.text());
+        let v = res.json();
+        if v["queue_length"].as_u64().unwrap() >= 1 {
+            let drain = v["drain_seconds"].as_f64().unwrap_or_else(|| panic!("{v}"));
+            assert!((2_000.0..=4_000.0).contains(&drain), "{v}");
+            eprintln!("what-if at 0.001/s: {took:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "nobody in line: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

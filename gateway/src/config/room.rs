@@ -255,8 +255,34 @@ impl RoomConfig {
             };
             ConfigError::invalid(name, e.to_string())
         })?;
+        self.challenge_spec().validate().map_err(|e| {
+            use sluice_pow::SpecError as E;
+            let name = match e {
+                E::Ttl => format!("{field}.challenge_ttl"),
+                E::MinSolve => format!("{field}.attack_min_solve"),
+                E::Puzzles(_) => format!("{field}.puzzles"),
+                E::Bits(_) => format!("{field}.difficulty_ceiling_bits"),
+                _ => field.to_owned(),
+            };
+            ConfigError::invalid(name, e.to_string())
+        })?;
         self.page.validate(&format!("{field}.page"))?;
         self.adaptive.validate(&format!("{field}.adaptive"))
+    }
+
+    /// The hardest challenge the room can issue (its ceiling, under attack):
+    /// what [`RoomConfig::validate`] hands to the challenge format's own
+    /// check, so a TTL the format cannot carry, or a minimum solve age not
+    /// shorter than the TTL (no join could ever be in time), is refused
+    /// before a visitor meets it.
+    fn challenge_spec(&self) -> sluice_pow::ChallengeSpec {
+        sluice_pow::ChallengeSpec {
+            room: self.id.clone(),
+            puzzles: self.puzzles,
+            difficulty_bits: self.difficulty_ceiling_bits,
+            ttl: self.challenge_ttl,
+            min_solve: self.attack_min_solve,
+        }
     }
 
     /// The routing rules: paths that start with `/`, normalise, and stay
@@ -347,6 +373,45 @@ mod tests {
             }
         }
         RoomConfig::default().settings().validate().unwrap();
+    }
+
+    /// The challenge format's own check: a TTL it cannot carry, or a
+    /// minimum solve age under attack not shorter than the TTL (every join
+    /// would come too early or too late), is refused with its words.
+    #[test]
+    fn room_challenges_are_checked_by_the_format_itself() {
+        let ms = Duration::from_millis;
+        for (ttl, min_solve, field) in [
+            (Duration::ZERO, Duration::ZERO, "rooms[0].challenge_ttl"),
+            (ms(u64::from(u32::MAX) + 1), ms(1), "rooms[0].challenge_ttl"),
+            (ms(3_000), ms(3_000), "rooms[0].attack_min_solve"),
+            (ms(3_000), ms(10_000), "rooms[0].attack_min_solve"),
+        ] {
+            let r = RoomConfig {
+                challenge_ttl: ttl,
+                attack_min_solve: min_solve,
+                ..RoomConfig::default()
+            };
+            let format = r.challenge_spec().validate().unwrap_err();
+            let c = Config {
+                rooms: vec![r],
+                ..Config::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(&format!("`{field}`")), "{err}");
+            assert!(err.ends_with(&format.to_string()), "{err} / {format}");
+        }
+        let ok = RoomConfig {
+            challenge_ttl: ms(3_001),
+            attack_min_solve: ms(3_000),
+            ..RoomConfig::default()
+        };
+        Config {
+            rooms: vec![ok],
+            ..Config::default()
+        }
+        .validate()
+        .unwrap();
     }
 
     /// The difficulty policy's own check: what `Room::new` (so `serve`)

@@ -570,7 +570,9 @@ fn answer(
     if req.headers().contains_key(http::header::UPGRADE) {
         req.extensions_mut().insert(ctx.hold.clone());
     }
-    if unguarded(&ctx.st, &req, &info) {
+    // "Is this path guarded?" is decided here, once: `None` goes straight
+    // to the origin; a guarded request carries its room to the gate.
+    let Some(guard) = guard_of(&ctx.st, &req, &info) else {
         // Straight to the origin: no room guards the path.
         let id = match req.headers().get(&REQUEST_ID) {
             Some(v) => v.clone(),
@@ -581,32 +583,36 @@ fn answer(
             }
         };
         let ctx = ctx.clone();
-        futures_util::future::Either::Left(futures_util::future::Either::Left(async move {
-            let forward = ctx.st.proxy().forward_watched(
-                req,
-                &info,
-                http::HeaderMap::new(),
-                ctx.watch.as_deref(),
-            );
-            // As the router's CatchPanicLayer: a bug is a 500, never a
-            // dropped connection.
-            let mut res = std::panic::AssertUnwindSafe(forward)
-                .catch_unwind()
-                .await
-                .unwrap_or_else(panic_response);
-            res.headers_mut().insert(REQUEST_ID, id);
-            res
-        }))
-    } else {
-        req.extensions_mut().insert(info);
-        if let Some(watch) = &ctx.watch {
-            req.extensions_mut().insert(watch.clone());
-        }
-        futures_util::future::Either::Right(ctx.router.clone().oneshot(req).map(|res| match res {
-            Ok(res) => res,
-            Err(never) => match never {},
-        }))
+        return futures_util::future::Either::Left(futures_util::future::Either::Left(
+            async move {
+                let forward = ctx.st.proxy().forward_watched(
+                    req,
+                    &info,
+                    http::HeaderMap::new(),
+                    ctx.watch.as_deref(),
+                );
+                // As the router's CatchPanicLayer: a bug is a 500, never a
+                // dropped connection.
+                let mut res = std::panic::AssertUnwindSafe(forward)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(panic_response);
+                res.headers_mut().insert(REQUEST_ID, id);
+                res
+            },
+        ));
+    };
+    if let Some(guard) = guard {
+        req.extensions_mut().insert(guard);
     }
+    req.extensions_mut().insert(info);
+    if let Some(watch) = &ctx.watch {
+        req.extensions_mut().insert(watch.clone());
+    }
+    futures_util::future::Either::Right(ctx.router.clone().oneshot(req).map(|res| match res {
+        Ok(res) => res,
+        Err(never) => match never {},
+    }))
 }
 
 /// The service hyper calls for each request of one connection: [`answer`],
@@ -764,12 +770,19 @@ fn plain_host(h: &str) -> bool {
     name_ok && port_ok
 }
 
-/// A request no room guards: not for the gateway's own endpoints, and
-/// either outside every room's paths or let by its room's bypass rules.
-fn unguarded<B>(state: &AppState, req: &http::Request<B>, client: &ClientInfo) -> bool {
+/// Where a request goes: `None` when no room guards it (not for the
+/// gateway's own endpoints, and outside every room's paths or let by its
+/// room's bypass rules: straight to the origin); otherwise through the
+/// router, with the room that guards it when one does.
+fn guard_of<B>(
+    state: &AppState,
+    req: &http::Request<B>,
+    client: &ClientInfo,
+) -> Option<Option<crate::gate::GuardedBy>> {
     let path = req.uri().path();
     if path.starts_with("/_sluice/") || path == "/_sluice" || path == "/metrics" {
-        return false;
+        return Some(None);
     }
-    crate::gate::guarding_room(state, req, client.ip).is_none()
+    crate::gate::guarding_room(state, req, client.ip)
+        .map(|room| Some(crate::gate::GuardedBy(room.clone())))
 }

@@ -1,7 +1,9 @@
 //! The admission gate in front of the proxy, in the shape of tower-http's
-//! async authorization: a request with a valid admission token for the room
-//! that guards it passes on (with the token forwarded upstream as
-//! `Sluice-Admission`); any other gets the waiting room at once.
+//! async authorization: [`authorize`] answers `Ok(request)` with the
+//! verified [`Admission`] in its extensions, or `Err(response)` (the
+//! waiting room). [`guarded`] then calls the proxy, from this one place,
+//! with the admission token forwarded upstream as `Sluice-Admission`, and
+//! hands the origin's answer to `after_origin`.
 //!
 //! Order of checks for a request outside `/_sluice/` (already in its
 //! canonical form: [`crate::edge::canonical`], applied by the server before any
@@ -71,6 +73,11 @@ pub fn guarding_room<'a, B>(
         .filter(|room| !rooms::bypasses(room, path, ip))
 }
 
+/// The room the edge found guarding a request ([`guarding_room`]), carried
+/// to [`authorize`] so the request is routed once.
+#[derive(Clone)]
+pub struct GuardedBy(pub Arc<Room>);
+
 /// The route path of a request whose target holds an encoded slash
 /// (`%2F`, passed through by a room that opted in): rules are matched on
 /// it, where `%2F` is a `/`. Any other request routes on its own path.
@@ -85,156 +92,299 @@ pub fn host_name(host: &str) -> &str {
     }
 }
 
-/// Everything outside `/_sluice/`: the gate, then the origin.
+/// The gate's verdict on a request it lets through to the origin, put in
+/// the request's extensions by [`authorize`] and read back, after the
+/// origin answered, by [`after_origin`].
+#[derive(Clone)]
+pub struct Admission {
+    room: Option<Arc<Room>>,
+    grant: Grant,
+}
+
+/// Why a request may reach the origin.
+#[derive(Clone)]
+enum Grant {
+    /// No room guards it (or its room lets it by): nothing to forward,
+    /// nothing observed.
+    Unguarded,
+    /// The room's store is unreachable and the room fails open.
+    FailOpen,
+    /// Admitted on the spot at an idle room: the new token goes to the
+    /// origin and into the visitor's cookie.
+    Passthrough(String),
+    /// A valid admission token whose session lives: forwarded (renewed past
+    /// half its life, then also set as the cookie).
+    Token {
+        forwarded: String,
+        renewed: bool,
+        sid: Option<String>,
+    },
+}
+
+impl Admission {
+    /// The gateway's own headers to the origin: the admission token, when
+    /// there is one.
+    fn origin_headers(&self) -> HeaderMap {
+        match &self.grant {
+            Grant::Passthrough(token)
+            | Grant::Token {
+                forwarded: token, ..
+            } => admission_header(token),
+            Grant::Unguarded | Grant::FailOpen => HeaderMap::new(),
+        }
+    }
+}
+
+/// Everything outside `/_sluice/`: [`authorize`], then the origin (the one
+/// place the gate calls the proxy), then [`after_origin`].
 pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
-    let Some(client) = req.extensions().get::<ClientInfo>().cloned() else {
+    let mut req = match authorize(&state, req).await {
+        Ok(req) => req,
+        Err(res) => return res,
+    };
+    let (Some(admission), Some(client)) = (
+        req.extensions_mut().remove::<Admission>(),
+        req.extensions().get::<ClientInfo>().cloned(),
+    ) else {
         return Problem::internal()
             .log_cause(&"request without client info")
             .into_response();
     };
-    let Some(room) = guarding_room(&state, &req, client.ip).cloned() else {
-        return state.proxy().forward(req, &client, HeaderMap::new()).await;
-    };
-    let ret = req
-        .uri()
-        .path_and_query()
-        .map(|pq| visitor::safe_return_to(Some(pq.as_str())))
-        .unwrap_or_else(|| "/".to_owned());
+    let started = std::time::Instant::now();
+    let mut res = state
+        .proxy()
+        .forward(req, &client, admission.origin_headers())
+        .await;
+    after_origin(&state, admission, &client, started, &mut res).await;
+    res
+}
 
-    let admission = session::admission_from(&state, req.headers(), &room, &client);
+/// The gate in tower-http's async-authorization shape: `Ok` is the request
+/// with its [`Admission`] in its extensions, `Err` the answer instead of
+/// the origin's (the waiting room, or an error).
+pub async fn authorize(state: &AppState, mut req: Request) -> Result<Request, Response> {
+    let Some(client) = req.extensions().get::<ClientInfo>().cloned() else {
+        return Err(Problem::internal()
+            .log_cause(&"request without client info")
+            .into_response());
+    };
+    // The edge routed the request already (the one "is it guarded?"); a
+    // request that came another way (the router alone, in tests) is routed
+    // here, by the same function.
+    let room = match req.extensions_mut().remove::<GuardedBy>() {
+        Some(GuardedBy(room)) => Some(room),
+        None => guarding_room(state, &req, client.ip).cloned(),
+    };
+    let Some(room) = room else {
+        req.extensions_mut().insert(Admission {
+            room: None,
+            grant: Grant::Unguarded,
+        });
+        return Ok(req);
+    };
+    let grant = match admission_grant(state, &room, &mut req, &client).await {
+        Ok(grant) => grant,
+        Err(revoked) => {
+            idle_grant(state, &room, req.uri(), req.headers(), &client, revoked).await?
+        }
+    };
+    req.extensions_mut().insert(Admission {
+        room: Some(room),
+        grant,
+    });
+    Ok(req)
+}
+
+/// Check 3: a valid admission token whose session is not revoked, renewed
+/// past half its life while its session lives. `Err(revoked)` when there
+/// is none (`revoked`: the tokens were those of a revoked session).
+async fn admission_grant(
+    state: &AppState,
+    room: &Arc<Room>,
+    req: &mut Request,
+    client: &ClientInfo,
+) -> Result<Grant, bool> {
+    let Some((token, claims)) = session::admission_from(state, req.headers(), room, client) else {
+        return Err(false);
+    };
     // A revoked session is refused by every gateway within a tick of the
     // revoke (the room's ended set), whatever its token still says.
-    let revoked = match &admission {
-        Some((_, c)) => session::revoked(&state, &room, c).await,
-        None => false,
-    };
-    if let Some((token, claims)) = admission.filter(|_| !revoked) {
-        return admitted(&state, &room, req, &client, &token, &claims).await;
+    if session::revoked(state, room, &claims).await {
+        return Err(true);
     }
+    let renewed = renew(state, room, &claims).await;
+    req.extensions_mut().insert(tunnel_bound(
+        room,
+        &claims,
+        renewed.as_ref().map(|(_, c)| c),
+    ));
+    Ok(match renewed {
+        Some((forwarded, _)) => Grant::Token {
+            forwarded,
+            renewed: true,
+            sid: claims.sid,
+        },
+        None => Grant::Token {
+            forwarded: token,
+            renewed: false,
+            sid: claims.sid,
+        },
+    })
+}
 
-    let snap = room.snapshot();
-    if !room.store_ok() {
-        if rooms::fail_open(&room) && !revoked {
-            let started = std::time::Instant::now();
-            let res = state.proxy().forward(req, &client, HeaderMap::new()).await;
-            room.observe_upstream(started.elapsed(), res.status());
-            return res;
-        }
-        return waiting(&state, &room, req.headers(), revoked, &ret);
+/// Sliding session: past half its life, the token is renewed, but only for
+/// a session the store still has (a revoke through a gateway that has not
+/// told this one yet, or a session that ended, is not renewed: its token
+/// runs out). A store that lost the session (a new epoch: Redis restarted
+/// empty) is told about it again.
+async fn renew(
+    state: &AppState,
+    room: &Arc<Room>,
+    claims: &AdmitClaims,
+) -> Option<(String, AdmitClaims)> {
+    let ttl = room.settings().session_ttl;
+    let now = now_s();
+    if now.saturating_sub(claims.iat) * 2 < ttl.as_secs() {
+        return None;
     }
-    // Passthrough: a request with no place at an idle room is admitted on
-    // the spot, or gets the waiting room. It never gets a place in line
-    // (that is bought with proof of work at the join endpoint): the store
-    // admits it atomically or hands out nothing. Limited per network like
-    // the join endpoint, and to the credit the last snapshot showed.
+    let live = match &claims.sid {
+        Some(sid) => session::session_lives(state, room, claims, sid, ttl).await,
+        None => true,
+    };
+    let renewed = live.then(|| claims.renewed(now, ttl)).flatten()?;
+    let token = state.keyring().sign_admit(&renewed).ok()?;
+    Some((token, renewed))
+}
+
+/// Checks 4 and 5 for a request with no live admission: fail open when the
+/// store is down and the room says so, passthrough at an idle room, or
+/// `Err` with the waiting room.
+async fn idle_grant(
+    state: &AppState,
+    room: &Arc<Room>,
+    uri: &http::Uri,
+    headers: &HeaderMap,
+    client: &ClientInfo,
+    revoked: bool,
+) -> Result<Grant, Response> {
+    let waiting_room = || {
+        let ret = uri
+            .path_and_query()
+            .map(|pq| visitor::safe_return_to(Some(pq.as_str())))
+            .unwrap_or_else(|| "/".to_owned());
+        waiting(state, room, headers, revoked, &ret)
+    };
+    if !room.store_ok() {
+        return if rooms::fail_open(room) && !revoked {
+            Ok(Grant::FailOpen)
+        } else {
+            Err(waiting_room())
+        };
+    }
+    if !revoked && is_idle(state, room, headers, client) {
+        match passthrough(state, room, client).await {
+            Ok(Some(token)) => return Ok(Grant::Passthrough(token)),
+            Ok(None) => {}
+            Err(p) => return Err(p.into_response()),
+        }
+    }
+    Err(waiting_room())
+}
+
+/// Whether a request with no place may be admitted on the spot: nobody
+/// waits, credit remains (as the last snapshot showed), the room is open
+/// and not sold out, `max_active` has room, and the network's budget
+/// allows. It never gets a place in line: those are bought with proof of
+/// work at the join endpoint.
+fn is_idle(state: &AppState, room: &Arc<Room>, headers: &HeaderMap, client: &ClientInfo) -> bool {
+    let snap = room.snapshot();
     let cap_free = snap
         .max_active
         .is_none_or(|m| snap.active_sessions + snap.pending_claims < m);
-    let has_queue_cookie = cookies::token(req.headers(), &cookies::queue_name(room.id())).is_some();
-    let idle = !has_queue_cookie
-        && !revoked
+    let has_queue_cookie = cookies::token(headers, &cookies::queue_name(room.id())).is_some();
+    !has_queue_cookie
         && snap.queue_length() == 0
         && snap.credit >= 1.0
         && !snap.paused
         && !snap.closed
         && !snap.prequeue_open
         && !state.sold_out(room.id())
-        && cap_free;
-    if idle
+        && cap_free
         && room
             .check_rate_limit(sluice_pow::network_prefix(client.ip))
             .is_ok()
         && room.take_passthrough()
-    {
-        match rooms::passthrough(&room, state.queue()).await {
-            Ok(Some(o)) => {
-                let sub = new_visitor_id();
-                state
-                    .start_session(&room, &sluice_admission::session_of(o.epoch, o.seq))
-                    .await;
-                match state.issue_admission(&room, &sub, Some(o.seq), o.epoch, &client) {
-                    Ok((token, _)) => {
-                        let started = std::time::Instant::now();
-                        let mut res = state
-                            .proxy()
-                            .forward(req, &client, admission_header(&token))
-                            .await;
-                        room.observe_upstream(started.elapsed(), res.status());
-                        cookies::set_admission(res.headers_mut(), &room, &token, &client);
-                        return res;
-                    }
-                    Err(p) => return p.into_response(),
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(room = room.id(), error = %e, "passthrough failed");
-            }
-        }
-    }
-    waiting(&state, &room, req.headers(), revoked, &ret)
 }
 
-/// A request with a valid admission token for its room (not revoked): to
-/// the origin, the token renewed past half its life while its session
-/// lives, the session ended at once when the origin says `Sluice-Command:
-/// revoke`.
-async fn admitted(
+/// Passthrough, written once: the store admits a new place atomically (its
+/// session started in the same step) or hands out nothing; the new
+/// admission token when it did.
+async fn passthrough(
     state: &AppState,
     room: &Arc<Room>,
-    mut req: Request,
     client: &ClientInfo,
-    token: &str,
-    claims: &AdmitClaims,
-) -> Response {
-    // Sliding session: past half its life, the token is renewed, but only
-    // for a session the store still has (a revoke through a gateway that
-    // has not told this one yet, or a session that ended, is not renewed:
-    // its token runs out). A store that lost the session (a new epoch: Redis
-    // restarted empty) is told about it again.
-    let ttl = room.settings().session_ttl;
-    let now = now_s();
-    let renewed = if now.saturating_sub(claims.iat) * 2 >= ttl.as_secs() {
-        let live = match &claims.sid {
-            Some(sid) => session::session_lives(state, room, claims, sid, ttl).await,
-            None => true,
-        };
-        live.then(|| claims.renewed(now, ttl))
-            .flatten()
-            .and_then(|c| {
-                let t = state.keyring().sign_admit(&c).ok()?;
-                Some((t, c))
-            })
-    } else {
-        None
+) -> Result<Option<String>, Problem> {
+    match rooms::passthrough(room, state.queue()).await {
+        Ok(Some(o)) => {
+            let sub = new_visitor_id();
+            state
+                .start_session(room, &sluice_admission::session_of(o.epoch, o.seq))
+                .await;
+            let (token, _) = state.issue_admission(room, &sub, Some(o.seq), o.epoch, client)?;
+            Ok(Some(token))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => {
+            tracing::warn!(room = room.id(), error = %e, "passthrough failed");
+            Ok(None)
+        }
+    }
+}
+
+/// After the origin answered an admitted request: its latency observed for
+/// the room's adaptive rate; `Sluice-Command: revoke` ends the session at
+/// once and clears both cookies (the place is spent); a renewed or new
+/// admission token is set as the cookie.
+async fn after_origin(
+    state: &AppState,
+    admission: Admission,
+    client: &ClientInfo,
+    started: std::time::Instant,
+    res: &mut Response,
+) {
+    let Some(room) = admission.room else {
+        return;
     };
-    let forwarded = renewed.as_ref().map(|(t, _)| t.as_str()).unwrap_or(token);
-    req.extensions_mut()
-        .insert(tunnel_bound(room, claims, renewed.as_ref().map(|(_, c)| c)));
-    let started = std::time::Instant::now();
-    let mut res = state
-        .proxy()
-        .forward(req, client, admission_header(forwarded))
-        .await;
     room.observe_upstream(started.elapsed(), res.status());
-    let revoke = res
-        .extensions()
-        .get::<OriginCommand>()
-        .is_some_and(|c| c.0 == "revoke");
-    if revoke {
-        if let Some(sid) = &claims.sid {
-            room.note_ended(sid);
-            if let Err(e) = state.queue().session_end(room.id(), sid).await {
-                tracing::warn!(room = room.id(), error = %e, "revoke: could not end the session in the store");
+    match admission.grant {
+        Grant::Unguarded | Grant::FailOpen => {}
+        Grant::Passthrough(token) => {
+            cookies::set_admission(res.headers_mut(), &room, &token, client)
+        }
+        Grant::Token {
+            forwarded,
+            renewed,
+            sid,
+        } => {
+            let revoke = res
+                .extensions()
+                .get::<OriginCommand>()
+                .is_some_and(|c| c.0 == "revoke");
+            if revoke {
+                if let Some(sid) = &sid {
+                    room.note_ended(sid);
+                    if let Err(e) = state.queue().session_end(room.id(), sid).await {
+                        tracing::warn!(room = room.id(), error = %e, "revoke: could not end the session in the store");
+                    }
+                }
+                // The place is spent: neither token admits again.
+                cookies::clear(res.headers_mut(), &cookies::admit_name(room.id()));
+                cookies::clear(res.headers_mut(), &cookies::queue_name(room.id()));
+            } else if renewed {
+                cookies::set_admission(res.headers_mut(), &room, &forwarded, client);
             }
         }
-        // The place is spent: neither token admits again.
-        cookies::clear(res.headers_mut(), &cookies::admit_name(room.id()));
-        cookies::clear(res.headers_mut(), &cookies::queue_name(room.id()));
-    } else if let Some((t, _)) = renewed {
-        cookies::set_admission(res.headers_mut(), room, &t, client);
     }
-    res
 }
 
 /// How long a WebSocket opened with this admission may stay open: until
