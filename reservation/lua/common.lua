@@ -11,12 +11,18 @@
 --                                  whoever ZREMs it books them (once).
 --   KEYS[4] sluice:{ev}:visitors   hash: visitor -> held + confirmed units
 --   KEYS[5] sluice:{ev}:stream     the event's transition stream
+--   KEYS[6] sluice:{ev}:ledgered   exists while a ledger consumes the
+--                                  stream (set by `sluice ledger`): XADD
+--                                  then never trims by length; the ledger
+--                                  trims (XTRIM MINID) below what it
+--                                  acknowledged
 -- Shared ARGV:
---   ARGV[1] stream MAXLEN (approximate cap, `MAXLEN ~`)
+--   ARGV[1] stream MAXLEN (approximate cap, `MAXLEN ~`, when no ledger)
 --   ARGV[2] the event id (hold ids are "{event}.{suffix}")
 -- The only clock is redis.call('TIME').
 
 local K_STOCK, K_META, K_DEADLINES, K_VISITORS, K_STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_LEDGERED = KEYS[6]
 local MAXLEN, EVENT = ARGV[1], ARGV[2]
 
 -- Integers as decimal text. Never tostring(): it prints 14 significant
@@ -30,14 +36,25 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Whether a ledger consumes the stream (checked once per script call).
+local ledgered = nil
+
 -- Appends one transition to the stream. `extra` is a flat list of more
--- field/value pairs (payment_event_id, reason, version).
+-- field/value pairs (payment_event_id, reason, version). Capped by length
+-- only while no ledger reads the stream: an entry the ledger has not
+-- stored is never trimmed here.
 local function emit(kind, suffix, visitor, qty, available, now, extra)
   local hold_id = ''
   if suffix ~= '' then hold_id = EVENT .. '.' .. suffix end
-  local args = {'XADD', K_STREAM, 'MAXLEN', '~', MAXLEN, '*',
+  if ledgered == nil then ledgered = redis.call('EXISTS', K_LEDGERED) == 1 end
+  local args = {'XADD', K_STREAM}
+  if not ledgered then
+    args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = MAXLEN
+  end
+  local fields = {'*',
     'type', kind, 'event', EVENT, 'hold_id', hold_id, 'visitor', visitor,
     'qty', int(qty), 'available', int(available), 'ts_ms', int(now)}
+  for _, v in ipairs(fields) do args[#args + 1] = v end
   if extra then
     for _, v in ipairs(extra) do args[#args + 1] = v end
   end
