@@ -38,6 +38,10 @@ impl Inventory for InventoryBackend {
         delegate!(self, inv => inv.loaded_version(event))
     }
 
+    async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
+        delegate!(self, inv => inv.remember_loaded(event, version))
+    }
+
     async fn restore(
         &self,
         event: &EventId,

@@ -154,6 +154,17 @@ pub trait Inventory: Send + Sync {
     /// `FLUSHALL`.
     fn loaded_version(&self, event: &EventId) -> impl Future<Output = Result<Option<u64>>> + Send;
 
+    /// Writes the event's load marker back when it is missing (or below
+    /// `version`): a gateway that saw the event loaded calls this when it
+    /// finds the event gone, so that a `FLUSHALL` behind a running gateway
+    /// still leaves a marker, and gateways restarted afterwards refuse to
+    /// load configured stock into it. Changes nothing else.
+    fn remember_loaded(
+        &self,
+        event: &EventId,
+        version: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// Rebuilds a lost event from a durable record (the ledger's), in one
     /// atomic step: counters, settings, open holds (ids, visitors, qty,
     /// deadlines), cart counts, the load marker and a `restored` stream

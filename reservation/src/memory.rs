@@ -516,6 +516,13 @@ impl Inventory for MemoryInventory {
         Ok(self.inner.markers.lock().get(event).copied())
     }
 
+    async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
+        let mut markers = self.inner.markers.lock();
+        let m = markers.entry(event.clone()).or_insert(version);
+        *m = (*m).max(version);
+        Ok(())
+    }
+
     async fn restore(
         &self,
         event: &EventId,

@@ -733,6 +733,22 @@ impl Inventory for RedisInventory {
         Ok(v.map(|v| v.parse().unwrap_or(0)))
     }
 
+    async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
+        let keys = Keys::new(event);
+        let mut conn = self.conn.clone();
+        // Raise only: a marker never goes down (versions compared as
+        // numbers; they are canonical u64 text).
+        let script = redis::Script::new(
+            "local m = redis.call('GET', KEYS[1]) \
+             if not m or #m < #ARGV[1] or (#m == #ARGV[1] and m < ARGV[1]) then \
+               redis.call('SET', KEYS[1], ARGV[1]) end return 1",
+        );
+        let mut inv = script.prepare_invoke();
+        inv.key(keys.loaded()).arg(version.to_string());
+        self.bounded(inv.invoke_async::<i64>(&mut conn)).await?;
+        Ok(())
+    }
+
     async fn restore(
         &self,
         event: &EventId,

@@ -10,7 +10,10 @@
 //! 1. the store's own load marker (`sluice:loaded:{event}` in Redis), which
 //!    outlives the event's keys when they are evicted, deleted or missing
 //!    on a replica promoted too early ([`Inventory::load_if_new`], atomic);
-//! 2. this process saw the event loaded (it never loads it again);
+//! 2. this process saw the event loaded: it never loads it again, and when
+//!    it finds the event gone it writes the store's marker back
+//!    ([`Inventory::remember_loaded`]), so a `FLUSHALL` behind a running
+//!    gateway leaves a marker within one tick ([`REAP_EVERY`]);
 //! 3. the gateway's state file (`[reservation] state_file`), which outlives
 //!    the process and a `FLUSHALL`.
 //!
@@ -18,11 +21,13 @@
 //! sold again) until an operator loads it (`PUT
 //! /_sluice/admin/events/{event}`: the answer says `"lost": true`) or a
 //! ledger restores it. The one case left: a `FLUSHALL` (or an empty
-//! restart) with every gateway restarted, no state file and no ledger looks
-//! exactly like a new store, and `load_stock` then loads the configured
-//! total again. That is why `load_stock` defaults to off with Redis.
+//! restart, or a failover to an empty replica) with no gateway running to
+//! write the marker back before the others start again, no state file and
+//! no ledger looks exactly like a new store, and `load_stock` then loads
+//! the configured total again. That is why `load_stock` defaults to off
+//! with Redis.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,6 +172,8 @@ pub struct LoadGuard {
     file: Option<PathBuf>,
     /// The file could not be read: load nothing (bias to not selling).
     broken: bool,
+    /// Events whose loss this gateway has already logged.
+    reported: HashSet<String>,
 }
 
 /// What a state file holds.
@@ -184,6 +191,7 @@ impl LoadGuard {
             seen: BTreeMap::new(),
             file: file.clone(),
             broken: false,
+            reported: HashSet::new(),
         };
         let Some(path) = file else {
             return guard;
@@ -221,6 +229,7 @@ impl LoadGuard {
     /// Records that `event` is loaded in the store with `version`; writes
     /// the state file when this is news.
     pub fn saw(&mut self, event: &str, version: u64) {
+        self.reported.remove(event);
         if self.seen.get(event).is_some_and(|v| *v >= version) {
             return;
         }
@@ -231,6 +240,14 @@ impl LoadGuard {
         {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the reservation state file");
         }
+    }
+}
+
+impl LoadGuard {
+    /// True the first time `event` is found lost since it was last seen
+    /// loaded (so the loss is logged once, not every tick).
+    pub fn first_loss(&mut self, event: &str) -> bool {
+        self.reported.insert(event.to_owned())
     }
 }
 
@@ -294,14 +311,45 @@ pub async fn run_reaper(
             }
             match inventory.read(&event).await {
                 Ok(state) => {
-                    if let Some(s) = state.as_ref().filter(|s| s.ready()) {
-                        guard.saw(&id, s.version);
+                    match &state {
+                        Some(s) if s.ready() => guard.saw(&id, s.version),
+                        None => {
+                            if let Some(version) = guard.seen(&id) {
+                                lost_behind_us(&inventory, &event, version, &mut guard).await;
+                            }
+                        }
+                        Some(_) => {}
                     }
                     events.set_state(&id, state)
                 }
                 Err(e) => tracing::debug!(event = %id, error = %e, "read failed"),
             }
         }
+    }
+}
+
+/// An event this gateway saw loaded is gone from the store (a `FLUSHALL`,
+/// an eviction, a failover to an empty replica): put its load marker back,
+/// so gateways (re)started from now on refuse to load configured stock into
+/// it even when the flush took the marker, and say so once.
+async fn lost_behind_us(
+    inventory: &InventoryBackend,
+    event: &EventId,
+    version: u64,
+    guard: &mut LoadGuard,
+) {
+    if let Err(e) = inventory.remember_loaded(event, version).await {
+        tracing::debug!(event = %event, error = %e, "cannot write the load marker back");
+        return;
+    }
+    if guard.first_loss(event.as_str()) {
+        tracing::error!(
+            event = %event,
+            last_version = version,
+            "event lost: the store no longer has this event's stock (flushed, evicted or failed over); \
+             it stays not ready (503 inventory_not_ready) and is never reloaded from the configuration; \
+             an operator loads it (PUT /_sluice/admin/events/{{event}}) or a ledger rebuilds it"
+        );
     }
 }
 

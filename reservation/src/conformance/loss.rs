@@ -122,6 +122,19 @@ pub async fn load_only_into_a_store_that_never_had_the_event(h: &Harness) {
         h.inv.hold(&ev, "dave", 1, None).await.unwrap(),
         HoldOutcome::SoldOut { available: 0 }
     ));
+    // A gateway that saw an event loaded puts a flushed marker back: from
+    // then on configured stock is refused as for a lost event.
+    let flushed = h.event("flushed");
+    h.inv.remember_loaded(&flushed, 7).await.unwrap();
+    h.inv.remember_loaded(&flushed, 2).await.unwrap();
+    assert_eq!(h.inv.loaded_version(&flushed).await.unwrap(), Some(7));
+    assert_eq!(
+        h.inv
+            .load_if_new(&flushed, &spec(5, 4, ttl, 1))
+            .await
+            .unwrap(),
+        LoadOutcome::Lost { last_version: 7 }
+    );
     // Bad specs stay refused, before anything.
     assert!(matches!(
         h.inv
