@@ -23,7 +23,11 @@
 //! - `Idempotency-Key`: 1 to 128 visible ASCII characters, else 400
 //!   `malformed_request` (nothing held).
 //! - An event created through another gateway sharing the store is found
-//!   in the store on first use, then remembered.
+//!   in the store on first use, then remembered. One the store lost (its
+//!   load marker survives) answers 503 `inventory_not_ready`, not 404.
+//! - An explicit `PUT` of an event the store lost is the operator's load:
+//!   201 with `lost: true` and `lost_version`, logged as a reload; the
+//!   admin view of a lost event says `lost` too.
 //! - `PUT` of an existing event without `room` keeps the event's room; a
 //!   new event defaults to `default`.
 //! - An empty webhook secret counts as none: every signature is refused.
@@ -120,7 +124,9 @@ fn store_err(e: ReservationError) -> Problem {
 
 /// The event id of a path with the room selling it: an event this gateway
 /// knows (configured, created through it, or seen before), else one created
-/// through another gateway sharing the store.
+/// through another gateway sharing the store. An event the store had and
+/// lost (its load marker survives) is 503 `inventory_not_ready`, as on the
+/// gateways that knew it, never 404.
 async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Problem> {
     let event = EventId::parse(id).ok_or_else(event_not_found)?;
     if let Some(room) = state.events().room_of(id) {
@@ -132,7 +138,15 @@ async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Pr
             state.events().upsert(id, &room, Some(s));
             Ok((event, room))
         }
-        None => Err(event_not_found()),
+        None => match state
+            .inventory()
+            .loaded_version(&event)
+            .await
+            .map_err(store_err)?
+        {
+            Some(_) => Err(not_ready()),
+            None => Err(event_not_found()),
+        },
     }
 }
 
