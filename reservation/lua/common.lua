@@ -61,6 +61,25 @@ local function emit(kind, suffix, visitor, qty, available, now, extra)
   redis.call(unpack(args))
 end
 
+-- A hold of `qty` units ends without a sale: its units leave `held` and go
+-- back on sale. Returns the stock counter afterwards. The counter never
+-- rises above total - held - confirmed (0 when that is negative): in a
+-- consistent event that is exactly where it lands, and after a rebuild from
+-- an overcommitted record (restore.lua) the returning units pay the excess
+-- off instead of being sold a second time.
+local function give_back(qty)
+  redis.call('HINCRBY', K_META, 'held', -qty)
+  local available = redis.call('INCRBY', K_STOCK, qty)
+  local m = redis.call('HMGET', K_META, 'total', 'held', 'confirmed')
+  local room = tonumber(m[1] or '0') - tonumber(m[2] or '0') - tonumber(m[3] or '0')
+  if room < 0 then room = 0 end
+  if available > room then
+    available = room
+    redis.call('SET', K_STOCK, int(room))
+  end
+  return available
+end
+
 local function visitor_sub(visitor, qty)
   if redis.call('HINCRBY', K_VISITORS, visitor, -qty) <= 0 then
     redis.call('HDEL', K_VISITORS, visitor)
@@ -73,8 +92,7 @@ local function expire_member(member, now)
   if redis.call('ZREM', K_DEADLINES, member) == 0 then return false end
   local suffix, qty, visitor = string.match(member, '^([^:]*):(%d+):(.*)$')
   qty = tonumber(qty)
-  local available = redis.call('INCRBY', K_STOCK, qty)
-  redis.call('HINCRBY', K_META, 'held', -qty)
+  local available = give_back(qty)
   visitor_sub(visitor, qty)
   emit('expired', suffix, visitor, qty, available, now, {'reason', 'deadline'})
   return true

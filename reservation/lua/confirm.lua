@@ -48,8 +48,7 @@ if answer == 'held' then
     emit('confirmed', suffix, h[1], qty, tonumber(redis.call('GET', K_STOCK)), now,
       {'payment_event_id', ARGV[3]})
   else
-    local available = redis.call('INCRBY', K_STOCK, qty)
-    redis.call('HINCRBY', K_META, 'held', -qty)
+    local available = give_back(qty)
     visitor_sub(h[1], qty)
     answer = 'released'
     emit('released', suffix, h[1], qty, available, now,

@@ -34,8 +34,7 @@ if deadline <= now or redis.call('ZREM', K_DEADLINES, member) == 0 then
   redis.call('PEXPIRE', K_HOLD, ARGV[4])
   return {'EXPIRED'}
 end
-local available = redis.call('INCRBY', K_STOCK, qty)
-redis.call('HINCRBY', K_META, 'held', -qty)
+local available = give_back(qty)
 visitor_sub(h[1], qty)
 redis.call('ZREM', K_VHOLDS, member)
 redis.call('HSET', K_HOLD, 'status', 'released', 'ended_ms', int(now))

@@ -66,7 +66,12 @@
 //!
 //! # Invariants (checked by the conformance suite on both stores)
 //!
-//! 1. `available + held + confirmed = total` after every operation.
+//! 1. `available + held + confirmed = total` after every operation. (One
+//!    exception, never an oversale: a [`Inventory::restore`] of a record
+//!    that holds and sold more than its total starts above it, with nothing
+//!    on sale; units of holds that end unsold pay the excess off before
+//!    any goes back on sale, since a returning unit never lifts `available`
+//!    above `total − held − confirmed`.)
 //! 2. `available` never goes below zero; no visitor ever has more than the
 //!    cart limit held + confirmed.
 //! 3. Each hold ends in exactly one terminal state, once.
@@ -175,7 +180,9 @@ pub trait Inventory: Send + Sync {
     /// `total` and the holds come from `record`; cart limit, hold TTL and
     /// room from `spec`; the version is the larger of `record.version` and
     /// `spec.version`, so a stock sync the store or the ledger already saw
-    /// stays stale. `available = record.available()` (clamped at 0). A
+    /// stays stale. `available = record.available()` (clamped at 0; the
+    /// excess of an overcommitted record is paid off by holds that end
+    /// unsold, see invariant 1). A
     /// restored hold past its deadline is expired by the reaper or the next
     /// operation that meets it, as any lapsed hold (one `expired` entry).
     fn restore(

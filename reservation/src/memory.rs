@@ -289,6 +289,19 @@ impl EventData {
         self.log.push_back(t);
     }
 
+    /// A hold's units leave `held` and go back on sale, never above
+    /// `total − held − confirmed` (common.lua's `give_back`): exact in a
+    /// consistent event; after a rebuild from an overcommitted record the
+    /// returning units pay the excess off instead of being sold twice.
+    fn give_back(&mut self, qty: u64) {
+        self.held = self.held.saturating_sub(qty);
+        let room = self
+            .total
+            .saturating_sub(self.held)
+            .saturating_sub(self.confirmed);
+        self.available = self.available.saturating_add(qty).min(room);
+    }
+
     fn visitor_sub(&mut self, visitor: &str, qty: u32) {
         if let Some(c) = self.visitors.get_mut(visitor) {
             *c = c.saturating_sub(qty);
@@ -315,8 +328,7 @@ impl EventData {
         let suffix = parts.next().unwrap_or_default().to_owned();
         let qty: u32 = parts.next().and_then(|q| q.parse().ok()).unwrap_or(0);
         let visitor = parts.next().unwrap_or_default().to_owned();
-        self.available += u64::from(qty);
-        self.held = self.held.saturating_sub(u64::from(qty));
+        self.give_back(u64::from(qty));
         self.visitor_sub(&visitor, qty);
         if let Some(h) = self.holds.get_mut(&suffix) {
             h.status = HoldStatus::Expired;
@@ -430,12 +442,12 @@ impl EventData {
             (h.qty, h.deadline_ms, h.member.clone(), h.visitor.clone());
         self.deadlines.remove(&(deadline, member));
         let q = u64::from(qty);
-        self.held = self.held.saturating_sub(q);
         let kind = if to == HoldStatus::Confirmed {
+            self.held = self.held.saturating_sub(q);
             self.confirmed += q;
             TransitionKind::Confirmed
         } else {
-            self.available += q;
+            self.give_back(q);
             self.visitor_sub(&visitor, qty);
             TransitionKind::Released
         };

@@ -411,8 +411,10 @@ pub async fn restored_lapsed_holds_return_once(h: &Harness) {
 }
 
 /// A record that holds and sold more than its total (a ledger bug, a
-/// total lowered by hand) puts nothing on sale: available is 0, never
-/// negative, never more.
+/// total lowered by hand) puts nothing on sale: available is 0, and the
+/// units of its holds that end unsold pay the excess off before any goes
+/// back on sale, so `available + held + confirmed` comes back down to the
+/// total and never a unit beyond it is sold.
 pub async fn restore_of_an_inconsistent_record_sells_nothing(h: &Harness) {
     let ttl = Duration::from_secs(600);
     let ev = h.event("inconsistent");
@@ -441,6 +443,47 @@ pub async fn restore_of_an_inconsistent_record_sells_nothing(h: &Harness) {
         h.inv.hold(&ev, "carol", 1, None).await.unwrap(),
         HoldOutcome::SoldOut { available: 0 }
     ));
+    // Total 3 with 2 sold: one unit may ever be sold again, not two.
+    let bob = &record.open_holds[0];
+    assert_eq!(
+        h.inv.release(&bob.hold_id, "bob").await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(h.counts(&ev).await, (1, 0, 2));
+    held(h.inv.hold(&ev, "carol", 1, None).await.unwrap());
+    assert!(matches!(
+        h.inv.hold(&ev, "dave", 1, None).await.unwrap(),
+        HoldOutcome::SoldOut { available: 0 }
+    ));
+    // The same through a lapse and a failed payment.
+    let ev = h.event("inconsistent2");
+    let now = h.now_ms();
+    let record = EventRecord {
+        total: 4,
+        version: 1,
+        confirmed: vec![("alice".into(), 3)],
+        open_holds: vec![
+            open_hold(&ev, "bob", 2, now.saturating_sub(1_000)),
+            open_hold(&ev, "carol", 1, now + 300_000),
+        ],
+    };
+    assert!(matches!(
+        h.inv
+            .restore(&ev, &spec(4, 4, ttl, 1), &record)
+            .await
+            .unwrap(),
+        RestoreOutcome::Restored { available: 0, .. }
+    ));
+    // bob's lapsed 2 units pay off the excess of 2 (3 + 3 held vs 4).
+    assert_eq!(h.counts(&ev).await, (0, 1, 3));
+    assert_eq!(
+        h.inv
+            .confirm(&record.open_holds[1].hold_id, "fail", false)
+            .await
+            .unwrap(),
+        ConfirmOutcome::Released
+    );
+    assert_eq!(h.counts(&ev).await, (1, 0, 3));
 }
 
 // === property ===
@@ -532,12 +575,18 @@ pub async fn restore_property_case(h: &Harness, case: &RecordCase) -> Result<(),
         .await
         .map_err(|e| e.to_string())?
         .ok_or("event missing after restore")?;
-    let mut available = record.available() + lapsed;
+    // Lapsed units go back on sale up to total − held − confirmed.
+    let room = case
+        .total
+        .saturating_sub(held - lapsed)
+        .saturating_sub(confirmed);
+    let mut available = (record.available() + lapsed).min(room);
     let want = (Some(available), held - lapsed, confirmed);
     if (s.available, s.held, s.confirmed) != want {
         return Err(format!("after restore {s:?}, want {want:?}"));
     }
-    let consistent = held + confirmed <= case.total;
+    // Consistent once what is still out fits in the total.
+    let consistent = held - lapsed + confirmed <= case.total;
     if consistent != s.invariant_holds {
         return Err(format!(
             "invariant_holds {} for {case:?}",
