@@ -420,3 +420,100 @@ async fn a_store_that_never_had_the_event_gets_the_configured_stock() {
         "$1\r\n1"
     );
 }
+
+/// On Redis Cluster every key a rebuild touches (counters, holds, visitor
+/// indexes, the load marker) lives in the event's slot: `restore`,
+/// `load_if_new` and an operator's reload run on events of every shard, and
+/// the restored holds behave (cart counts, a payment, a release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuilds_run_on_every_shard_of_a_cluster() {
+    use sluice_reservation::{
+        ConfirmOutcome, EventId, EventRecord, HoldId, HoldOutcome, Inventory, LoadOutcome,
+        OpenHold, RedisConfig, RedisInventory, RestoreOutcome, SetStockOutcome, StockSpec,
+    };
+    let Some(cluster) = sluice_tests::cluster::RedisCluster::start(3, 0) else {
+        return;
+    };
+    let inv = RedisInventory::connect(&RedisConfig::new(cluster.url()))
+        .await
+        .unwrap();
+    let spec = |total, version| StockSpec {
+        total,
+        cart_limit: 4,
+        hold_ttl: Duration::from_secs(600),
+        version,
+        room: "hall".into(),
+    };
+    let mut shards = std::collections::HashSet::new();
+    for i in 0..24 {
+        let ev = EventId::parse(&format!("shard-{i}")).unwrap();
+        shards.insert(cluster.primary_for(&format!("sluice:{{{ev}}}:stock")));
+        assert_eq!(
+            inv.load_if_new(&ev, &spec(5, 1)).await.unwrap(),
+            LoadOutcome::Loaded { available: 5 }
+        );
+        // The event's keys go (the marker stays): a lost event.
+        for key in ["stock", "meta", "deadlines", "visitors", "stream"] {
+            cluster.cli(&["DEL", &format!("sluice:{{{ev}}}:{key}")]);
+        }
+        assert_eq!(
+            inv.load_if_new(&ev, &spec(5, 1)).await.unwrap(),
+            LoadOutcome::Lost { last_version: 1 }
+        );
+        let now = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap();
+        let a = OpenHold {
+            hold_id: HoldId::generate(&ev),
+            visitor: "alice".into(),
+            qty: 2,
+            expires_at_ms: now + 300_000,
+        };
+        let record = EventRecord {
+            total: 5,
+            version: 3,
+            confirmed: vec![("alice".into(), 1)],
+            open_holds: vec![a.clone()],
+        };
+        assert_eq!(
+            inv.restore(&ev, &spec(5, 1), &record).await.unwrap(),
+            RestoreOutcome::Restored {
+                available: 2,
+                held: 2,
+                confirmed: 1
+            }
+        );
+        assert_eq!(
+            inv.hold(&ev, "alice", 2, None).await.unwrap(),
+            HoldOutcome::CartLimitExceeded { limit: 4, held: 3 }
+        );
+        assert_eq!(
+            inv.confirm(&a.hold_id, "pay", true).await.unwrap(),
+            ConfirmOutcome::Confirmed
+        );
+        let s = inv.read(&ev).await.unwrap().unwrap();
+        assert_eq!(
+            (s.available, s.held, s.confirmed, s.version),
+            (Some(2), 0, 3, 3)
+        );
+        assert!(s.invariant_holds);
+        if i % 8 == 0 {
+            // And the operator's reload of a lost one.
+            for key in ["stock", "meta"] {
+                cluster.cli(&["DEL", &format!("sluice:{{{ev}}}:{key}")]);
+            }
+            assert_eq!(
+                inv.set_stock(&ev, &spec(1, 1)).await.unwrap(),
+                SetStockOutcome::Recreated {
+                    available: 1,
+                    lost_version: 3
+                }
+            );
+        }
+    }
+    assert_eq!(shards.len(), 3, "events on every shard: {shards:?}");
+}
