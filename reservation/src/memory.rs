@@ -153,6 +153,7 @@ impl MemoryInventory {
     /// what Redis looks like after the event's keys were evicted or deleted,
     /// or a replica promoted before they reached it (for the store-loss
     /// tests). A `FLUSHALL` is a new store.
+    #[cfg(feature = "test-util")]
     pub fn lose_event(&self, event: &EventId) {
         self.inner.events.lock().remove(event);
     }
