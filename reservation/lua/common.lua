@@ -11,12 +11,18 @@
 --                                  whoever ZREMs it books them (once).
 --   KEYS[4] sluice:{ev}:visitors   hash: visitor -> held + confirmed units
 --   KEYS[5] sluice:{ev}:stream     the event's transition stream
+--   KEYS[6] sluice:{ev}:ledgered   exists while a ledger consumes the
+--                                  stream (set by `sluice ledger`): XADD
+--                                  then never trims by length; the ledger
+--                                  trims (XTRIM MINID) below what it
+--                                  acknowledged
 -- Shared ARGV:
---   ARGV[1] stream MAXLEN (approximate cap, `MAXLEN ~`)
+--   ARGV[1] stream MAXLEN (approximate cap, `MAXLEN ~`, when no ledger)
 --   ARGV[2] the event id (hold ids are "{event}.{suffix}")
 -- The only clock is redis.call('TIME').
 
 local K_STOCK, K_META, K_DEADLINES, K_VISITORS, K_STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_LEDGERED = KEYS[6]
 local MAXLEN, EVENT = ARGV[1], ARGV[2]
 
 -- Integers as decimal text. Never tostring(): it prints 14 significant
@@ -30,18 +36,48 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Whether a ledger consumes the stream (checked once per script call).
+local ledgered = nil
+
 -- Appends one transition to the stream. `extra` is a flat list of more
--- field/value pairs (payment_event_id, reason, version).
+-- field/value pairs (payment_event_id, reason, version). Capped by length
+-- only while no ledger reads the stream: an entry the ledger has not
+-- stored is never trimmed here.
 local function emit(kind, suffix, visitor, qty, available, now, extra)
   local hold_id = ''
   if suffix ~= '' then hold_id = EVENT .. '.' .. suffix end
-  local args = {'XADD', K_STREAM, 'MAXLEN', '~', MAXLEN, '*',
+  if ledgered == nil then ledgered = redis.call('EXISTS', K_LEDGERED) == 1 end
+  local args = {'XADD', K_STREAM}
+  if not ledgered then
+    args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = MAXLEN
+  end
+  local fields = {'*',
     'type', kind, 'event', EVENT, 'hold_id', hold_id, 'visitor', visitor,
     'qty', int(qty), 'available', int(available), 'ts_ms', int(now)}
+  for _, v in ipairs(fields) do args[#args + 1] = v end
   if extra then
     for _, v in ipairs(extra) do args[#args + 1] = v end
   end
   redis.call(unpack(args))
+end
+
+-- A hold of `qty` units ends without a sale: its units leave `held` and go
+-- back on sale. Returns the stock counter afterwards. The counter never
+-- rises above total - held - confirmed (0 when that is negative): in a
+-- consistent event that is exactly where it lands, and after a rebuild from
+-- an overcommitted record (restore.lua) the returning units pay the excess
+-- off instead of being sold a second time.
+local function give_back(qty)
+  redis.call('HINCRBY', K_META, 'held', -qty)
+  local available = redis.call('INCRBY', K_STOCK, qty)
+  local m = redis.call('HMGET', K_META, 'total', 'held', 'confirmed')
+  local room = tonumber(m[1] or '0') - tonumber(m[2] or '0') - tonumber(m[3] or '0')
+  if room < 0 then room = 0 end
+  if available > room then
+    available = room
+    redis.call('SET', K_STOCK, int(room))
+  end
+  return available
 end
 
 local function visitor_sub(visitor, qty)
@@ -56,8 +92,7 @@ local function expire_member(member, now)
   if redis.call('ZREM', K_DEADLINES, member) == 0 then return false end
   local suffix, qty, visitor = string.match(member, '^([^:]*):(%d+):(.*)$')
   qty = tonumber(qty)
-  local available = redis.call('INCRBY', K_STOCK, qty)
-  redis.call('HINCRBY', K_META, 'held', -qty)
+  local available = give_back(qty)
   visitor_sub(visitor, qty)
   emit('expired', suffix, visitor, qty, available, now, {'reason', 'deadline'})
   return true

@@ -1,8 +1,8 @@
 -- confirm.lua: apply a payment outcome to a hold (common.lua prepended).
 --
--- KEYS[1..5] as in common.lua
--- KEYS[6] sluice:{ev}:hold:{suffix}
--- KEYS[7] sluice:{ev}:pay:{len(payment_event_id)}:{payment_event_id}
+-- KEYS[1..6] as in common.lua
+-- KEYS[7] sluice:{ev}:hold:{suffix}
+-- KEYS[8] sluice:{ev}:pay:{len(payment_event_id)}:{payment_event_id}
 --         "{suffix}:{answer}": the hold this payment event was applied to
 --         and the answer it got
 -- ARGV[1..2] as in common.lua
@@ -21,7 +21,7 @@
 -- A failed payment releases a held hold. 'not_found' and 'not_ready' are
 -- not recorded.
 -- Writes: the hold's status, counters, XADD type=confirmed|released|expired.
-local K_HOLD, K_PAY = KEYS[6], KEYS[7]
+local K_HOLD, K_PAY = KEYS[7], KEYS[8]
 local this = string.match(K_HOLD, ':hold:(.*)$')
 local prior = redis.call('GET', K_PAY)
 if prior then
@@ -48,8 +48,7 @@ if answer == 'held' then
     emit('confirmed', suffix, h[1], qty, tonumber(redis.call('GET', K_STOCK)), now,
       {'payment_event_id', ARGV[3]})
   else
-    local available = redis.call('INCRBY', K_STOCK, qty)
-    redis.call('HINCRBY', K_META, 'held', -qty)
+    local available = give_back(qty)
     visitor_sub(h[1], qty)
     answer = 'released'
     emit('released', suffix, h[1], qty, available, now,

@@ -1,15 +1,15 @@
 -- hold.lua: take `qty` units for a visitor (common.lua prepended).
 --
--- KEYS[1..5] as in common.lua
--- KEYS[6] sluice:{ev}:hold:{suffix}   the new hold's hash, under a fresh
+-- KEYS[1..6] as in common.lua
+-- KEYS[7] sluice:{ev}:hold:{suffix}   the new hold's hash, under a fresh
 --         suffix (22 base64url chars) the Rust side generates. The suffix
 --         is read from this key, so the hash and the hold id can never
 --         disagree.
--- KEYS[7] sluice:{ev}:vholds:{len(visitor)}:{visitor}   zset: this visitor's
+-- KEYS[8] sluice:{ev}:vholds:{len(visitor)}:{visitor}   zset: this visitor's
 --         deadline-index members, score = deadline (see "Lapsed holds").
 --         The visitor is read from this key (its length must match).
--- KEYS[8] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
--- KEYS[9] (optional, with KEYS[8]) sluice:{ev}:hold:{suffix} of the hold
+-- KEYS[9] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
+-- KEYS[10] (optional, with KEYS[9]) sluice:{ev}:hold:{suffix} of the hold
 --         the idempotency key named in an earlier REDIRECT
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] qty (integer)
@@ -22,13 +22,13 @@
 -- Returns one of:
 --   {'NOT_READY'}                      stock counter or settings missing
 --   {'REDIRECT', suffix}               the idempotency key names a hold
---                                      other than KEYS[9]: call again with
---                                      that hold as KEYS[9] (and a fresh
---                                      KEYS[6])
+--                                      other than KEYS[10]: call again with
+--                                      that hold as KEYS[10] (and a fresh
+--                                      KEYS[7])
 --   (a key naming a hold whose hash is gone, past its retention, takes a
---   new hold under KEYS[6]'s fresh suffix: a hold id is never reused, so
+--   new hold under KEYS[7]'s fresh suffix: a hold id is never reused, so
 --   a late webhook for the forgotten hold cannot confirm the new one)
---   {'REPLAYED', qty, status, deadline_ms, available}   the hold of KEYS[9]
+--   {'REPLAYED', qty, status, deadline_ms, available}   the hold of KEYS[10]
 --   {'INVALID_QTY', limit}             qty 0 or above the cart limit
 --   {'CART_LIMIT', limit, have}        have + qty > limit
 --   {'SOLD_OUT', available}
@@ -40,7 +40,7 @@
 -- Lapsed holds: a hold past its deadline counts as expired before any
 -- reaper saw it, so no answer may depend on whether one did. Besides the
 -- LAZY_REAP_MAX oldest lapsed holds of anyone, this script expires:
---   * every lapsed hold of this visitor (from KEYS[7]) before the cart
+--   * every lapsed hold of this visitor (from KEYS[8]) before the cart
 --     check; the visitor's index holds only members of holds taken within
 --     one TTL (lapsed entries are dropped here, released ones by
 --     release.lua), i.e. at most cart_limit out or confirmed holds plus
@@ -57,7 +57,7 @@ local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms')
 if not meta[1] or not meta[2] then return {'NOT_READY'} end
 local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
 local now = now_ms()
-local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local suffix = string.match(K_HOLD, ':hold:([^:]*)$')
 local vlen, visitor = string.match(K_VHOLDS, ':vholds:(%d+):(.*)$')
 if not suffix or not visitor or #visitor ~= tonumber(vlen) then
@@ -84,7 +84,7 @@ if K_IDEM then
       return {'REPLAYED', tonumber(h[2]), status, deadline, tonumber(redis.call('GET', K_STOCK))}
     end
     -- The hold is gone (past its retention): the key takes a new hold,
-    -- under KEYS[6]'s fresh suffix (SET below), never the old id.
+    -- under KEYS[7]'s fresh suffix (SET below), never the old id.
   end
 end
 

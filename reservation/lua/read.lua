@@ -1,6 +1,6 @@
 -- read.lua: an event's counters and settings (common.lua prepended).
 --
--- KEYS[1..5] as in common.lua
+-- KEYS[1..6] as in common.lua
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] how many expired holds to reap first (LAZY_REAP_MAX)
 --

@@ -4,6 +4,7 @@
 use crate::Inventory;
 use crate::error::Result;
 use crate::memory::MemoryInventory;
+use crate::record::{EventRecord, RestoreOutcome};
 use crate::redis::RedisInventory;
 use crate::types::*;
 
@@ -27,6 +28,27 @@ macro_rules! delegate {
 impl Inventory for InventoryBackend {
     async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
         delegate!(self, inv => inv.set_stock(event, spec))
+    }
+
+    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
+        delegate!(self, inv => inv.load_if_new(event, spec))
+    }
+
+    async fn loaded_version(&self, event: &EventId) -> Result<Option<u64>> {
+        delegate!(self, inv => inv.loaded_version(event))
+    }
+
+    async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
+        delegate!(self, inv => inv.remember_loaded(event, version))
+    }
+
+    async fn restore(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+    ) -> Result<RestoreOutcome> {
+        delegate!(self, inv => inv.restore(event, spec, record))
     }
 
     async fn hold(

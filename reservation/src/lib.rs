@@ -36,8 +36,13 @@
 //!   the visitor's own lapsed holds before its cart check, and lapsed holds
 //!   until enough units are back before answering sold out; a read reaps
 //!   every lapsed hold, in bounded steps, before it counts).
+//! - **load marker**: a key per event outside the event's own keys, with
+//!   the highest version ever set, so a store that lost the event (its
+//!   keys evicted or deleted) is told apart from one that never had it:
+//!   configured stock is loaded only into the latter
+//!   ([`Inventory::load_if_new`]).
 //! - **stream**: the event's log of transitions (`held`, `confirmed`,
-//!   `released`, `expired`, `stock`), a Redis Stream an origin consumes with
+//!   `released`, `expired`, `stock`, `restored`), a Redis Stream an origin consumes with
 //!   a consumer group (fields in `STREAM.md`), a bounded ring in memory.
 //!
 //! # Layout
@@ -61,7 +66,12 @@
 //!
 //! # Invariants (checked by the conformance suite on both stores)
 //!
-//! 1. `available + held + confirmed = total` after every operation.
+//! 1. `available + held + confirmed = total` after every operation. (One
+//!    exception, never an oversale: a [`Inventory::restore`] of a record
+//!    that holds and sold more than its total starts above it, with nothing
+//!    on sale; units of holds that end unsold pay the excess off before
+//!    any goes back on sale, since a returning unit never lifts `available`
+//!    above `total − held − confirmed`.)
 //! 2. `available` never goes below zero; no visitor ever has more than the
 //!    cart limit held + confirmed.
 //! 3. Each hold ends in exactly one terminal state, once.
@@ -74,6 +84,11 @@
 //! 7. A hold id names one hold, ever: an idempotency key whose hold was
 //!    forgotten (past its [`Retention`]) takes a new hold under a new id,
 //!    so a late webhook for the old id can never confirm the new one.
+//! 8. Configured stock goes only into a store that never had the event
+//!    ([`Inventory::load_if_new`]); a lost event stays not ready until an
+//!    operator loads it ([`SetStockOutcome::Recreated`]) or a record
+//!    restores it ([`Inventory::restore`], which never overwrites live
+//!    counters).
 
 #![forbid(unsafe_code)]
 
@@ -97,8 +112,8 @@ pub use redis::{RedisConfig, RedisInventory};
 pub use retention::{Retention, RetentionError};
 pub use sluice_clock::{Clock, ManualClock, SystemClock};
 pub use types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
-    SetStockOutcome, StockSpec, Transition, TransitionKind,
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, LoadOutcome,
+    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
 
 use std::time::Duration;
@@ -125,6 +140,57 @@ pub trait Inventory: Send + Sync {
         event: &EventId,
         spec: &StockSpec,
     ) -> impl Future<Output = Result<SetStockOutcome>> + Send;
+
+    /// Loads configured stock, only into a store that never had the event:
+    /// neither its settings nor its load marker exist (see
+    /// [`LoadOutcome`]). One atomic step, so two gateways starting at once
+    /// load it once. A gateway calls this at start for its `[[events]]`;
+    /// an operator calls [`Inventory::set_stock`].
+    fn load_if_new(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+    ) -> impl Future<Output = Result<LoadOutcome>> + Send;
+
+    /// The event's load marker: the highest stock version ever set (or
+    /// restored) in this store, `None` when the store never had the event.
+    /// The marker outlives the event's own keys (evicted, deleted, or
+    /// missing on a replica promoted before they reached it), not a
+    /// `FLUSHALL`.
+    fn loaded_version(&self, event: &EventId) -> impl Future<Output = Result<Option<u64>>> + Send;
+
+    /// Writes the event's load marker back when it is missing (or below
+    /// `version`): a gateway that saw the event loaded calls this when it
+    /// finds the event gone, so that a `FLUSHALL` behind a running gateway
+    /// still leaves a marker, and gateways restarted afterwards refuse to
+    /// load configured stock into it. Changes nothing else.
+    fn remember_loaded(
+        &self,
+        event: &EventId,
+        version: u64,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Rebuilds a lost event from a durable record (the ledger's), in one
+    /// atomic step: counters, settings, open holds (ids, visitors, qty,
+    /// deadlines), cart counts, the load marker and a `restored` stream
+    /// entry. Refused ([`RestoreOutcome::Present`]) while the store has the
+    /// event's stock counter or settings: a rebuild never overwrites live
+    /// counters.
+    ///
+    /// `total` and the holds come from `record`; cart limit, hold TTL and
+    /// room from `spec`; the version is the larger of `record.version` and
+    /// `spec.version`, so a stock sync the store or the ledger already saw
+    /// stays stale. `available = record.available()` (clamped at 0; the
+    /// excess of an overcommitted record is paid off by holds that end
+    /// unsold, see invariant 1). A
+    /// restored hold past its deadline is expired by the reaper or the next
+    /// operation that meets it, as any lapsed hold (one `expired` entry).
+    fn restore(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+    ) -> impl Future<Output = Result<RestoreOutcome>> + Send;
 
     /// Takes `qty` units for `visitor`, checking stock and the cart limit.
     fn hold(
@@ -189,6 +255,51 @@ pub trait Inventory: Send + Sync {
             Ok(n)
         }
     }
+}
+
+/// Validates a restore before any store sees it; `Some(reason)` when
+/// refused ([`RestoreOutcome::Invalid`]).
+pub(crate) fn restore_problem(
+    event: &EventId,
+    spec: &StockSpec,
+    record: &EventRecord,
+) -> Option<String> {
+    if let Some(r) = spec_problem(spec) {
+        return Some(format!("spec: {r}"));
+    }
+    if record.total > MAX_TOTAL {
+        return Some("record total above 2^53".into());
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut carts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for h in &record.open_holds {
+        if h.hold_id.event() != *event {
+            return Some(format!("hold {} belongs to another event", h.hold_id));
+        }
+        if h.qty == 0 {
+            return Some(format!("hold {} has qty 0", h.hold_id));
+        }
+        if h.visitor.is_empty() {
+            return Some(format!("hold {} has no visitor", h.hold_id));
+        }
+        if !seen.insert(h.hold_id.suffix()) {
+            return Some(format!("hold {} listed twice", h.hold_id));
+        }
+        *carts.entry(&h.visitor).or_default() += u64::from(h.qty);
+    }
+    for (visitor, qty) in &record.confirmed {
+        if visitor.is_empty() {
+            return Some("confirmed units without a visitor".into());
+        }
+        *carts.entry(visitor).or_default() += qty;
+    }
+    if record.held().saturating_add(record.confirmed_total()) > MAX_TOTAL {
+        return Some("held + confirmed above 2^53".into());
+    }
+    if carts.values().any(|q| *q > u64::from(u32::MAX)) {
+        return Some("a visitor's cart above 2^32".into());
+    }
+    None
 }
 
 /// Validates a spec before any store sees it; `Some(reason)` when refused.

@@ -19,12 +19,15 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::Result;
+use crate::record::{EventRecord, RestoreOutcome};
 use crate::retention::Retention;
 use crate::types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
-    SetStockOutcome, StockSpec, Transition, TransitionKind,
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, LoadOutcome,
+    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
-use crate::{IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
+use crate::{
+    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, restore_problem, spec_problem,
+};
 use sluice_clock::{Clock, SystemClock};
 
 /// Default number of transitions kept per event.
@@ -49,6 +52,11 @@ struct Inner {
     clock: Arc<dyn Clock>,
     log_capacity: usize,
     events: Mutex<HashMap<EventId, EventData>>,
+    /// `sluice:loaded:{ev}`: the highest version ever set per event. Kept
+    /// apart from `events` so [`MemoryInventory::lose_event`] can drop an
+    /// event's data and leave its marker, as an eviction in Redis would.
+    /// Locked after `events`, never alone while writing one.
+    markers: Mutex<HashMap<EventId, u64>>,
 }
 
 /// One event. Field names follow the Redis keys they stand for.
@@ -125,6 +133,7 @@ impl MemoryInventory {
                 clock,
                 log_capacity: log_capacity.max(1),
                 events: Mutex::new(HashMap::new()),
+                markers: Mutex::new(HashMap::new()),
             }),
             retention: Retention::default(),
         }
@@ -138,6 +147,99 @@ impl MemoryInventory {
 
     fn now(&self) -> u64 {
         self.inner.clock.now_ms()
+    }
+
+    /// Drops everything the store knows of `event` except its load marker:
+    /// what Redis looks like after the event's keys were evicted or deleted,
+    /// or a replica promoted before they reached it (for the store-loss
+    /// tests). A `FLUSHALL` is a new store.
+    #[cfg(feature = "test-util")]
+    pub fn lose_event(&self, event: &EventId) {
+        self.inner.events.lock().remove(event);
+    }
+
+    /// Sets, updates or (`only_new`) loads an event's stock with both maps
+    /// locked: the one critical section of `set_stock` and `load_if_new`.
+    fn set_stock_locked(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        only_new: bool,
+    ) -> std::result::Result<SetStockOutcome, LoadOutcome> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let mut markers = self.inner.markers.lock();
+        let lost = match (events.contains_key(event), markers.get(event)) {
+            (false, Some(v)) => Some(*v),
+            _ => None,
+        };
+        if only_new {
+            if events.contains_key(event) {
+                return Err(LoadOutcome::Present);
+            }
+            if let Some(last_version) = lost {
+                return Err(LoadOutcome::Lost { last_version });
+            }
+        }
+        let (outcome, e) = match events.get_mut(event) {
+            Some(e) => {
+                if spec.version <= e.version {
+                    return Ok(SetStockOutcome::Stale {
+                        current_version: e.version,
+                    });
+                }
+                if spec.total < e.held + e.confirmed {
+                    return Ok(SetStockOutcome::BelowCommitted {
+                        held: e.held,
+                        confirmed: e.confirmed,
+                    });
+                }
+                e.available = spec.total - e.held - e.confirmed;
+                (
+                    SetStockOutcome::Updated {
+                        available: e.available,
+                    },
+                    e,
+                )
+            }
+            None => {
+                let e = events
+                    .entry(event.clone())
+                    .or_insert(EventData::empty(spec, now));
+                let outcome = match lost {
+                    Some(lost_version) => SetStockOutcome::Recreated {
+                        available: spec.total,
+                        lost_version,
+                    },
+                    None => SetStockOutcome::Created {
+                        available: spec.total,
+                    },
+                };
+                (outcome, e)
+            }
+        };
+        e.total = spec.total;
+        e.cart_limit = spec.cart_limit;
+        e.hold_ttl_ms = spec.hold_ttl_ms();
+        e.version = spec.version;
+        e.room = spec.room.clone();
+        let available = e.available;
+        e.log(
+            cap,
+            Transition {
+                kind: TransitionKind::Stock,
+                hold_id: String::new(),
+                visitor: String::new(),
+                qty: spec.total,
+                available,
+                ts_ms: now,
+                payment_event_id: None,
+            },
+        );
+        let marker = markers.entry(event.clone()).or_insert(0);
+        *marker = (*marker).max(spec.version);
+        Ok(outcome)
     }
 
     /// `(available, held, confirmed)` as stored, without reaping anything:
@@ -160,11 +262,45 @@ impl Default for MemoryInventory {
 // === impl EventData ===
 
 impl EventData {
+    /// A new event with `available = total`, nothing held or sold.
+    fn empty(spec: &StockSpec, now: u64) -> Self {
+        EventData {
+            total: spec.total,
+            cart_limit: spec.cart_limit,
+            hold_ttl_ms: spec.hold_ttl_ms(),
+            version: spec.version,
+            room: spec.room.clone(),
+            available: spec.total,
+            held: 0,
+            confirmed: 0,
+            holds: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            visitors: HashMap::new(),
+            idem: HashMap::new(),
+            payments: HashMap::new(),
+            log: VecDeque::new(),
+            last_purge_ms: now,
+        }
+    }
+
     fn log(&mut self, cap: usize, t: Transition) {
         while self.log.len() >= cap {
             self.log.pop_front();
         }
         self.log.push_back(t);
+    }
+
+    /// A hold's units leave `held` and go back on sale, never above
+    /// `total − held − confirmed` (common.lua's `give_back`): exact in a
+    /// consistent event; after a rebuild from an overcommitted record the
+    /// returning units pay the excess off instead of being sold twice.
+    fn give_back(&mut self, qty: u64) {
+        self.held = self.held.saturating_sub(qty);
+        let room = self
+            .total
+            .saturating_sub(self.held)
+            .saturating_sub(self.confirmed);
+        self.available = self.available.saturating_add(qty).min(room);
     }
 
     fn visitor_sub(&mut self, visitor: &str, qty: u32) {
@@ -193,8 +329,7 @@ impl EventData {
         let suffix = parts.next().unwrap_or_default().to_owned();
         let qty: u32 = parts.next().and_then(|q| q.parse().ok()).unwrap_or(0);
         let visitor = parts.next().unwrap_or_default().to_owned();
-        self.available += u64::from(qty);
-        self.held = self.held.saturating_sub(u64::from(qty));
+        self.give_back(u64::from(qty));
         self.visitor_sub(&visitor, qty);
         if let Some(h) = self.holds.get_mut(&suffix) {
             h.status = HoldStatus::Expired;
@@ -308,12 +443,12 @@ impl EventData {
             (h.qty, h.deadline_ms, h.member.clone(), h.visitor.clone());
         self.deadlines.remove(&(deadline, member));
         let q = u64::from(qty);
-        self.held = self.held.saturating_sub(q);
         let kind = if to == HoldStatus::Confirmed {
+            self.held = self.held.saturating_sub(q);
             self.confirmed += q;
             TransitionKind::Confirmed
         } else {
-            self.available += q;
+            self.give_back(q);
             self.visitor_sub(&visitor, qty);
             TransitionKind::Released
         };
@@ -370,75 +505,107 @@ impl Inventory for MemoryInventory {
         if let Some(reason) = spec_problem(spec) {
             return Ok(SetStockOutcome::Invalid { reason });
         }
+        Ok(self
+            .set_stock_locked(event, spec, false)
+            .unwrap_or(SetStockOutcome::Invalid {
+                reason: "refused to load",
+            }))
+    }
+
+    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
+        if let Some(reason) = spec_problem(spec) {
+            return Ok(LoadOutcome::Invalid { reason });
+        }
+        Ok(match self.set_stock_locked(event, spec, true) {
+            Err(refused) => refused,
+            Ok(SetStockOutcome::Created { available }) => LoadOutcome::Loaded { available },
+            // Not reached: `only_new` refuses before anything but a
+            // creation can happen.
+            Ok(_) => LoadOutcome::Present,
+        })
+    }
+
+    async fn loaded_version(&self, event: &EventId) -> Result<Option<u64>> {
+        Ok(self.inner.markers.lock().get(event).copied())
+    }
+
+    async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
+        let mut markers = self.inner.markers.lock();
+        let m = markers.entry(event.clone()).or_insert(version);
+        *m = (*m).max(version);
+        Ok(())
+    }
+
+    async fn restore(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+    ) -> Result<RestoreOutcome> {
+        if let Some(reason) = restore_problem(event, spec, record) {
+            return Ok(RestoreOutcome::Invalid { reason });
+        }
         let now = self.now();
         let cap = self.inner.log_capacity;
+        let released_ms = self.retention.released_ms();
         let mut events = self.inner.events.lock();
-        let (outcome, e) = match events.get_mut(event) {
-            Some(e) => {
-                if spec.version <= e.version {
-                    return Ok(SetStockOutcome::Stale {
-                        current_version: e.version,
-                    });
-                }
-                if spec.total < e.held + e.confirmed {
-                    return Ok(SetStockOutcome::BelowCommitted {
-                        held: e.held,
-                        confirmed: e.confirmed,
-                    });
-                }
-                e.available = spec.total - e.held - e.confirmed;
-                (
-                    SetStockOutcome::Updated {
-                        available: e.available,
-                    },
-                    e,
-                )
+        let mut markers = self.inner.markers.lock();
+        if events.contains_key(event) {
+            return Ok(RestoreOutcome::Present);
+        }
+        let version = record.version.max(spec.version);
+        let mut e = EventData::empty(spec, now);
+        e.total = record.total;
+        e.version = version;
+        e.available = record.available();
+        e.held = record.held();
+        e.confirmed = record.confirmed_total();
+        for h in &record.open_holds {
+            let suffix = h.hold_id.suffix().to_owned();
+            let member = member_of(&suffix, h.qty, &h.visitor);
+            e.deadlines.insert((h.expires_at_ms, member.clone()));
+            *e.visitors.entry(h.visitor.clone()).or_insert(0) += h.qty;
+            e.holds.insert(
+                suffix,
+                HoldRec {
+                    visitor: h.visitor.clone(),
+                    qty: h.qty,
+                    status: HoldStatus::Held,
+                    deadline_ms: h.expires_at_ms,
+                    member,
+                    purge_at_ms: h.expires_at_ms.max(now).saturating_add(released_ms),
+                },
+            );
+        }
+        for (visitor, qty) in &record.confirmed {
+            if *qty > 0 {
+                // Checked below 2^32 by `restore_problem`.
+                let q = u32::try_from(*qty).unwrap_or(u32::MAX);
+                let c = e.visitors.entry(visitor.clone()).or_insert(0);
+                *c = c.saturating_add(q);
             }
-            None => {
-                let e = events.entry(event.clone()).or_insert(EventData {
-                    total: spec.total,
-                    cart_limit: spec.cart_limit,
-                    hold_ttl_ms: 0,
-                    version: spec.version,
-                    room: String::new(),
-                    available: spec.total,
-                    held: 0,
-                    confirmed: 0,
-                    holds: HashMap::new(),
-                    deadlines: BTreeSet::new(),
-                    visitors: HashMap::new(),
-                    idem: HashMap::new(),
-                    payments: HashMap::new(),
-                    log: VecDeque::new(),
-                    last_purge_ms: now,
-                });
-                (
-                    SetStockOutcome::Created {
-                        available: spec.total,
-                    },
-                    e,
-                )
-            }
-        };
-        e.total = spec.total;
-        e.cart_limit = spec.cart_limit;
-        e.hold_ttl_ms = spec.hold_ttl_ms();
-        e.version = spec.version;
-        e.room = spec.room.clone();
-        let available = e.available;
+        }
+        let (available, held, confirmed) = (e.available, e.held, e.confirmed);
         e.log(
             cap,
             Transition {
-                kind: TransitionKind::Stock,
+                kind: TransitionKind::Restored,
                 hold_id: String::new(),
                 visitor: String::new(),
-                qty: spec.total,
+                qty: record.total,
                 available,
                 ts_ms: now,
                 payment_event_id: None,
             },
         );
-        Ok(outcome)
+        events.insert(event.clone(), e);
+        let marker = markers.entry(event.clone()).or_insert(0);
+        *marker = (*marker).max(version);
+        Ok(RestoreOutcome::Restored {
+            available,
+            held,
+            confirmed,
+        })
     }
 
     async fn hold(

@@ -17,7 +17,9 @@
 //! | `sluice:{ev}:vholds:{len}:{visitor}` | sorted set | the visitor's deadline-index members taken within one TTL (lapsed ones are expired and dropped by the visitor's next hold, released ones by the release), so a hold can expire the visitor's lapsed holds before its cart check; expires after its last deadline |
 //! | `sluice:{ev}:idem:{len}:{visitor}:{key}` | string | hold suffix for an `Idempotency-Key` (`len` = the visitor's byte length, so visitor and key cannot run into each other); PX [`IDEMPOTENCY_TTL`]. Naming a hold whose hash is gone, it takes a new hold under a new suffix |
 //! | `sluice:{ev}:pay:{len}:{payment_event_id}` | string | `{suffix}:{answer}`: the hold that payment event was applied to and the answer it got (the same id for another hold answers `payment_reused`); PX [`PAYMENT_TTL`] |
-//! | `sluice:{ev}:stream` | stream | transitions (`STREAM.md`), `MAXLEN ~` [`RedisConfig::stream_maxlen`] |
+//! | `sluice:{ev}:stream` | stream | transitions (`STREAM.md`), `MAXLEN ~` [`RedisConfig::stream_maxlen`] while no ledger reads it |
+//! | `sluice:{ev}:ledgered` | string | exists while `sluice ledger` consumes the stream (it sets the key when it creates its consumer group `sluice-ledger`): the scripts then append without `MAXLEN` and the ledger trims with `XTRIM MINID` below what it acknowledged. Never written by this crate |
+//! | `sluice:loaded:{ev}` | string | the load marker: the highest stock version ever set or restored. Not one of the event's keys (no `sluice:{ev}:` prefix, never a TTL), so it survives their eviction or deletion; same hash tag, so same slot. Tells a store that lost the event from one that never had it ([`Inventory::load_if_new`]). A `FLUSHALL` takes it too |
 //! | `sluice:events` | set | every event whose stock was set (for the reaper's loop). Outside any hash tag and never touched by a script |
 //!
 //! A held hold is expired as soon as `TIME` passes its deadline: every script
@@ -34,7 +36,7 @@
 //! # Scripts
 //!
 //! `lua/common.lua` (shared KEYS 1–5, ARGV 1–2 and helpers) is prepended to
-//! `hold`, `release`, `confirm`, `reap`, `set_stock` and `read`;
+//! `hold`, `release`, `confirm`, `reap`, `set_stock`, `restore` and `read`;
 //! `get_hold.lua` stands alone. Each file's header documents its KEYS, ARGV
 //! and return values. They run through [`redis::Script`] (EVALSHA, loaded
 //! again on `NOSCRIPT`), each call bounded by [`RedisConfig::timeout`].
@@ -74,12 +76,15 @@ use redis::{Script, Value};
 use sluice_redis::{RedisConn, RedisUrl};
 
 use crate::error::{ReservationError, Result};
+use crate::record::{EventRecord, RestoreOutcome};
 use crate::retention::Retention;
 use crate::types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, ReleaseOutcome,
-    SetStockOutcome, StockSpec, Transition, TransitionKind,
+    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, LoadOutcome,
+    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
 };
-use crate::{IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, spec_problem};
+use crate::{
+    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, restore_problem, spec_problem,
+};
 
 /// The registry of events (outside any hash tag).
 pub const EVENTS_KEY: &str = "sluice:events";
@@ -110,6 +115,11 @@ pub mod source {
     pub const SET_STOCK: &str = concat!(
         include_str!("../lua/common.lua"),
         include_str!("../lua/set_stock.lua")
+    );
+    /// `restore.lua` with `common.lua`.
+    pub const RESTORE: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/restore.lua")
     );
     /// `read.lua` with `common.lua`.
     pub const READ: &str = concat!(
@@ -167,6 +177,7 @@ struct Scripts {
     confirm: Script,
     reap: Script,
     set_stock: Script,
+    restore: Script,
     read: Script,
     get_hold: Script,
 }
@@ -204,15 +215,22 @@ impl Keys {
     fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
     }
-    /// KEYS[1..5] of every script with common.lua.
-    fn common(&self) -> [String; 5] {
+    /// KEYS[1..6] of every script with common.lua.
+    fn common(&self) -> [String; 6] {
         [
             self.key("stock"),
             self.key("meta"),
             self.key("deadlines"),
             self.key("visitors"),
             self.key("stream"),
+            self.key("ledgered"),
         ]
+    }
+    /// The load marker, `sluice:loaded:{ev}`: outside the event's prefix,
+    /// in its slot.
+    fn loaded(&self) -> String {
+        let event = &self.prefix["sluice:".len()..self.prefix.len() - 1];
+        format!("sluice:loaded:{event}")
     }
     fn hold(&self, suffix: &str) -> String {
         format!("{}hold:{suffix}", self.prefix)
@@ -310,6 +328,7 @@ impl RedisInventory {
                 confirm: Script::new(source::CONFIRM),
                 reap: Script::new(source::REAP),
                 set_stock: Script::new(source::SET_STOCK),
+                restore: Script::new(source::RESTORE),
                 read: Script::new(source::READ),
                 get_hold: Script::new(source::GET_HOLD),
             }),
@@ -337,6 +356,7 @@ impl RedisInventory {
             &s.confirm,
             &s.reap,
             &s.set_stock,
+            &s.restore,
             &s.read,
             &s.get_hold,
         ] {
@@ -503,6 +523,95 @@ impl RedisInventory {
         Ok((items(v)?, acked))
     }
 
+    /// One call of set_stock.lua; `only_new` for [`Inventory::load_if_new`].
+    async fn run_set_stock(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        only_new: bool,
+    ) -> Result<Vec<Value>> {
+        let keys = Keys::new(event);
+        // An event in the registry from before load markers existed was
+        // had by this store: a missing marker then still means "lost".
+        // (Checked before the script: membership only ever appears, so a
+        // stale "no" can only be a new event.)
+        let known = if only_new {
+            let mut conn = self.conn.clone();
+            self.bounded(
+                redis::cmd("SISMEMBER")
+                    .arg(EVENTS_KEY)
+                    .arg(event.as_str())
+                    .query_async::<i64>(&mut conn),
+            )
+            .await?
+                == 1
+        } else {
+            false
+        };
+        let args = [
+            spec.total.to_string(),
+            spec.cart_limit.to_string(),
+            spec.hold_ttl_ms().to_string(),
+            spec.version.to_string(),
+            spec.room.clone(),
+            if only_new { "1" } else { "0" }.to_owned(),
+            if known { "1" } else { "0" }.to_owned(),
+        ];
+        items(
+            self.run_common(
+                &self.scripts.set_stock,
+                event,
+                &keys,
+                &[keys.loaded()],
+                &args,
+            )
+            .await?,
+        )
+    }
+
+    /// Adds `event` to the registry the reapers walk ([`EVENTS_KEY`]).
+    async fn register(&self, event: &EventId) -> Result<()> {
+        let mut conn = self.conn.clone();
+        self.bounded(
+            redis::cmd("SADD")
+                .arg(EVENTS_KEY)
+                .arg(event.as_str())
+                .query_async::<i64>(&mut conn),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes every key of `event` (`sluice:{ev}:*`), leaving its load
+    /// marker: what an eviction or a partial failover does (for the
+    /// store-loss tests). `what` narrows it: `"counters"` deletes only the
+    /// stock counter and the settings, `"stream"` only the stream.
+    #[cfg(feature = "test-util")]
+    pub async fn lose_event(&self, event: &EventId, what: &str) -> Result<usize> {
+        let keys = Keys::new(event);
+        let mut conn = self.conn.clone();
+        let victims: Vec<String> = match what {
+            "counters" => vec![keys.key("stock"), keys.key("meta")],
+            "stream" => vec![keys.key("stream")],
+            _ => {
+                let pattern = format!("sluice:{{{event}}}:*");
+                self.bounded(
+                    redis::cmd("KEYS")
+                        .arg(pattern)
+                        .query_async::<Vec<String>>(&mut conn),
+                )
+                .await?
+            }
+        };
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        let n: i64 = self
+            .bounded(redis::cmd("DEL").arg(&victims).query_async(&mut conn))
+            .await?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
     /// `(available, held, confirmed)` as stored (one `MULTI`), without
     /// reaping anything: lapsed holds no script has met still count as
     /// held (for tests comparing a store with a model step by step).
@@ -562,18 +671,7 @@ impl Inventory for RedisInventory {
         if let Some(reason) = spec_problem(spec) {
             return Ok(SetStockOutcome::Invalid { reason });
         }
-        let keys = Keys::new(event);
-        let args = [
-            spec.total.to_string(),
-            spec.cart_limit.to_string(),
-            spec.hold_ttl_ms().to_string(),
-            spec.version.to_string(),
-            spec.room.clone(),
-        ];
-        let r = items(
-            self.run_common(&self.scripts.set_stock, event, &keys, &[], &args)
-                .await?,
-        )?;
+        let r = self.run_set_stock(event, spec, false).await?;
         let outcome = match text(r.first())?.as_str() {
             "STALE" => SetStockOutcome::Stale {
                 current_version: text(r.get(1))?.parse().unwrap_or(0),
@@ -585,6 +683,10 @@ impl Inventory for RedisInventory {
             "CREATED" => SetStockOutcome::Created {
                 available: uint(r.get(1))?,
             },
+            "RECREATED" => SetStockOutcome::Recreated {
+                available: uint(r.get(1))?,
+                lost_version: text(r.get(2))?.parse().unwrap_or(0),
+            },
             "UPDATED" => SetStockOutcome::Updated {
                 available: uint(r.get(1))?,
             },
@@ -592,16 +694,119 @@ impl Inventory for RedisInventory {
         };
         if matches!(
             outcome,
-            SetStockOutcome::Created { .. } | SetStockOutcome::Updated { .. }
+            SetStockOutcome::Created { .. }
+                | SetStockOutcome::Recreated { .. }
+                | SetStockOutcome::Updated { .. }
         ) {
-            let mut conn = self.conn.clone();
-            self.bounded(
-                redis::cmd("SADD")
-                    .arg(EVENTS_KEY)
-                    .arg(event.as_str())
-                    .query_async::<i64>(&mut conn),
-            )
+            self.register(event).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
+        if let Some(reason) = spec_problem(spec) {
+            return Ok(LoadOutcome::Invalid { reason });
+        }
+        let r = self.run_set_stock(event, spec, true).await?;
+        let outcome = match text(r.first())?.as_str() {
+            "PRESENT" => LoadOutcome::Present,
+            "LOST" => LoadOutcome::Lost {
+                last_version: text(r.get(1))?.parse().unwrap_or(0),
+            },
+            "CREATED" => LoadOutcome::Loaded {
+                available: uint(r.get(1))?,
+            },
+            other => return Err(ReservationError::Protocol(format!("load_if_new: {other}"))),
+        };
+        if matches!(outcome, LoadOutcome::Loaded { .. }) {
+            self.register(event).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn loaded_version(&self, event: &EventId) -> Result<Option<u64>> {
+        let keys = Keys::new(event);
+        let mut conn = self.conn.clone();
+        let v: Option<String> = self
+            .bounded(redis::cmd("GET").arg(keys.loaded()).query_async(&mut conn))
             .await?;
+        Ok(v.map(|v| v.parse().unwrap_or(0)))
+    }
+
+    async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
+        let keys = Keys::new(event);
+        let mut conn = self.conn.clone();
+        // Raise only: a marker never goes down (versions compared as
+        // numbers; they are canonical u64 text).
+        let script = redis::Script::new(
+            "local m = redis.call('GET', KEYS[1]) \
+             if not m or #m < #ARGV[1] or (#m == #ARGV[1] and m < ARGV[1]) then \
+               redis.call('SET', KEYS[1], ARGV[1]) end return 1",
+        );
+        let mut inv = script.prepare_invoke();
+        inv.key(keys.loaded()).arg(version.to_string());
+        self.bounded(inv.invoke_async::<i64>(&mut conn)).await?;
+        Ok(())
+    }
+
+    async fn restore(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+    ) -> Result<RestoreOutcome> {
+        if let Some(reason) = restore_problem(event, spec, record) {
+            return Ok(RestoreOutcome::Invalid { reason });
+        }
+        let keys = Keys::new(event);
+        let (available, held, confirmed) =
+            (record.available(), record.held(), record.confirmed_total());
+        let mut extra = vec![keys.loaded()];
+        let mut args = vec![
+            record.total.to_string(),
+            spec.cart_limit.to_string(),
+            spec.hold_ttl_ms().to_string(),
+            record.version.max(spec.version).to_string(),
+            spec.room.clone(),
+            available.to_string(),
+            held.to_string(),
+            confirmed.to_string(),
+            self.released_ms.clone(),
+            record.open_holds.len().to_string(),
+        ];
+        let mut carts: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for h in &record.open_holds {
+            extra.push(keys.hold(h.hold_id.suffix()));
+            extra.push(keys.vholds(&h.visitor));
+            args.push(h.visitor.clone());
+            args.push(h.qty.to_string());
+            args.push(h.expires_at_ms.to_string());
+            *carts.entry(&h.visitor).or_default() += u64::from(h.qty);
+        }
+        for (visitor, qty) in &record.confirmed {
+            *carts.entry(visitor).or_default() += qty;
+        }
+        carts.retain(|_, q| *q > 0);
+        args.push(carts.len().to_string());
+        for (visitor, qty) in carts {
+            args.push(visitor.to_owned());
+            args.push(qty.to_string());
+        }
+        let r = items(
+            self.run_common(&self.scripts.restore, event, &keys, &extra, &args)
+                .await?,
+        )?;
+        let outcome = match text(r.first())?.as_str() {
+            "PRESENT" => RestoreOutcome::Present,
+            "RESTORED" => RestoreOutcome::Restored {
+                available: uint(r.get(1))?,
+                held: uint(r.get(2))?,
+                confirmed: uint(r.get(3))?,
+            },
+            other => return Err(ReservationError::Protocol(format!("restore: {other}"))),
+        };
+        if matches!(outcome, RestoreOutcome::Restored { .. }) {
+            self.register(event).await?;
         }
         Ok(outcome)
     }

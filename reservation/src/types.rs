@@ -186,6 +186,49 @@ pub enum SetStockOutcome {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The store had this event once (its load marker survives) but lost
+    /// its counters and settings (a flush, an eviction, a failover to an
+    /// empty replica): created again from this spec, `available = total`,
+    /// as [`SetStockOutcome::Created`]. Only an explicit `set_stock` (an
+    /// operator's load) does this; configured stock never does
+    /// ([`crate::Inventory::load_if_new`]). Whatever was sold or held in
+    /// the lost generation is forgotten: the operator's total must already
+    /// account for it. The gateway answers 201 with `"lost": true`.
+    Recreated {
+        /// Units available after the load.
+        available: u64,
+        /// The highest version the store had set before the loss (the
+        /// marker's), for the operator's log.
+        lost_version: u64,
+    },
+}
+
+/// Answer to [`crate::Inventory::load_if_new`]: loading configured stock,
+/// which only ever happens into a store that never had the event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum LoadOutcome {
+    /// The store never had the event: created with `available = total`.
+    Loaded {
+        /// Units available.
+        available: u64,
+    },
+    /// The store has the event's settings: nothing changed (a configured
+    /// total never overwrites a live event).
+    Present,
+    /// The store had the event and lost it (its load marker says so):
+    /// nothing changed. The event stays not ready (HTTP 503
+    /// `inventory_not_ready`) until an operator loads it explicitly or a
+    /// ledger restores it.
+    Lost {
+        /// The highest version set before the loss.
+        last_version: u64,
+    },
+    /// The spec is unusable: nothing changed.
+    Invalid {
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 // === holds ===
@@ -416,6 +459,9 @@ pub enum TransitionKind {
     Expired,
     /// The stock was set (`set_stock`).
     Stock,
+    /// The event was rebuilt from a durable record after the store lost it
+    /// (`restore`): `qty` is the total, `available` what went back on sale.
+    Restored,
 }
 
 impl TransitionKind {
@@ -427,6 +473,7 @@ impl TransitionKind {
             Self::Released => "released",
             Self::Expired => "expired",
             Self::Stock => "stock",
+            Self::Restored => "restored",
         }
     }
 
@@ -437,6 +484,7 @@ impl TransitionKind {
             "released" => Self::Released,
             "expired" => Self::Expired,
             "stock" => Self::Stock,
+            "restored" => Self::Restored,
             _ => return None,
         })
     }
@@ -447,11 +495,11 @@ impl TransitionKind {
 pub struct Transition {
     /// What happened.
     pub kind: TransitionKind,
-    /// The hold (empty for `stock`).
+    /// The hold (empty for `stock` and `restored`).
     pub hold_id: String,
-    /// The hold's visitor (empty for `stock`).
+    /// The hold's visitor (empty for `stock` and `restored`).
     pub visitor: String,
-    /// Units moved (for `stock`: the new total).
+    /// Units moved (for `stock` and `restored`: the total).
     pub qty: u64,
     /// Units available after the transition.
     pub available: u64,

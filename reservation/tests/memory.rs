@@ -47,3 +47,23 @@ fn model_based_property() {
         })
         .unwrap();
 }
+
+#[test]
+fn restore_property() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let h = Harness::memory();
+    let mut runner = TestRunner::new(Config {
+        cases: 500,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&conformance::loss::record_case(), |case| {
+            rt.block_on(conformance::loss::restore_property_case(&h, &case))
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
+}

@@ -118,6 +118,32 @@ fn model_based_property() {
         .unwrap();
 }
 
+#[test]
+fn restore_property() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(h) = rt.block_on(harness()) else {
+        return;
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(64),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&conformance::loss::record_case(), |case| {
+            rt.block_on(conformance::loss::restore_property_case(&h, &case))
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
+}
+
 /// Retries a hold through connection errors (the server is restarting).
 async fn hold_retrying(
     inv: &RedisInventory,
@@ -474,5 +500,104 @@ async fn holds_wait_for_replicas() {
     assert!(matches!(
         two.hold(&ev, "carol", 9, None).await.unwrap(),
         HoldOutcome::InvalidQuantity { .. }
+    ));
+}
+
+/// While `sluice:{ev}:ledgered` exists (a ledger consumes the stream) the
+/// scripts append without `MAXLEN`: nothing is trimmed unread. Without it
+/// the stream stays capped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_is_not_trimmed_by_length_while_a_ledger_reads_it() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let mut config = RedisConfig::new(server.url());
+    config.stream_maxlen = 10;
+    let inv = RedisInventory::connect(&config).await.unwrap();
+    let ttl = Duration::from_secs(600);
+    let capped = sluice_reservation::EventId::parse("capped").unwrap();
+    let ledgered = sluice_reservation::EventId::parse("ledgered").unwrap();
+    server.command("SET sluice:{ledgered}:ledgered 1");
+    for ev in [&capped, &ledgered] {
+        inv.set_stock(ev, &spec(1_000_000, 4, ttl, 1))
+            .await
+            .unwrap();
+        for i in 0..300 {
+            let v = match inv.hold(ev, &format!("v{i}"), 1, None).await.unwrap() {
+                HoldOutcome::Held(v) => v,
+                other => panic!("{other:?}"),
+            };
+            inv.release(&v.hold_id, &format!("v{i}")).await.unwrap();
+        }
+    }
+    let len = |ev: &str| -> u64 {
+        server
+            .command(&format!("XLEN sluice:{{{ev}}}:stream"))
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(len("ledgered"), 601);
+    assert!(len("capped") < 601, "capped stream has {}", len("capped"));
+}
+
+/// What survives which loss: the load marker outlives the event's keys
+/// (all of them, the counters only, or the stream only) but not a
+/// `FLUSHALL`; an event the registry names from before markers existed is
+/// treated as lost too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_marker_survives_the_events_keys() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let inv = connect(&server).await;
+    let ttl = Duration::from_secs(600);
+    for what in ["all", "counters", "stream"] {
+        let ev = sluice_reservation::EventId::parse(&format!("gone-{what}")).unwrap();
+        assert!(matches!(
+            inv.load_if_new(&ev, &spec(5, 4, ttl, 1)).await.unwrap(),
+            sluice_reservation::LoadOutcome::Loaded { available: 5 }
+        ));
+        let v = match inv.hold(&ev, "alice", 2, None).await.unwrap() {
+            HoldOutcome::Held(v) => v,
+            other => panic!("{other:?}"),
+        };
+        assert!(inv.lose_event(&ev, what).await.unwrap() > 0);
+        let again = inv.load_if_new(&ev, &spec(5, 4, ttl, 1)).await.unwrap();
+        if what == "stream" {
+            // Counters intact: present, and the sale goes on.
+            assert_eq!(again, sluice_reservation::LoadOutcome::Present);
+            assert_eq!(
+                inv.confirm(&v.hold_id, "p", true).await.unwrap(),
+                sluice_reservation::ConfirmOutcome::Confirmed
+            );
+        } else {
+            assert_eq!(
+                again,
+                sluice_reservation::LoadOutcome::Lost { last_version: 1 }
+            );
+            assert_eq!(
+                inv.hold(&ev, "bob", 1, None).await.unwrap(),
+                HoldOutcome::NotReady
+            );
+        }
+    }
+    // A store from before markers: the registry still names the event.
+    let old = sluice_reservation::EventId::parse("legacy").unwrap();
+    inv.set_stock(&old, &spec(5, 4, ttl, 1)).await.unwrap();
+    server.command("DEL sluice:loaded:{legacy}");
+    inv.lose_event(&old, "all").await.unwrap();
+    assert_eq!(
+        inv.load_if_new(&old, &spec(5, 4, ttl, 1)).await.unwrap(),
+        sluice_reservation::LoadOutcome::Lost { last_version: 0 }
+    );
+    // FLUSHALL takes the marker too: a new store, as far as it can tell.
+    server.command("FLUSHALL");
+    let ev = sluice_reservation::EventId::parse("gone-all").unwrap();
+    assert_eq!(inv.loaded_version(&ev).await.unwrap(), None);
+    assert!(matches!(
+        inv.load_if_new(&ev, &spec(5, 4, ttl, 1)).await.unwrap(),
+        sluice_reservation::LoadOutcome::Loaded { .. }
     ));
 }

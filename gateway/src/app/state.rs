@@ -121,6 +121,7 @@ impl AppState {
                 stores.inventory.clone(),
                 config.events.clone(),
                 config.loads_stock(),
+                config.reservation.state_file.clone(),
             ))
             .abort_handle(),
         ];

@@ -83,14 +83,17 @@ pub struct Config {
     pub redis: Option<String>,
     /// How holds and confirmations wait for Redis replicas (`[replication]`).
     pub replication: Replication,
-    /// Load each configured event's `total` into a store that does not have
-    /// the event (`--load-stock`, `SLUICE_LOAD_STOCK`). Default: yes with
-    /// the in-memory stores, no with Redis. A Redis that lost its data (a
-    /// restart without persistence, a `FLUSHALL`) cannot be told from a new
-    /// one, and reloading it would put on sale again what was already sold:
-    /// without a ledger to rebuild from, a missing event stays not ready
-    /// (503 `inventory_not_ready`) until an operator loads it, through the
-    /// admin API or with this flag on a store known never to have sold it.
+    /// Load each configured event's `total` into a store that never had the
+    /// event (`--load-stock`, `SLUICE_LOAD_STOCK`). Default: yes with the
+    /// in-memory stores, no with Redis. Never into a store that lost it: the
+    /// store's load marker (`sluice:loaded:{event}`, which outlives the
+    /// event's keys), this process having seen it, or
+    /// [`ReservationConfig::state_file`] say so, and a lost event stays not
+    /// ready (503 `inventory_not_ready`) until an operator loads it through
+    /// the admin API or a ledger rebuilds it (`crate::reserve::events`).
+    /// What no gateway can tell from a new store: a Redis that lost all
+    /// its data (a `FLUSHALL`, a restart without persistence) while no
+    /// gateway ran to write the marker back, with no state file.
     pub load_stock: Option<bool>,
     /// How long the reservation store keeps ended holds (`[reservation]`).
     pub reservation: ReservationConfig,

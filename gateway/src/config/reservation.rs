@@ -1,5 +1,7 @@
-//! `[reservation]`: how long ended holds are remembered.
+//! `[reservation]`: how long ended holds are remembered, and where a
+//! gateway remembers which events it has seen loaded.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +31,16 @@ pub struct ReservationConfig {
     /// `released_hold_retention`, at most `"3650d"`.
     #[serde(with = "humantime_serde")]
     pub confirmed_hold_retention: Duration,
+    /// A file where this gateway records, as JSON, each event (and stock
+    /// version) it has seen loaded in the store. Configured stock is never
+    /// loaded into a store for an event this file names: so even after a
+    /// `FLUSHALL` (which takes the store's own load markers too) and a
+    /// restart of every gateway, a gateway with its file does not put sold
+    /// stock on sale again. Keep it on a disk that outlives the process
+    /// (and the container). Unreadable or malformed: nothing configured is
+    /// loaded (the operator loads by hand), with an error in the log.
+    /// Default: none (the store's markers and this process's memory only).
+    pub state_file: Option<PathBuf>,
 }
 
 impl Default for ReservationConfig {
@@ -37,6 +49,7 @@ impl Default for ReservationConfig {
         ReservationConfig {
             released_hold_retention: r.released,
             confirmed_hold_retention: r.confirmed,
+            state_file: None,
         }
     }
 }

@@ -3,18 +3,38 @@
 //! second, so "sold out" is known without a store call per poll), and the
 //! reaper task that returns expired holds to stock.
 //!
-//! Configured stock is loaded once, at start, and only into a store that
-//! does not know the event. A store that later loses it (Redis restarted
-//! empty) answers 503 `inventory_not_ready` until an operator loads the
-//! stock again: reloading a stale total behind their back could oversell.
+//! Configured stock is loaded at start (with `load_stock`), and only into
+//! a store that never had the event. Three things say a store had it, any
+//! one is enough to refuse the load ([`LoadGuard`]):
+//!
+//! 1. the store's own load marker (`sluice:loaded:{event}` in Redis), which
+//!    outlives the event's keys when they are evicted, deleted or missing
+//!    on a replica promoted too early ([`Inventory::load_if_new`], atomic);
+//! 2. this process saw the event loaded: it never loads it again, and when
+//!    it finds the event gone it writes the store's marker back
+//!    ([`Inventory::remember_loaded`]), so a `FLUSHALL` behind a running
+//!    gateway leaves a marker within one tick ([`REAP_EVERY`]);
+//! 3. the gateway's state file (`[reservation] state_file`), which outlives
+//!    the process and a `FLUSHALL`.
+//!
+//! A lost event answers 503 `inventory_not_ready` (never sold out, never
+//! sold again) until an operator loads it (`PUT
+//! /_sluice/admin/events/{event}`: the answer says `"lost": true`) or a
+//! ledger restores it. The one case left: a `FLUSHALL` (or an empty
+//! restart, or a failover to an empty replica) with no gateway running to
+//! write the marker back before the others start again, no state file and
+//! no ledger looks exactly like a new store, and `load_stock` then loads
+//! the configured total again. That is why `load_stock` defaults to off
+//! with Redis.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 use sluice_reservation::{
-    EventId, EventState, Inventory, InventoryBackend, SetStockOutcome, StockSpec,
+    EventId, EventState, Inventory, InventoryBackend, LoadOutcome, StockSpec,
 };
 
 use crate::config::{Config, EventConfig};
@@ -143,15 +163,120 @@ impl Events {
     }
 }
 
-/// Loads configured stock into a store that lacks it, then reaps expired
-/// holds and refreshes the cached views every [`REAP_EVERY`]. Every gateway
-/// runs it; reaping is idempotent and returns each hold's stock once.
+/// Why a gateway must not load configured stock into the store: the
+/// events it has seen loaded, in this process and (with a state file) in
+/// earlier ones, with the highest stock version seen.
+#[derive(Debug, Default)]
+pub struct LoadGuard {
+    seen: BTreeMap<String, u64>,
+    file: Option<PathBuf>,
+    /// The file could not be read: load nothing (bias to not selling).
+    broken: bool,
+    /// Events whose loss this gateway has already logged.
+    reported: HashSet<String>,
+}
+
+/// What a state file holds.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateFile {
+    /// Event id → highest stock version seen loaded.
+    events: BTreeMap<String, u64>,
+}
+
+impl LoadGuard {
+    /// A guard remembering in `file` (read now) when given.
+    pub fn open(file: Option<PathBuf>) -> LoadGuard {
+        let mut guard = LoadGuard {
+            seen: BTreeMap::new(),
+            file: file.clone(),
+            broken: false,
+            reported: HashSet::new(),
+        };
+        let Some(path) = file else {
+            return guard;
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice::<StateFile>(&bytes) {
+                Ok(state) => guard.seen = state.events,
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = %e,
+                        "reservation state file is malformed: no configured stock will be loaded");
+                    guard.broken = true;
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e,
+                    "reservation state file cannot be read: no configured stock will be loaded");
+                guard.broken = true;
+            }
+        }
+        guard
+    }
+
+    /// Whether configured stock may be loaded for `event` (the store's own
+    /// marker is checked by the store, atomically).
+    pub fn may_load(&self, event: &str) -> bool {
+        !self.broken && !self.seen.contains_key(event)
+    }
+
+    /// The version this gateway saw `event` loaded with, if it did.
+    pub fn seen(&self, event: &str) -> Option<u64> {
+        self.seen.get(event).copied()
+    }
+
+    /// Records that `event` is loaded in the store with `version`; writes
+    /// the state file when this is news.
+    pub fn saw(&mut self, event: &str, version: u64) {
+        self.reported.remove(event);
+        if self.seen.get(event).is_some_and(|v| *v >= version) {
+            return;
+        }
+        self.seen.insert(event.to_owned(), version);
+        if let Some(path) = &self.file
+            && !self.broken
+            && let Err(e) = write_state(path, &self.seen)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the reservation state file");
+        }
+    }
+}
+
+impl LoadGuard {
+    /// True the first time `event` is found lost since it was last seen
+    /// loaded (so the loss is logged once, not every tick).
+    pub fn first_loss(&mut self, event: &str) -> bool {
+        self.reported.insert(event.to_owned())
+    }
+}
+
+/// Writes the state file whole (a temporary file renamed over it, so a
+/// crash leaves the old file or the new one, never half of one).
+fn write_state(path: &Path, seen: &BTreeMap<String, u64>) -> std::io::Result<()> {
+    let state = StateFile {
+        events: seen.clone(),
+    };
+    let bytes = serde_json::to_vec_pretty(&state).map_err(std::io::Error::other)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Loads configured stock into a store that never had the event (see the
+/// module docs), then reaps expired holds and refreshes the cached views
+/// every [`REAP_EVERY`]. Every gateway runs it; reaping is idempotent and
+/// returns each hold's stock once.
 pub async fn run_reaper(
     events: Events,
     inventory: InventoryBackend,
     configured: Vec<EventConfig>,
     load_stock: bool,
+    state_file: Option<PathBuf>,
 ) {
+    let mut guard = LoadGuard::open(state_file);
     let mut loaded = false;
     let mut interval = tokio::time::interval(REAP_EVERY);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -159,7 +284,7 @@ pub async fn run_reaper(
     loop {
         interval.tick().await;
         if !loaded {
-            loaded = load_configured(&inventory, &configured, load_stock).await;
+            loaded = load_configured(&inventory, &configured, load_stock, &mut guard).await;
         }
         // Every 10 s, adopt events another gateway created in the shared
         // store, so this gateway reaps them too.
@@ -185,20 +310,59 @@ pub async fn run_reaper(
                 continue;
             }
             match inventory.read(&event).await {
-                Ok(state) => events.set_state(&id, state),
+                Ok(state) => {
+                    match &state {
+                        Some(s) if s.ready() => guard.saw(&id, s.version),
+                        None => {
+                            if let Some(version) = guard.seen(&id) {
+                                lost_behind_us(&inventory, &event, version, &mut guard).await;
+                            }
+                        }
+                        Some(_) => {}
+                    }
+                    events.set_state(&id, state)
+                }
                 Err(e) => tracing::debug!(event = %id, error = %e, "read failed"),
             }
         }
     }
 }
 
-/// Loads each configured event's stock into a store without the event,
-/// when `load` (see `Config::load_stock`); otherwise says, once, that the
-/// event stays not ready until an operator loads it.
+/// An event this gateway saw loaded is gone from the store (a `FLUSHALL`,
+/// an eviction, a failover to an empty replica): put its load marker back,
+/// so gateways (re)started from now on refuse to load configured stock into
+/// it even when the flush took the marker, and say so once.
+async fn lost_behind_us(
+    inventory: &InventoryBackend,
+    event: &EventId,
+    version: u64,
+    guard: &mut LoadGuard,
+) {
+    if let Err(e) = inventory.remember_loaded(event, version).await {
+        tracing::debug!(event = %event, error = %e, "cannot write the load marker back");
+        return;
+    }
+    if guard.first_loss(event.as_str()) {
+        tracing::error!(
+            event = %event,
+            last_version = version,
+            "event lost: the store no longer has this event's stock (flushed, evicted or failed over); \
+             it stays not ready (503 inventory_not_ready) and is never reloaded from the configuration; \
+             an operator loads it (PUT /_sluice/admin/events/{{event}}) or a ledger rebuilds it"
+        );
+    }
+}
+
+/// Loads each configured event's stock into a store that never had the
+/// event, when `load` (see `Config::load_stock`) and `guard` allow; says
+/// once, for every configured event the store lacks, that it stays not
+/// ready until an operator loads it. False when the store could not be
+/// asked (try again on the next tick).
 async fn load_configured(
     inventory: &InventoryBackend,
     configured: &[EventConfig],
     load: bool,
+    guard: &mut LoadGuard,
 ) -> bool {
     for ec in configured {
         if ec.total == 0 {
@@ -207,43 +371,96 @@ async fn load_configured(
         let Some(event) = EventId::parse(&ec.id) else {
             continue;
         };
-        match inventory.read(&event).await {
-            Ok(Some(_)) => {}
-            Ok(None) if !load => {
-                tracing::error!(
-                    event = %ec.id,
-                    "the store has no stock for this event: it stays not ready (503 inventory_not_ready) until it is loaded \
-                     (PUT /_sluice/admin/events/{{event}}, `sluice admin event {} set`, or --load-stock on a store that never sold it); \
-                     configured stock is not reloaded into a store that may have lost a sale",
-                    ec.id
-                );
-            }
-            Ok(None) => {
-                let spec = StockSpec {
-                    total: ec.total,
-                    cart_limit: ec.cart_limit,
-                    hold_ttl: ec.hold_ttl,
-                    version: 1,
-                    room: ec.room.clone(),
-                };
-                match inventory.set_stock(&event, &spec).await {
-                    Ok(SetStockOutcome::Created { .. }) => {
-                        tracing::info!(event = %ec.id, total = ec.total, "stock loaded from the configuration");
-                    }
-                    Ok(other) => {
-                        tracing::info!(event = %ec.id, outcome = ?other, "configured stock not loaded")
-                    }
-                    Err(e) => {
-                        tracing::warn!(event = %ec.id, error = %e, "cannot load configured stock yet");
-                        return false;
-                    }
-                }
-            }
+        let state = match inventory.read(&event).await {
+            Ok(s) => s,
             Err(e) => {
                 tracing::warn!(event = %ec.id, error = %e, "cannot read the inventory yet");
+                return false;
+            }
+        };
+        if let Some(s) = state {
+            // Present (even with a lost counter: an operator's matter).
+            guard.saw(&ec.id, s.version);
+            continue;
+        }
+        if !load {
+            tracing::error!(
+                event = %ec.id,
+                "the store has no stock for this event: it stays not ready (503 inventory_not_ready) until it is loaded \
+                 (PUT /_sluice/admin/events/{{event}}, `sluice admin event {} set`, or --load-stock on a store that never had it); \
+                 configured stock is not reloaded into a store that may have lost a sale",
+                ec.id
+            );
+            continue;
+        }
+        if !guard.may_load(&ec.id) {
+            tracing::error!(
+                event = %ec.id,
+                seen_version = guard.seen(&ec.id),
+                "event lost: this gateway saw it loaded (in this process or its state file) and the store no longer has it; \
+                 configured stock is not loaded again: it stays not ready (503 inventory_not_ready) until an operator loads it \
+                 (PUT /_sluice/admin/events/{{event}}) or a ledger rebuilds it"
+            );
+            continue;
+        }
+        let spec = StockSpec {
+            total: ec.total,
+            cart_limit: ec.cart_limit,
+            hold_ttl: ec.hold_ttl,
+            version: 1,
+            room: ec.room.clone(),
+        };
+        match inventory.load_if_new(&event, &spec).await {
+            Ok(LoadOutcome::Loaded { .. }) => {
+                tracing::info!(event = %ec.id, total = ec.total, "stock loaded from the configuration");
+                guard.saw(&ec.id, spec.version);
+            }
+            Ok(LoadOutcome::Present) => guard.saw(&ec.id, spec.version),
+            Ok(LoadOutcome::Lost { last_version }) => {
+                tracing::error!(
+                    event = %ec.id,
+                    last_version,
+                    "event lost: the store had it (its load marker survives) and no longer has its stock; \
+                     configured stock is not loaded again: it stays not ready (503 inventory_not_ready) until an operator loads it \
+                     (PUT /_sluice/admin/events/{{event}}) or a ledger rebuilds it"
+                );
+            }
+            Ok(LoadOutcome::Invalid { reason }) => {
+                tracing::error!(event = %ec.id, reason, "configured stock refused by the store");
+            }
+            Err(e) => {
+                tracing::warn!(event = %ec.id, error = %e, "cannot load configured stock yet");
                 return false;
             }
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn state_file_round_trips_and_refuses_garbage() {
+        let dir = std::env::temp_dir().join(format!("sluice-state-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        let mut g = LoadGuard::open(Some(path.clone()));
+        assert!(g.may_load("demo"));
+        g.saw("demo", 3);
+        g.saw("demo", 2);
+        assert!(!g.may_load("demo") && g.may_load("other"));
+        let again = LoadGuard::open(Some(path.clone()));
+        assert_eq!(again.seen("demo"), Some(3));
+        assert!(!again.may_load("demo") && again.may_load("other"));
+        // A file that says something else than expected: load nothing.
+        for garbage in ["", "{", "[]", "{\"events\":{\"demo\":-1}}", "{\"x\":1}"] {
+            std::fs::write(&path, garbage).unwrap();
+            let g = LoadGuard::open(Some(path.clone()));
+            assert!(!g.may_load("other"), "{garbage:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -23,7 +23,11 @@
 //! - `Idempotency-Key`: 1 to 128 visible ASCII characters, else 400
 //!   `malformed_request` (nothing held).
 //! - An event created through another gateway sharing the store is found
-//!   in the store on first use, then remembered.
+//!   in the store on first use, then remembered. One the store lost (its
+//!   load marker survives) answers 503 `inventory_not_ready`, not 404.
+//! - An explicit `PUT` of an event the store lost is the operator's load:
+//!   201 with `lost: true` and `lost_version`, logged as a reload; the
+//!   admin view of a lost event says `lost` too.
 //! - `PUT` of an existing event without `room` keeps the event's room; a
 //!   new event defaults to `default`.
 //! - An empty webhook secret counts as none: every signature is refused.
@@ -120,7 +124,9 @@ fn store_err(e: ReservationError) -> Problem {
 
 /// The event id of a path with the room selling it: an event this gateway
 /// knows (configured, created through it, or seen before), else one created
-/// through another gateway sharing the store.
+/// through another gateway sharing the store. An event the store had and
+/// lost (its load marker survives) is 503 `inventory_not_ready`, as on the
+/// gateways that knew it, never 404.
 async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Problem> {
     let event = EventId::parse(id).ok_or_else(event_not_found)?;
     if let Some(room) = state.events().room_of(id) {
@@ -132,7 +138,15 @@ async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Pr
             state.events().upsert(id, &room, Some(s));
             Ok((event, room))
         }
-        None => Err(event_not_found()),
+        None => match state
+            .inventory()
+            .loaded_version(&event)
+            .await
+            .map_err(store_err)?
+        {
+            Some(_) => Err(not_ready()),
+            None => Err(event_not_found()),
+        },
     }
 }
 
@@ -575,7 +589,7 @@ async fn admin_list_events(
 async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> {
     let event = EventId::parse(id).ok_or_else(event_not_found)?;
     let s = state.inventory().read(&event).await.map_err(store_err)?;
-    Ok(match s {
+    let mut v = match s {
         Some(s) => json!({
             "event": id,
             "room": s.room,
@@ -595,7 +609,20 @@ async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> 
             "ready": false,
             "invariant_holds": false,
         }),
-    })
+    };
+    // Not ready: say whether the store had the event and lost it (its load
+    // marker survives), so the operator knows a load is a reload.
+    if v.get("ready") != Some(&Value::Bool(true))
+        && let Some(lost) = state
+            .inventory()
+            .loaded_version(&event)
+            .await
+            .map_err(store_err)?
+    {
+        v["lost"] = json!(true);
+        v["lost_version"] = json!(lost);
+    }
+    Ok(v)
 }
 
 async fn admin_get_event(
@@ -688,8 +715,18 @@ async fn admin_put_event(
         .set_stock(&event, &spec)
         .await
         .map_err(store_err)?;
+    let mut lost_version = None;
     let status = match outcome {
         SetStockOutcome::Created { .. } => StatusCode::CREATED,
+        // The operator's load of an event the store had lost: it goes on
+        // sale again with this total (nothing of the lost generation
+        // counts), which the answer and the log say.
+        SetStockOutcome::Recreated {
+            lost_version: v, ..
+        } => {
+            lost_version = Some(v);
+            StatusCode::CREATED
+        }
         SetStockOutcome::Updated { .. } => StatusCode::OK,
         SetStockOutcome::Stale { current_version } => {
             return Err(Problem::new(
@@ -714,10 +751,18 @@ async fn admin_put_event(
     };
     let state_now = state.inventory().read(&event).await.map_err(store_err)?;
     state.events().upsert(&id, &room, state_now);
-    let after = event_admin_json(&state, &id).await?;
+    let mut after = event_admin_json(&state, &id).await?;
     // Who (a fingerprint of the token, the client address), what, before, after.
     let who = crate::admin::dashboard::audit_who(&headers, client.as_ref().map(|c| &c.0));
-    tracing::info!(target: "audit", who = %who, event = %id, change = %body, before = %before, after = %after, "event stock set");
+    if let Some(v) = lost_version {
+        after["lost"] = json!(true);
+        after["lost_version"] = json!(v);
+        tracing::warn!(target: "audit", who = %who, event = %id, change = %body, lost_version = v, after = %after,
+            "event stock loaded by the operator after the store had lost the event: \
+             nothing sold or held before the loss is counted; the new total must account for it");
+    } else {
+        tracing::info!(target: "audit", who = %who, event = %id, change = %body, before = %before, after = %after, "event stock set");
+    }
     Ok((status, axum::Json(after)).into_response())
 }
 

@@ -105,9 +105,11 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "SLUICE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Load each configured event's stock into a store that does not have
-    /// it (`load_stock`) [default: with the in-memory stores only; never
-    /// give it to a Redis that may have lost a sale's data].
+    /// Load each configured event's stock into a store that never had it
+    /// (`load_stock`; a lost event, known by the store's load marker, this
+    /// process or `reservation.state_file`, is never reloaded) [default:
+    /// with the in-memory stores only; a Redis flushed with no gateway left
+    /// running and no state file looks new].
     #[arg(long, env = "SLUICE_LOAD_STOCK", num_args = 0..=1, default_missing_value = "true")]
     pub load_stock: Option<bool>,
     /// Threads serving connections, each with an event loop of its own

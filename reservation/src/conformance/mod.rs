@@ -12,7 +12,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod loss;
 pub mod model;
+
+pub use loss::{
+    load_only_into_a_store_that_never_had_the_event,
+    restore_of_an_inconsistent_record_sells_nothing, restore_refused_when_present_or_invalid,
+    restore_then_hold_confirm_release, restored_lapsed_holds_return_once,
+};
 
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
@@ -1285,7 +1292,10 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $make;
             set_stock_versions, big_numbers, hold_and_get, bad_input, cart_limit, sold_out,
             idempotency, idempotency_concurrent, release, confirm, expiry,
-            expiry_is_seen_by_holds, many_lapsed_holds, payment_reused, concurrent_reapers);
+            expiry_is_seen_by_holds, many_lapsed_holds, payment_reused, concurrent_reapers,
+            load_only_into_a_store_that_never_had_the_event,
+            restore_refused_when_present_or_invalid, restore_then_hold_confirm_release,
+            restored_lapsed_holds_return_once, restore_of_an_inconsistent_record_sells_nothing);
         $crate::conformance_tests!(@each $make_short_retention;
             released_and_expired_holds_are_kept_for_their_retention,
             confirmed_holds_are_kept_for_their_retention);

@@ -1,0 +1,75 @@
+-- restore.lua: rebuild a lost event from a durable record (the ledger's),
+-- in one step (common.lua prepended). The Rust side validated the record
+-- and computed the counters (`Inventory::restore`).
+--
+-- KEYS[1..6] as in common.lua
+-- KEYS[7] sluice:loaded:{ev}   the load marker (see set_stock.lua)
+-- then for each open hold i = 1..n, two keys:
+--   KEYS[6 + 2i] sluice:{ev}:hold:{suffix}   its hash (the suffix is read
+--                from the key, as in hold.lua)
+--   KEYS[7 + 2i] sluice:{ev}:vholds:{len(visitor)}:{visitor}
+-- ARGV[1..2] as in common.lua
+-- ARGV[3] total           ARGV[4] cart_limit      ARGV[5] hold_ttl_ms
+-- ARGV[6] version         ARGV[7] room
+-- ARGV[8] available       ARGV[9] held            ARGV[10] confirmed
+-- ARGV[11] retention of a released or expired hold, ms
+-- ARGV[12] n, then n triples: visitor, qty, deadline_ms
+-- then c, then c pairs: visitor, held + confirmed units (the cart counts)
+--
+-- Returns one of:
+--   {'PRESENT'}                               the stock counter or the
+--                                             settings exist: nothing changed
+--   {'RESTORED', available, held, confirmed}
+-- Writes: meta, stock, the deadline index, visitor counts, each hold's
+-- hash and its visitor's index, the marker, XADD type=restored. A restored
+-- hold past its deadline is left in the deadline index: the reaper (or the
+-- next script that meets it) expires it as any lapsed hold, once.
+-- Idempotency keys and payment answers are not restored: a client retrying
+-- a hold with the same key after a rebuild gets a new hold.
+local K_LOADED = KEYS[7]
+if redis.call('EXISTS', K_STOCK) == 1 or redis.call('EXISTS', K_META) == 1 then
+  return {'PRESENT'}
+end
+local now = now_ms()
+local ttl, keep = tonumber(ARGV[5]), tonumber(ARGV[11])
+-- Leftovers of the lost generation (the counters went, these did not) must
+-- not count in the new one.
+redis.call('DEL', K_DEADLINES, K_VISITORS)
+redis.call('HSET', K_META, 'total', ARGV[3], 'cart_limit', ARGV[4], 'hold_ttl_ms', ARGV[5],
+  'version', ARGV[6], 'room', ARGV[7], 'held', ARGV[9], 'confirmed', ARGV[10])
+redis.call('SET', K_STOCK, ARGV[8])
+
+local n = tonumber(ARGV[12])
+local a = 13
+local cleared = {}
+for i = 1, n do
+  local k_hold, k_vholds = KEYS[6 + 2 * i], KEYS[7 + 2 * i]
+  local visitor, qty, deadline = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  a = a + 3
+  local suffix = string.match(k_hold, ':hold:([^:]*)$')
+  if not suffix then return redis.error_reply('restore.lua: malformed hold key') end
+  local member = suffix .. ':' .. qty .. ':' .. visitor
+  redis.call('DEL', k_hold)
+  redis.call('HSET', k_hold, 'visitor', visitor, 'qty', qty, 'status', 'held',
+    'deadline_ms', int(deadline), 'created_ms', int(now), 'member', member, 'restored', '1')
+  redis.call('PEXPIREAT', k_hold, int(math.max(deadline, now) + keep))
+  redis.call('ZADD', K_DEADLINES, int(deadline), member)
+  if not cleared[k_vholds] then
+    redis.call('DEL', k_vholds)
+    cleared[k_vholds] = true
+  end
+  redis.call('ZADD', k_vholds, int(deadline), member)
+  local until_ms = math.max(deadline, now + ttl) + 1000
+  local vttl = redis.call('PTTL', k_vholds)
+  if vttl < 0 or now + vttl < until_ms then redis.call('PEXPIREAT', k_vholds, int(until_ms)) end
+end
+local c = tonumber(ARGV[a])
+a = a + 1
+for _ = 1, c do
+  redis.call('HSET', K_VISITORS, ARGV[a], ARGV[a + 1])
+  a = a + 2
+end
+local marker = redis.call('GET', K_LOADED)
+if not marker or dec_gt(ARGV[6], marker) then redis.call('SET', K_LOADED, ARGV[6]) end
+emit('restored', '', '', ARGV[3], tonumber(ARGV[8]), now, {'version', ARGV[6]})
+return {'RESTORED', ARGV[8], ARGV[9], ARGV[10]}
