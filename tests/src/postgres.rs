@@ -187,14 +187,16 @@ impl PgServer {
         loop {
             let out = self.tool(
                 "pg_ctl",
-                &["-D", &data, "-l", &log, "-o", &opts, "-w", "-t", "30", "start"],
+                &[
+                    "-D", &data, "-l", &log, "-o", &opts, "-w", "-t", "30", "start",
+                ],
             );
             if out.status.success() {
                 break;
             }
             if Instant::now() > deadline {
-                let server_log = std::fs::read_to_string(self.dir.join("server.log"))
-                    .unwrap_or_default();
+                let server_log =
+                    std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
                 panic!(
                     "pg_ctl start failed: {}{}\n{server_log}",
                     String::from_utf8_lossy(&out.stdout),

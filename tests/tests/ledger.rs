@@ -68,7 +68,9 @@ async fn inventory(url: &str) -> RedisInventory {
     // Far above what a test writes: the store's own cap never trims an
     // entry the ledger has not read (the ledger's trim is under test).
     config.stream_maxlen = 50_000_000;
-    RedisInventory::connect(&config).await.expect("connect redis")
+    RedisInventory::connect(&config)
+        .await
+        .expect("connect redis")
 }
 
 async fn redis_conn(url: &str) -> MultiplexedConnection {
@@ -159,7 +161,7 @@ fn start_sale(inv: &RedisInventory, event: &EventId, tasks: usize, pause: Durati
                         }
                         _ => {
                             // Left to lapse; now and then a reaper comes by.
-                            if i % 8 == 0 {
+                            if i.is_multiple_of(8) {
                                 let _ = inv.reap(&event, 64).await;
                             }
                         }
@@ -309,7 +311,11 @@ async fn verify(
     let ledger = Ledger::connect(pg_url, Duration::from_secs(5))
         .await
         .unwrap();
-    let summary = ledger.event_summary(event).await.unwrap().expect("events row");
+    let summary = ledger
+        .event_summary(event)
+        .await
+        .unwrap()
+        .expect("events row");
     let ev = event.as_str();
     assert_eq!(summary.total as u64, state.total, "total");
     assert_eq!(summary.held_units as u64, state.held, "held");
@@ -335,18 +341,28 @@ async fn verify(
         "one ledger hold per acknowledged hold, nothing more"
     );
     for (id, (visitor, qty)) in &answers.holds {
-        let h = holds.get(id).unwrap_or_else(|| panic!("acknowledged hold {id} missing"));
+        let h = holds
+            .get(id)
+            .unwrap_or_else(|| panic!("acknowledged hold {id} missing"));
         assert_eq!((&h.0, h.1), (visitor, i64::from(*qty)), "hold {id}");
         assert!(h.4, "hold {id}: its held entry was recorded");
         assert_ne!(h.2, "held", "hold {id} ended in Redis");
     }
     for (id, pay) in &answers.confirmed {
         let h = &holds[id];
-        assert_eq!((h.2.as_str(), h.3.as_deref()), ("confirmed", Some(pay.as_str())), "{id}");
+        assert_eq!(
+            (h.2.as_str(), h.3.as_deref()),
+            ("confirmed", Some(pay.as_str())),
+            "{id}"
+        );
     }
     for (id, pay) in &answers.failed {
         let h = &holds[id];
-        assert_eq!((h.2.as_str(), h.3.as_deref()), ("released", Some(pay.as_str())), "{id}");
+        assert_eq!(
+            (h.2.as_str(), h.3.as_deref()),
+            ("released", Some(pay.as_str())),
+            "{id}"
+        );
     }
     for id in &answers.released {
         assert_eq!(holds[id].2, "released", "{id}");
@@ -374,7 +390,11 @@ async fn verify(
         "payments"
     );
     for pay in answers.confirmed.values() {
-        assert_eq!(payments.get(pay).map(String::as_str), Some("succeeded"), "{pay}");
+        assert_eq!(
+            payments.get(pay).map(String::as_str),
+            Some("succeeded"),
+            "{pay}"
+        );
     }
     // Every hold: one held and one terminal transition, no more.
     let counts: Vec<(String, i64)> = pg
@@ -444,18 +464,34 @@ async fn sigkilled_ledger_loses_and_doubles_nothing() {
     load(&inv, &event, 1_000_000).await;
 
     let sale = start_sale(&inv, &event, 8, Duration::from_millis(1));
+    let mut conn = redis_conn(&redis).await;
     let mut ledger = ledger_process(&redis, &pg, &[]);
+    let mut killed_mid_batch = 0;
     for round in 0..5 {
         tokio::time::sleep(Duration::from_millis(1200 + 300 * round)).await;
         // SIGKILL: whatever batch it had is pending, maybe committed and
         // not acknowledged; the next one claims it after the idle time.
+        let pending = stream::pending_count(&mut conn, &event).await.unwrap_or(0);
         ledger.kill().unwrap();
         ledger.wait().unwrap();
+        let after = stream::pending_count(&mut conn, &event).await.unwrap_or(0);
+        eprintln!("kill {round}: {pending} pending before, {after} after");
+        if after > 0 {
+            killed_mid_batch += 1;
+        }
         ledger = ledger_process(&redis, &pg, &[]);
     }
+    assert!(
+        killed_mid_batch > 0,
+        "at least one kill left a batch pending"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let answers = sale.finish().await;
-    assert!(answers.holds.len() > 200, "the sale ran: {}", answers.holds.len());
+    assert!(
+        answers.holds.len() > 200,
+        "the sale ran: {}",
+        answers.holds.len()
+    );
     verify(&inv, &redis, &pg, &event, &answers).await;
     assert!(sigterm(&mut ledger).success(), "SIGTERM exits 0");
 }
@@ -470,8 +506,18 @@ async fn postgres_down_for_30s_then_catches_up() {
     let ledger = spawn_ledger(test_config(&redis, &pg));
     let sale = start_sale(&inv, &event, 4, Duration::from_millis(5));
     let mut conn = redis_conn(&redis).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    caught_up(&mut conn, &event, Duration::from_secs(20)).await;
+    // The ledger is writing (the sale never pauses, so its lag is never
+    // quite zero here).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ledger
+        .metrics
+        .snapshot()
+        .get("pgdown")
+        .is_none_or(|s| s.batches < 5)
+    {
+        assert!(Instant::now() < deadline, "the ledger never wrote a batch");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     s.pg.stop();
     let held_before = lock(&sale.answers).holds.len();
@@ -480,14 +526,22 @@ async fn postgres_down_for_30s_then_catches_up() {
     while down.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let lag = stream::stream_lag(&mut conn, &event).await.unwrap();
-        assert!(lag.entries >= max_lag, "the lag only grows while PostgreSQL is down");
+        assert!(
+            lag.entries >= max_lag,
+            "the lag only grows while PostgreSQL is down"
+        );
         max_lag = lag.entries;
         eprintln!("postgres down {:?}: lag {lag:?}", down.elapsed());
     }
     let held_during = lock(&sale.answers).holds.len() - held_before;
     assert!(held_during > 100, "the sale went on: {held_during} holds");
     assert!(max_lag > 100, "the lag grew: {max_lag}");
-    let failures: u64 = ledger.metrics.snapshot().values().map(|s| s.write_failures).sum();
+    let failures: u64 = ledger
+        .metrics
+        .snapshot()
+        .values()
+        .map(|s| s.write_failures)
+        .sum();
     assert!(failures > 0, "the ledger saw PostgreSQL away");
 
     s.pg.start();
@@ -501,7 +555,10 @@ async fn postgres_down_for_30s_then_catches_up() {
 async fn two_ledgers_at_once() {
     let Some(s) = servers() else { return };
     let (redis, pg) = (s.redis.url(), s.pg.url());
-    let events = [EventId::parse("two-a").unwrap(), EventId::parse("two-b").unwrap()];
+    let events = [
+        EventId::parse("two-a").unwrap(),
+        EventId::parse("two-b").unwrap(),
+    ];
     let inv = inventory(&redis).await;
     for e in &events {
         load(&inv, e, 1_000_000).await;
@@ -534,7 +591,10 @@ async fn two_ledgers_at_once() {
         .await
         .unwrap();
     let text = format!("{consumers:?}");
-    assert!(text.contains("ledger-a") && text.contains("ledger-b"), "{text}");
+    assert!(
+        text.contains("ledger-a") && text.contains("ledger-b"),
+        "{text}"
+    );
     assert!(sigterm(&mut b).success());
 }
 
@@ -598,7 +658,10 @@ async fn malformed_entries_are_parked_and_the_ledger_goes_on() {
     want.sort();
     let mut got = parked_ids.clone();
     got.sort();
-    assert_eq!(got, want, "every malformed entry parked, nothing else: {parked:?}");
+    assert_eq!(
+        got, want,
+        "every malformed entry parked, nothing else: {parked:?}"
+    );
     let stats = ledger.metrics.snapshot();
     assert_eq!(stats["garbage"].dead_letters, garbage.len() as u64);
     ledger.shutdown().await;
@@ -633,7 +696,10 @@ async fn trimming_never_removes_an_unacknowledged_entry() {
     caught_up(&mut conn, &event, Duration::from_secs(30)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while xlen(&mut conn).await > 0 {
-        assert!(Instant::now() < deadline, "acknowledged entries were trimmed");
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged entries were trimmed"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     ledger.shutdown().await;
@@ -641,7 +707,9 @@ async fn trimming_never_removes_an_unacknowledged_entry() {
     // Part 2: a consumer takes three entries and dies with them pending.
     let sale = start_sale(&inv, &event, 2, Duration::from_millis(5));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let stuck = stream::read_new(&mut conn, &event, "stuck", 3, 100).await.unwrap();
+    let stuck = stream::read_new(&mut conn, &event, "stuck", 3, 100)
+        .await
+        .unwrap();
     assert_eq!(stuck.len(), 3);
     tokio::time::sleep(Duration::from_millis(500)).await;
     // A ledger that will not claim them for a minute reads the rest.
@@ -682,7 +750,11 @@ async fn trimming_never_removes_an_unacknowledged_entry() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert!(format!("{v:?}").contains(&e.id), "pending entry {} trimmed", e.id);
+        assert!(
+            format!("{v:?}").contains(&e.id),
+            "pending entry {} trimmed",
+            e.id
+        );
     }
     assert!(xlen(&mut conn).await >= 3);
     ledger.shutdown().await;
@@ -696,7 +768,10 @@ async fn trimming_never_removes_an_unacknowledged_entry() {
     verify(&inv, &redis, &pg, &event, &answers).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while xlen(&mut conn).await > 0 {
-        assert!(Instant::now() < deadline, "claimed entries were trimmed once recorded");
+        assert!(
+            Instant::now() < deadline,
+            "claimed entries were trimmed once recorded"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     ledger.shutdown().await;
@@ -718,7 +793,10 @@ fn history(event: &EventId, ops: &[(u8, u8)]) -> (Vec<Parsed>, (i64, i64, i64)) 
                     extra: (Option<u64>, Option<String>, Option<u64>)| {
         n += 1;
         out.push(Parsed::Entry(Entry {
-            id: StreamId { ms: 1_000 + n, seq: n % 3 },
+            id: StreamId {
+                ms: 1_000 + n,
+                seq: n % 3,
+            },
             kind,
             hold_id: hold.map(|h| h.0.clone()),
             visitor: hold.map(|h| format!("vis-{}", &h.0[h.0.len() - 4..])),
@@ -763,13 +841,29 @@ fn history(event: &EventId, ops: &[(u8, u8)]) -> (Vec<Parsed>, (i64, i64, i64)) 
             3 | 4 if !open.is_empty() => {
                 let h = open.pop().unwrap();
                 held -= h.1 as i64;
-                let kind = if action % 6 == 3 { Kind::Released } else { Kind::Expired };
-                push(total, kind, Some(&h), total - held - confirmed, (None, None, None));
+                let kind = if action % 6 == 3 {
+                    Kind::Released
+                } else {
+                    Kind::Expired
+                };
+                push(
+                    total,
+                    kind,
+                    Some(&h),
+                    total - held - confirmed,
+                    (None, None, None),
+                );
             }
             5 => {
                 version += 1;
                 total += 5;
-                push(total, Kind::Stock, None, total - held - confirmed, (None, None, Some(version)));
+                push(
+                    total,
+                    Kind::Stock,
+                    None,
+                    total - held - confirmed,
+                    (None, None, Some(version)),
+                );
             }
             _ => {}
         }
@@ -801,7 +895,10 @@ async fn snapshot(ledger: &Ledger, event: &EventId) -> (String, String, i64, i64
         .unwrap()
         .get(0);
     let transitions: i64 = c
-        .query_one("SELECT count(*) FROM hold_transitions WHERE event = $1", &[&ev])
+        .query_one(
+            "SELECT count(*) FROM hold_transitions WHERE event = $1",
+            &[&ev],
+        )
         .await
         .unwrap()
         .get(0);
@@ -820,7 +917,9 @@ fn replayed_batches_change_nothing() {
     let Some(pg) = PgServer::new() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let ledger = std::sync::Mutex::new(rt.block_on(async {
-        let mut l = Ledger::connect(&pg.url(), Duration::from_secs(5)).await.unwrap();
+        let mut l = Ledger::connect(&pg.url(), Duration::from_secs(5))
+            .await
+            .unwrap();
         l.migrate().await.unwrap();
         l
     }));
@@ -830,7 +929,11 @@ fn replayed_batches_change_nothing() {
         proptest::collection::vec(1usize..25, 1..8),
         proptest::collection::vec((any::<u16>(), 1usize..30), 0..6),
     );
-    let mut runner = TestRunner::new(Config::with_cases(24));
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
     runner
         .run(&strategy, |(ops, splits, replays)| {
             let n = case.fetch_add(1, Ordering::Relaxed);
@@ -855,7 +958,10 @@ fn replayed_batches_change_nothing() {
                 }
                 let before = snapshot(&ledger, &event).await;
                 let s = ledger.event_summary(&event).await.unwrap().unwrap();
-                assert_eq!((s.total, s.held_units, s.confirmed_units), (total, held, confirmed));
+                assert_eq!(
+                    (s.total, s.held_units, s.confirmed_units),
+                    (total, held, confirmed)
+                );
                 // Replayed: slices again, and the whole history backwards.
                 for (start, len) in &replays {
                     let from = usize::from(*start) % entries.len();
@@ -873,7 +979,11 @@ fn replayed_batches_change_nothing() {
                     .apply_batch(&event, &backwards, || async { true })
                     .await
                     .unwrap();
-                assert_eq!(snapshot(&ledger, &event).await, before, "a replay changed nothing");
+                assert_eq!(
+                    snapshot(&ledger, &event).await,
+                    before,
+                    "a replay changed nothing"
+                );
             });
             Ok(())
         })
