@@ -39,7 +39,11 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     match mode.as_str() {
         "fill" => {
-            let n: u64 = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(100_000);
+            let n: u64 = args
+                .get(3)
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(100_000);
             load(&inv, &event).await?;
             let started = Instant::now();
             run(&inv, &event, n, None, Duration::from_secs(3600)).await;
@@ -53,7 +57,11 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         "sale" => {
-            let rate: u64 = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(20_000);
+            let rate: u64 = args
+                .get(3)
+                .map(|s| s.parse())
+                .transpose()?
+                .unwrap_or(20_000);
             let secs: u64 = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(20);
             load(&inv, &event).await?;
             let sampler = {

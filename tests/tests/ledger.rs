@@ -19,7 +19,9 @@
 //! - `malformed_entries_are_parked_and_the_ledger_goes_on`;
 //! - `replayed_batches_change_nothing` (property: any split, any replay,
 //!   any order);
-//! - `trimming_never_removes_an_unacknowledged_entry`.
+//! - `trimming_never_removes_an_unacknowledged_entry`;
+//! - `a_flushed_store_gets_its_group_back_and_a_restore_is_recorded`;
+//! - `room_floors_only_rise`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -564,7 +566,13 @@ async fn two_ledgers_at_once() {
         load(&inv, e, 1_000_000).await;
     }
     let mut a = ledger_process(&redis, &pg, &["--consumer", "ledger-a"]);
-    let mut b = ledger_process(&redis, &pg, &["--consumer", "ledger-b"]);
+    let metrics_port = sluice_tests::redis_server::free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let mut b = ledger_process(
+        &redis,
+        &pg,
+        &["--consumer", "ledger-b", "--metrics-listen", &metrics_addr],
+    );
     let sales: Vec<Sale> = events
         .iter()
         .map(|e| start_sale(&inv, e, 4, Duration::from_millis(1)))
@@ -594,6 +602,20 @@ async fn two_ledgers_at_once() {
     assert!(
         text.contains("ledger-a") && text.contains("ledger-b"),
         "{text}"
+    );
+    // The survivor's counters, as Prometheus reads them.
+    let mut sock = std::net::TcpStream::connect(&metrics_addr).unwrap();
+    std::io::Write::write_all(&mut sock, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    std::io::Read::read_to_string(&mut sock, &mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(
+        page.contains("sluice_ledger_entries_total{event=\"two-a\"}"),
+        "{page}"
+    );
+    assert!(
+        page.contains("sluice_ledger_lag_entries{event=\"two-b\"}"),
+        "{page}"
     );
     assert!(sigterm(&mut b).success());
 }
@@ -988,4 +1010,107 @@ fn replayed_batches_change_nothing() {
             Ok(())
         })
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flushed_store_gets_its_group_back_and_a_restore_is_recorded() {
+    let Some(s) = servers() else { return };
+    let (redis, pg) = (s.redis.url(), s.pg.url());
+    let event = EventId::parse("flushed").unwrap();
+    let inv = inventory(&redis).await;
+    load(&inv, &event, 1_000).await;
+    let ledger = spawn_ledger(test_config(&redis, &pg));
+    let sale = start_sale(&inv, &event, 2, Duration::from_millis(5));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answers = sale.finish().await;
+    verify(&inv, &redis, &pg, &event, &answers).await;
+
+    // The store loses everything: the ledger makes its group (and the
+    // marker that stops the scripts' own trimming) again.
+    let mut conn = redis_conn(&redis).await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let marker: Option<String> = redis::cmd("GET")
+            .arg(stream::ledgered_key(&event))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let lag = stream::stream_lag(&mut conn, &event).await.unwrap();
+        if marker.as_deref() == Some("1") && lag.grouped {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group not recreated: {marker:?} {lag:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A rebuild writes `restored` with what the ledger's record allows.
+    let mut l = Ledger::connect(&pg, Duration::from_secs(5)).await.unwrap();
+    let record = l.event_record(&event).await.unwrap().expect("record");
+    let id: String = redis::cmd("XADD")
+        .arg(stream::stream_key(&event))
+        .arg("*")
+        .arg("type")
+        .arg("restored")
+        .arg("event")
+        .arg(event.as_str())
+        .arg("qty")
+        .arg(record.total)
+        .arg("version")
+        .arg(record.version + 1)
+        .arg("available")
+        .arg(record.available())
+        .arg("ts_ms")
+        .arg(1_800_000_000_000u64)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    caught_up(&mut conn, &event, Duration::from_secs(20)).await;
+    let row = l
+        .client()
+        .query_one(
+            "SELECT version, reconciled_stream_id, drift_units FROM events WHERE event = $1",
+            &[&event.as_str()],
+        )
+        .await
+        .unwrap();
+    let (version, checked, drift): (i64, Option<String>, i64) =
+        (row.get(0), row.get(1), row.get(2));
+    assert_eq!(version as u64, record.version + 1);
+    assert_eq!(
+        checked.as_deref(),
+        Some(id.as_str()),
+        "checked at the restore"
+    );
+    assert_eq!(drift, 0);
+    let restored: i64 = l
+        .client()
+        .query_one(
+            "SELECT count(*) FROM hold_transitions WHERE event = $1 AND kind = 'restored'",
+            &[&event.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(restored, 1);
+    ledger.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_floors_only_rise() {
+    let Some(pg) = PgServer::new() else { return };
+    let mut l = Ledger::connect(&pg.url(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    l.migrate().await.unwrap();
+    // Migrating again (a second ledger starting) changes nothing.
+    assert!(l.migrate().await.unwrap().is_empty());
+    assert_eq!(l.room_floors("r").await.unwrap(), None);
+    l.record_room_floors("r", 10, 5, 1).await.unwrap();
+    l.record_room_floors("r", 7, 9, 0).await.unwrap();
+    let f = l.room_floors("r").await.unwrap().unwrap();
+    assert_eq!((f.tail, f.frontier, f.epoch), (10, 9, 1));
 }
