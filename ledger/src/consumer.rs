@@ -283,6 +283,7 @@ pub async fn run(
         tracing::info!(consumer = %consumer, "ledger: running");
         let mut tasks: HashMap<EventId, tokio::task::JoinHandle<()>> = HashMap::new();
         let mut conn: Option<RedisConn> = None;
+        let mut rooms = RoomFeed::default();
         loop {
             if conn.is_none() {
                 conn = connect(&url, config.timeout).await.ok();
@@ -290,6 +291,10 @@ pub async fn run(
             if let Some(c) = conn.as_mut() {
                 match list_events(c, config.timeout).await {
                     Ok(events) => {
+                        if let Err(e) = rooms.feed(c, &events, &config).await {
+                            tracing::debug!(error = %e, "ledger: room floors not recorded this time");
+                            rooms = RoomFeed::default();
+                        }
                         for event in events {
                             tasks.entry(event.clone()).or_insert_with(|| {
                                 tracing::info!(event = %event, "ledger: following the stream");
@@ -323,6 +328,79 @@ pub async fn run(
     };
     tokio::join!(main, stopper);
     Ok(())
+}
+
+/// Records each room's queue high-water mark (tail, frontier, epoch) from
+/// the admission store's snapshot, for the rooms the events name (their
+/// `room` setting), once per rescan. The ledger keeps the highest values
+/// ever seen ([`Ledger::record_room_floors`]), so a store that lost its
+/// rooms can be given back floors no seq was handed out below.
+#[derive(Default)]
+struct RoomFeed {
+    store: Option<sluice_admission::RedisQueueStore>,
+    pg: Option<Ledger>,
+}
+
+impl RoomFeed {
+    async fn feed(
+        &mut self,
+        conn: &mut RedisConn,
+        events: &[EventId],
+        config: &ConsumerConfig,
+    ) -> Result<()> {
+        use sluice_admission::QueueStore;
+        let mut names = std::collections::BTreeSet::new();
+        for event in events {
+            let room: Option<String> = bounded(
+                config.timeout,
+                redis::cmd("HGET")
+                    .arg(format!("sluice:{{{event}}}:meta"))
+                    .arg("room")
+                    .query_async(conn),
+            )
+            .await?;
+            if let Some(r) = room.filter(|r| sluice_admission::validate_room_id(r).is_ok()) {
+                names.insert(r);
+            }
+        }
+        if names.is_empty() {
+            return Ok(());
+        }
+        if self.store.is_none() {
+            let cfg = sluice_admission::RedisConfig {
+                timeout: config.timeout,
+                ..Default::default()
+            };
+            self.store = Some(
+                sluice_admission::RedisQueueStore::connect(&config.redis_url, cfg)
+                    .await
+                    .map_err(|e| LedgerError::Protocol(format!("admission store: {e}")))?,
+            );
+        }
+        if self.pg.as_ref().is_none_or(Ledger::is_closed) {
+            self.pg = Some(Ledger::connect(&config.postgres_url, config.timeout).await?);
+        }
+        let (Some(store), Some(pg)) = (self.store.as_ref(), self.pg.as_ref()) else {
+            return Ok(());
+        };
+        for room in names {
+            // A room the store does not have (yet, or any more) has no
+            // floors to record; the next rescan looks again.
+            let snap = match store.snapshot(&room).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(room = %room, error = %e, "ledger: no snapshot of the room");
+                    continue;
+                }
+            };
+            within(
+                config.timeout,
+                pg.record_room_floors(&room, snap.tail, snap.frontier, snap.epoch),
+            )
+            .await?;
+        }
+        Ok(())
+    }
 }
 
 async fn migrate(config: &ConsumerConfig) -> Result<Vec<i32>> {

@@ -1114,3 +1114,45 @@ async fn room_floors_only_rise() {
     let f = l.room_floors("r").await.unwrap().unwrap();
     assert_eq!((f.tail, f.frontier, f.epoch), (10, 9, 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_floors_are_fed_from_the_queue() {
+    use sluice_admission::{QueueStore, RedisQueueStore, RoomSettings};
+    let Some(s) = servers() else { return };
+    let (redis, pg) = (s.redis.url(), s.pg.url());
+    let event = EventId::parse("rooms").unwrap();
+    let inv = inventory(&redis).await;
+    load(&inv, &event, 10).await; // guarded by room `default`
+    let queue = RedisQueueStore::connect(&redis, sluice_admission::RedisConfig::default())
+        .await
+        .unwrap();
+    queue
+        .configure("default", &RoomSettings::default())
+        .await
+        .unwrap();
+    for _ in 0..7 {
+        queue.join("default").await.unwrap();
+    }
+    let snap = queue.snapshot("default").await.unwrap();
+    let ledger = spawn_ledger(test_config(&redis, &pg));
+    let l = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut l) = Ledger::connect(&pg, Duration::from_secs(5)).await
+                && l.migrate().await.is_ok()
+                && let Ok(Some(f)) = l.room_floors("default").await
+            {
+                break (l, f);
+            }
+            assert!(Instant::now() < deadline, "room floors never recorded");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let (_l, floors) = l;
+    assert_eq!(
+        (floors.tail, floors.frontier, floors.epoch),
+        (snap.tail, snap.frontier, snap.epoch)
+    );
+    assert_eq!(floors.tail, 7);
+    ledger.shutdown().await;
+}
