@@ -44,6 +44,8 @@
 //! - [`stream`]: the Redis side: group, read, claim, ack, trim, lag.
 //! - [`consumer`]: the loop of `sluice ledger` (one task per event), its
 //!   [`ConsumerConfig`] and [`Metrics`].
+//! - [`payments`]: the payment provider's list of payment events against
+//!   the recorded holds (refunds to make, webhooks lost).
 //!
 //! # Why tokio-postgres without a pool
 //!
@@ -79,6 +81,7 @@
 pub mod consumer;
 pub mod entry;
 pub mod error;
+pub mod payments;
 pub mod schema;
 pub mod store;
 pub mod stream;
@@ -86,6 +89,7 @@ pub mod stream;
 pub use consumer::{ConsumerConfig, EventStats, Metrics, run, serve_metrics};
 pub use entry::{DeadLetter, Entry, Kind, Parsed, RawEntry, StreamId};
 pub use error::{LedgerError, Result};
+pub use payments::{Finding, ProviderPayment};
 pub use sluice_reservation::{EventRecord, OpenHold};
 pub use store::{Applied, Check, EventSummary, Ledger, RoomFloors};
 pub use stream::{Lag, stream_lag};

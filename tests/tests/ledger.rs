@@ -21,7 +21,9 @@
 //!   any order);
 //! - `trimming_never_removes_an_unacknowledged_entry`;
 //! - `a_flushed_store_gets_its_group_back_and_a_restore_is_recorded`;
-//! - `room_floors_only_rise`.
+//! - `room_floors_only_rise`, `room_floors_are_fed_from_the_queue`;
+//! - `payments_are_reconciled_with_the_providers_list` (`sluice ledger
+//!   payments`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -1188,4 +1190,91 @@ async fn room_floors_are_fed_from_the_queue() {
     );
     assert_eq!(floors.tail, 7);
     ledger.shutdown().await;
+}
+
+/// One hold entry of event `pay`, for hand-made histories.
+fn hold_entry(n: u64, kind: Kind, hold: &str, pay: Option<&str>) -> Parsed {
+    Parsed::Entry(Entry {
+        id: StreamId { ms: 10 + n, seq: 0 },
+        kind,
+        hold_id: Some(hold.to_owned()),
+        visitor: Some("buyer".into()),
+        qty: 1,
+        available: 0,
+        ts_ms: 1_700_000_000_000 + n,
+        expires_at_ms: (kind == Kind::Held).then_some(1_900_000_000_000),
+        reason: None,
+        payment_event_id: pay.map(str::to_owned),
+        version: None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payments_are_reconciled_with_the_providers_list() {
+    let Some(pg) = PgServer::new() else { return };
+    let mut l = Ledger::connect(&pg.url(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    l.migrate().await.unwrap();
+    let event = EventId::parse("pay").unwrap();
+    let [a, b, c] = [0, 1, 2].map(|_| HoldId::generate(&event).to_string());
+    let batch = vec![
+        hold_entry(1, Kind::Held, &a, None),
+        hold_entry(2, Kind::Held, &b, None),
+        hold_entry(3, Kind::Held, &c, None),
+        hold_entry(4, Kind::Confirmed, &a, Some("pe-a")),
+        hold_entry(5, Kind::Expired, &b, None),
+    ];
+    l.apply_batch(&event, &batch, || async { false })
+        .await
+        .unwrap();
+
+    // The provider: it charged a (webhook arrived), b (after the hold
+    // lapsed) and c (webhook lost); d failed.
+    let list = serde_json::json!({"data": [
+        {"payment_event_id": "pe-a", "hold_id": a, "outcome": "succeeded"},
+        {"payment_event_id": "pe-b", "hold_id": b, "outcome": "succeeded"},
+        {"payment_event_id": "pe-c", "hold_id": c, "outcome": "succeeded"},
+        {"payment_event_id": "pe-d", "hold_id": "pay.AAAAAAAAAAAAAAAAAAAAAA", "outcome": "failed"},
+    ]});
+    let app = axum::Router::new().route(
+        "/events",
+        axum::routing::get(move || {
+            let list = list.clone();
+            async move { axum::Json(list) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let bin = sluice_tests::sluice_bin();
+    let url = pg.url();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args(["ledger", "payments", "--postgres", &url, "--provider"])
+            .arg(format!("http://{addr}/events"))
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "something to do: {stdout}{stderr}"
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0]["payment"]["hold_id"], b.as_str());
+    assert_eq!(lines[0]["finding"]["finding"], "refund");
+    assert_eq!(lines[0]["finding"]["status"], "expired");
+    assert_eq!(lines[1]["payment"]["hold_id"], c.as_str());
+    assert_eq!(lines[1]["finding"]["finding"], "webhook_missing");
+    assert!(stderr.contains("4 payment events"), "{stderr}");
 }
