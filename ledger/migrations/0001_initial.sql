@@ -60,8 +60,10 @@ CREATE TABLE holds (
     end_reason       text,
     payment_event_id text,
     updated_at       timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX holds_event_status ON holds (event, status);
+) WITH (fillfactor = 80);
+-- No index on status: a hold's end rewrites its row in place (a HOT
+-- update, room left by the fill factor); a rebuild reads one event's
+-- holds through this index and filters them.
 CREATE INDEX holds_visitor ON holds (event, visitor);
 
 -- One row per payment event id the store applied.

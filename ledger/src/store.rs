@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sluice_reservation::{EventId, EventRecord, HoldId, OpenHold};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::entry::{DeadLetter, Entry, Kind, Parsed, StreamId};
 use crate::error::{LedgerError, Result};
@@ -24,6 +24,8 @@ use crate::schema;
 /// One connection to the ledger's database.
 pub struct Ledger {
     client: Client,
+    /// [`BATCH_SQL`], prepared (on the first batch: the tables must exist).
+    batch: Option<Vec<Statement>>,
 }
 
 /// What [`Ledger::apply_batch`] did.
@@ -91,6 +93,90 @@ fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
+/// Index in [`BATCH_SQL`]: the event's row, made when missing.
+const ENSURE_EVENT: usize = 0;
+/// Index in [`BATCH_SQL`]: the event's row, locked for the batch.
+const LOCK_EVENT: usize = 1;
+/// Index in [`BATCH_SQL`]: dead letters.
+const PARK: usize = 2;
+/// Index in [`BATCH_SQL`]: the transitions (RETURNING the new ones).
+const RECORD: usize = 3;
+/// Index in [`BATCH_SQL`]: holds taken.
+const TAKE: usize = 4;
+/// Index in [`BATCH_SQL`]: holds ended (RETURNING those this batch ended).
+const END: usize = 5;
+/// Index in [`BATCH_SQL`]: payments.
+const PAY: usize = 6;
+/// Index in [`BATCH_SQL`]: a drift found.
+const DRIFT: usize = 7;
+/// Index in [`BATCH_SQL`]: the last check.
+const CHECKED: usize = 8;
+/// Index in [`BATCH_SQL`]: the event's counters.
+const COUNTERS: usize = 9;
+
+/// The statements of [`Ledger::apply_batch`], prepared once per connection.
+const BATCH_SQL: [&str; 10] = [
+    "INSERT INTO events (event) VALUES ($1) ON CONFLICT DO NOTHING",
+    "SELECT total, version, stock_ms, stock_seq, held_units, confirmed_units,
+                        last_ms, last_seq
+                 FROM events WHERE event = $1 FOR UPDATE",
+    "INSERT INTO dead_letters (event, stream_id, fields, error)
+                     SELECT $1, t.id, t.f, t.e
+                     FROM unnest($2::text[], $3::jsonb[], $4::text[]) AS t(id, f, e)
+                     ON CONFLICT DO NOTHING",
+    "INSERT INTO hold_transitions (event, stream_id, stream_ms, stream_seq, hold_id,
+                         kind, visitor, qty, available_after, ts, expires_at, reason,
+                         payment_event_id, version)
+                     SELECT $1, t.id, t.ms, t.seq, t.hold, t.kind, t.visitor, t.qty, t.avail,
+                            to_timestamp(t.ts / 1000.0), to_timestamp(t.exp / 1000.0), t.reason,
+                            t.pay, t.ver
+                     FROM unnest($2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
+                                 $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[],
+                                 $12::text[], $13::text[], $14::int8[])
+                          WITH ORDINALITY AS t(id, ms, seq, hold, kind, visitor, qty, avail, ts,
+                                               exp, reason, pay, ver, n)
+                     ORDER BY t.n
+                     ON CONFLICT DO NOTHING
+                     RETURNING stream_id",
+    "INSERT INTO holds (hold_id, event, visitor, qty, held_at, expires_at,
+                                    expires_at_ms, status)
+                 SELECT t.h, $1, t.v, t.q, to_timestamp(t.ts / 1000.0),
+                        to_timestamp(t.e / 1000.0), t.e, 'held'
+                 FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[])
+                      AS t(h, v, q, ts, e)
+                 ON CONFLICT (hold_id) DO UPDATE
+                 SET held_at = EXCLUDED.held_at, expires_at = EXCLUDED.expires_at,
+                     expires_at_ms = EXCLUDED.expires_at_ms, updated_at = now()
+                 WHERE holds.held_at IS NULL",
+    "INSERT INTO holds (hold_id, event, visitor, qty, status, ended_at,
+                                        end_reason, payment_event_id)
+                     SELECT t.h, $1, t.v, t.q, t.k, to_timestamp(t.ts / 1000.0), t.r, t.p
+                     FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[], $6::int8[],
+                                 $7::text[], $8::text[]) AS t(h, v, q, k, ts, r, p)
+                     ON CONFLICT (hold_id) DO UPDATE
+                     SET status = EXCLUDED.status, ended_at = EXCLUDED.ended_at,
+                         end_reason = EXCLUDED.end_reason,
+                         payment_event_id = EXCLUDED.payment_event_id, updated_at = now()
+                     WHERE holds.status = 'held'
+                     RETURNING hold_id",
+    "INSERT INTO payments (event, payment_event_id, hold_id, outcome, ts, stream_id)
+                 SELECT $1, t.p, t.h, t.o, to_timestamp(t.ts / 1000.0), t.s
+                 FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[], $6::text[])
+                      AS t(p, h, o, ts, s)
+                 ON CONFLICT DO NOTHING",
+    "INSERT INTO reconciliation (event, stream_id, ledger_available,
+                                                 store_available, drift_units)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+    "UPDATE events SET drift_units = $2, reconciled_stream_id = $3,
+                                   reconciled_at = now()
+                 WHERE event = $1",
+    "UPDATE events SET total = $2, version = $3, stock_ms = $4, stock_seq = $5,
+                               held_units = $6, confirmed_units = $7, last_ms = $8,
+                               last_seq = $9, entries = entries + $10,
+                               dead_letters = dead_letters + $11, updated_at = now()
+             WHERE event = $1",
+];
+
 // === impl Ledger ===
 
 impl Ledger {
@@ -112,7 +198,10 @@ impl Ledger {
                 tracing::debug!(error = %e, "ledger: postgres connection ended");
             }
         });
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            batch: None,
+        })
     }
 
     /// Applies the migrations this database lacks (see [`schema`]).
@@ -128,6 +217,20 @@ impl Ledger {
     /// The connection, for queries of the tests and tools.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The batch statements, prepared once per connection: a batch then
+    /// costs one round trip per statement and no planning of the SQL text.
+    async fn batch_statements(&mut self) -> Result<Vec<Statement>> {
+        if let Some(st) = &self.batch {
+            return Ok(st.clone());
+        }
+        let mut st = Vec::with_capacity(BATCH_SQL.len());
+        for sql in BATCH_SQL {
+            st.push(self.client.prepare(sql).await?);
+        }
+        self.batch = Some(st.clone());
+        Ok(st)
     }
 
     /// Writes one batch of `event`'s entries (in stream order) in one
@@ -163,20 +266,10 @@ impl Ledger {
             })
             .collect();
 
+        let st = self.batch_statements().await?;
         let tx = self.client.transaction().await?;
-        tx.execute(
-            "INSERT INTO events (event) VALUES ($1) ON CONFLICT DO NOTHING",
-            &[&ev],
-        )
-        .await?;
-        let row = tx
-            .query_one(
-                "SELECT total, version, stock_ms, stock_seq, held_units, confirmed_units,
-                        last_ms, last_seq
-                 FROM events WHERE event = $1 FOR UPDATE",
-                &[&ev],
-            )
-            .await?;
+        tx.execute(&st[ENSURE_EVENT], &[&ev]).await?;
+        let row = tx.query_one(&st[LOCK_EVENT], &[&ev]).await?;
         let mut total: i64 = row.get(0);
         let mut version: i64 = row.get(1);
         let mut stock_pos: (i64, i64) = (row.get(2), row.get(3));
@@ -192,14 +285,8 @@ impl Ledger {
             let fields: Vec<&serde_json::Value> = dead.iter().map(|d| &d.fields).collect();
             let errors: Vec<&str> = dead.iter().map(|d| d.error.as_str()).collect();
             new_dead = i64::try_from(
-                tx.execute(
-                    "INSERT INTO dead_letters (event, stream_id, fields, error)
-                     SELECT $1, t.id, t.f, t.e
-                     FROM unnest($2::text[], $3::jsonb[], $4::text[]) AS t(id, f, e)
-                     ON CONFLICT DO NOTHING",
-                    &[&ev, &ids, &fields, &errors],
-                )
-                .await?,
+                tx.execute(&st[PARK], &[&ev, &ids, &fields, &errors])
+                    .await?,
             )
             .unwrap_or(0);
             for d in &dead {
@@ -234,25 +321,7 @@ impl Ledger {
                 &ev, &ids, &ms, &seq, &hold, &kind, &visitor, &qty, &avail, &ts, &exp, &reason,
                 &pay, &ver,
             ];
-            let rows = tx
-                .query(
-                    "INSERT INTO hold_transitions (event, stream_id, stream_ms, stream_seq, hold_id,
-                         kind, visitor, qty, available_after, ts, expires_at, reason,
-                         payment_event_id, version)
-                     SELECT $1, t.id, t.ms, t.seq, t.hold, t.kind, t.visitor, t.qty, t.avail,
-                            to_timestamp(t.ts / 1000.0), to_timestamp(t.exp / 1000.0), t.reason,
-                            t.pay, t.ver
-                     FROM unnest($2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
-                                 $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[],
-                                 $12::text[], $13::text[], $14::int8[])
-                          WITH ORDINALITY AS t(id, ms, seq, hold, kind, visitor, qty, avail, ts,
-                                               exp, reason, pay, ver, n)
-                     ORDER BY t.n
-                     ON CONFLICT DO NOTHING
-                     RETURNING stream_id",
-                    &params,
-                )
-                .await?;
+            let rows = tx.query(&st[RECORD], &params).await?;
             new_ids = rows.iter().map(|r| r.get::<_, String>(0)).collect();
         }
         let fresh: Vec<&Entry> = entries
@@ -275,20 +344,8 @@ impl Ledger {
             let qty: Vec<i64> = takes.iter().map(|e| to_i64(e.qty)).collect();
             let ts: Vec<i64> = takes.iter().map(|e| to_i64(e.ts_ms)).collect();
             let exp: Vec<Option<i64>> = takes.iter().map(|e| e.expires_at_ms.map(to_i64)).collect();
-            tx.execute(
-                "INSERT INTO holds (hold_id, event, visitor, qty, held_at, expires_at,
-                                    expires_at_ms, status)
-                 SELECT t.h, $1, t.v, t.q, to_timestamp(t.ts / 1000.0),
-                        to_timestamp(t.e / 1000.0), t.e, 'held'
-                 FROM unnest($2::text[], $3::text[], $4::int8[], $5::int8[], $6::int8[])
-                      AS t(h, v, q, ts, e)
-                 ON CONFLICT (hold_id) DO UPDATE
-                 SET held_at = EXCLUDED.held_at, expires_at = EXCLUDED.expires_at,
-                     expires_at_ms = EXCLUDED.expires_at_ms, updated_at = now()
-                 WHERE holds.held_at IS NULL",
-                &[&ev, &hold, &visitor, &qty, &ts, &exp],
-            )
-            .await?;
+            tx.execute(&st[TAKE], &[&ev, &hold, &visitor, &qty, &ts, &exp])
+                .await?;
             held += takes.iter().map(|e| to_i64(e.qty)).sum::<i64>();
         }
 
@@ -311,22 +368,7 @@ impl Ledger {
                 ends.iter().map(|e| e.payment_event_id.as_deref()).collect();
             let params: [&(dyn ToSql + Sync); 8] =
                 [&ev, &hold, &visitor, &qty, &kind, &ts, &reason, &pay];
-            let rows = tx
-                .query(
-                    "INSERT INTO holds (hold_id, event, visitor, qty, status, ended_at,
-                                        end_reason, payment_event_id)
-                     SELECT t.h, $1, t.v, t.q, t.k, to_timestamp(t.ts / 1000.0), t.r, t.p
-                     FROM unnest($2::text[], $3::text[], $4::int8[], $5::text[], $6::int8[],
-                                 $7::text[], $8::text[]) AS t(h, v, q, k, ts, r, p)
-                     ON CONFLICT (hold_id) DO UPDATE
-                     SET status = EXCLUDED.status, ended_at = EXCLUDED.ended_at,
-                         end_reason = EXCLUDED.end_reason,
-                         payment_event_id = EXCLUDED.payment_event_id, updated_at = now()
-                     WHERE holds.status = 'held'
-                     RETURNING hold_id",
-                    &params,
-                )
-                .await?;
+            let rows = tx.query(&st[END], &params).await?;
             let ended: HashSet<String> = rows.iter().map(|r| r.get::<_, String>(0)).collect();
             for e in &ends {
                 if e.hold_id.as_ref().is_some_and(|h| ended.contains(h)) {
@@ -360,15 +402,8 @@ impl Ledger {
                 .collect();
             let ts: Vec<i64> = paid.iter().map(|e| to_i64(e.ts_ms)).collect();
             let ids: Vec<String> = paid.iter().map(|e| e.id.to_string()).collect();
-            tx.execute(
-                "INSERT INTO payments (event, payment_event_id, hold_id, outcome, ts, stream_id)
-                 SELECT $1, t.p, t.h, t.o, to_timestamp(t.ts / 1000.0), t.s
-                 FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[], $6::text[])
-                      AS t(p, h, o, ts, s)
-                 ON CONFLICT DO NOTHING",
-                &[&ev, &pid, &hold, &outcome, &ts, &ids],
-            )
-            .await?;
+            tx.execute(&st[PAY], &[&ev, &pid, &hold, &outcome, &ts, &ids])
+                .await?;
         }
 
         // Stock: the latest stock or restored entry sets total and version.
@@ -420,20 +455,12 @@ impl Ledger {
                     store_available, drift_units = drift,
                     "ledger: drift between the ledger and the store");
                 tx.execute(
-                    "INSERT INTO reconciliation (event, stream_id, ledger_available,
-                                                 store_available, drift_units)
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                    &st[DRIFT],
                     &[&ev, &stream_id, &ledger_available, &store_available, &drift],
                 )
                 .await?;
             }
-            tx.execute(
-                "UPDATE events SET drift_units = $2, reconciled_stream_id = $3,
-                                   reconciled_at = now()
-                 WHERE event = $1",
-                &[&ev, &drift, &stream_id],
-            )
-            .await?;
+            tx.execute(&st[CHECKED], &[&ev, &drift, &stream_id]).await?;
             check = Some(Check {
                 stream_id,
                 ledger_available,
@@ -444,11 +471,7 @@ impl Ledger {
 
         let n_new = i64::try_from(fresh.len()).unwrap_or(i64::MAX);
         tx.execute(
-            "UPDATE events SET total = $2, version = $3, stock_ms = $4, stock_seq = $5,
-                               held_units = $6, confirmed_units = $7, last_ms = $8,
-                               last_seq = $9, entries = entries + $10,
-                               dead_letters = dead_letters + $11, updated_at = now()
-             WHERE event = $1",
+            &st[COUNTERS],
             &[
                 &ev,
                 &total,

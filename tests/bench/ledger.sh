@@ -15,7 +15,7 @@
 # 1. throughput: tests/examples/ledger_load.rs takes N holds on event
 #    `bench-tp` with no ledger running (each then paid, failed, released or
 #    left: about 2 stream entries a hold); then `sluice ledger --batch 500`
-#    starts and the time until its lag is zero gives rows/s (one
+#    starts (LEDGER_BATCH overrides the batch) and the time until its lag is zero gives rows/s (one
 #    hold_transitions row per entry; it writes holds, payments and the
 #    events row besides). The same rows are then exported and written by
 #    psql into a copy of the table (same indexes and unique keys): with
@@ -78,7 +78,7 @@ sleep 0.3
 echo "== 1. throughput: $N holds written to the stream with no ledger running"
 "$LOAD" "$REDIS" bench-tp fill "$N"
 start_ledger() {
-  SLUICE_LOG=warn "$SLUICE" ledger --redis "$REDIS" --postgres "$PG" --batch 500 --flush-ms 50 &
+  SLUICE_LOG=warn "$SLUICE" ledger --redis "$REDIS" --postgres "$PG" --batch "${LEDGER_BATCH:-500}" --flush-ms 50 &
   LEDGER=$!
   PIDS+=("$LEDGER")
 }
