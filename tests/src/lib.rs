@@ -2,7 +2,8 @@
 //!
 //! The cross-crate test harness: real sockets, a real origin
 //! ([`origin::TestOrigin`]), a `redis-server` of the test's own
-//! ([`redis_server::RedisServer`]), gateways in-process
+//! ([`redis_server::RedisServer`]), a PostgreSQL of its own
+//! ([`postgres::PgServer`]), gateways in-process
 //! ([`TestGateway::builder`]) or as child processes of the real `sluice`
 //! binary ([`GatewayProcess`]), a small HTTP client ([`client`]), and real
 //! browsers: headless Chromium over WebDriver ([`chromium`]) and headless
@@ -15,6 +16,7 @@ pub mod client;
 pub mod cluster;
 pub mod firefox;
 pub mod origin;
+pub mod postgres;
 #[path = "redis_server.rs"]
 pub mod redis_server;
 pub mod sentinel;

@@ -48,6 +48,8 @@ pub enum Command {
     /// seed matches the commitment published before the opening, and the
     /// place each ticket got (or one seq's place). Exit 1 on a mismatch.
     PrequeueVerify(crate::gate::schedule::VerifyArgs),
+    /// Write every event's reservation stream into PostgreSQL (the ledger).
+    Ledger(crate::tools::ledger_cmd::LedgerArgs),
     /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
     /// key id into DIR. The newest key signs; older keys keep verifying
     /// (rotation without logging anyone out). Prints the key id.
@@ -198,6 +200,7 @@ pub fn main() -> ExitCode {
         Command::Simulate(args) => crate::tools::simulate::run(args),
         #[cfg(feature = "tools")]
         Command::Swarm(args) => crate::tools::swarm::run(args),
+        Command::Ledger(args) => crate::tools::ledger_cmd::run(args),
         Command::PrequeueVerify(args) => crate::gate::schedule::run_verify(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {
             Ok(kid) => {
@@ -246,7 +249,7 @@ fn config_failure(e: &ConfigError) -> ExitCode {
     ExitCode::from(EXIT_CONFIG as u8)
 }
 
-fn init_tracing(format: LogFormat) {
+pub(crate) fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,hyper=warn,hyper_util=warn"));
@@ -292,7 +295,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

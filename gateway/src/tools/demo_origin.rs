@@ -21,6 +21,9 @@
 //! - `GET /demo-pay/{hold}` and `POST /demo-pay/{hold}` — the demo payment
 //!   provider: a checkout page, then the signed webhook, then a redirect to
 //!   the order page;
+//! - `GET /demo-pay/events` — the demo provider's list of the payment
+//!   events it sent (as real providers list theirs), for `sluice ledger
+//!   payments --provider`;
 //! - `GET /shop/{event}/orders/{hold}` — the confirmation;
 //! - `GET /shop-static/{file}` — the shop's script and style;
 //! - `ANY /echo/...` — answers with a JSON description of what it received
@@ -96,7 +99,13 @@ struct Shared {
     webhook_secret: Option<String>,
     gateway: OnceLock<String>,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// Every payment event sent, in order (`GET /demo-pay/events`); a demo
+    /// keeps them in memory, bounded.
+    sent: parking_lot::Mutex<Vec<Value>>,
 }
+
+/// Most payment events the demo provider remembers.
+const SENT_MAX: usize = 100_000;
 
 /// Starts the demo shop on a free loopback port.
 pub async fn spawn(opts: DemoOptions) -> anyhow::Result<DemoShop> {
@@ -106,6 +115,7 @@ pub async fn spawn(opts: DemoOptions) -> anyhow::Result<DemoShop> {
         webhook_secret: opts.webhook_secret.filter(|s| !s.is_empty()),
         gateway: OnceLock::new(),
         client: Client::builder(TokioExecutor::new()).build_http(),
+        sent: parking_lot::Mutex::new(Vec::new()),
     });
     let shop = DemoShop { addr, shared };
     if let Some(g) = opts.gateway {
@@ -126,6 +136,7 @@ pub fn router(shop: DemoShop) -> Router {
         .route("/", get(front_page))
         .route("/shop/{event}", get(event_page))
         .route("/shop/{event}/orders/{hold}", get(order_page))
+        .route("/demo-pay/events", get(payment_events))
         .route("/demo-pay/{hold}", get(pay_page).post(pay))
         .route("/shop-static/{file}", get(static_file))
         .route("/echo", any(echo))
@@ -317,12 +328,20 @@ async fn pay(
     };
     // One payment event per hold and outcome: a double submit is the same
     // event again, which the webhook answers the same way.
-    let body = json!({
+    let event_body = json!({
         "payment_event_id": format!("demopay_{hold}_{outcome}"),
         "hold_id": hold,
         "outcome": outcome,
-    })
-    .to_string();
+    });
+    {
+        // Listed once the provider decided, whatever the webhook's fate
+        // (a provider's record does not depend on the merchant hearing it).
+        let mut sent = shop.shared.sent.lock();
+        if !sent.contains(&event_body) && sent.len() < SENT_MAX {
+            sent.push(event_body.clone());
+        }
+    }
+    let body = event_body.to_string();
     let signature = sign_webhook(
         secret.as_bytes(),
         crate::app::clock::now_s(),
@@ -345,6 +364,16 @@ async fn pay(
         Ok((status, v)) => gateway_trouble(&format!("webhook {status} {v}")),
         Err(e) => gateway_trouble(&e),
     }
+}
+
+/// The payment events the demo provider sent, oldest first:
+/// `{"data": [{"payment_event_id", "hold_id", "outcome"}, …]}`.
+async fn payment_events(State(shop): State<DemoShop>) -> Response {
+    let data = shop.shared.sent.lock().clone();
+    let mut res = axum::Json(json!({ "data": data })).into_response();
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
 }
 
 fn order_path(event: &str, hold: &str) -> String {

@@ -3,6 +3,8 @@
 //! - [`cli`] — the command line (`serve`, `check-config`, `keygen`, …).
 //! - [`demo_origin`] — the built-in demo shop `sluice serve` starts without
 //!   an origin.
+//! - [`ledger_cmd`] — `sluice ledger`, the process writing the reservation
+//!   streams into PostgreSQL (the `sluice-ledger` crate).
 //!
 //! Behind the `tools` feature (on by default):
 //!
@@ -25,6 +27,7 @@
 pub mod admin_cli;
 pub mod cli;
 pub mod demo_origin;
+pub mod ledger_cmd;
 #[cfg(feature = "tools")]
 pub mod simulate;
 #[cfg(feature = "tools")]
