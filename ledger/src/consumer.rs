@@ -34,6 +34,9 @@ use crate::error::{LedgerError, Result};
 use crate::store::Ledger;
 use crate::stream;
 
+/// How often each task forgets consumers that are gone.
+const FORGET_EVERY: Duration = Duration::from_secs(60);
+
 /// Settings of a ledger process.
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
@@ -526,6 +529,10 @@ async fn event_task(
     let mut cursor = "0-0".to_owned();
     let mut last_lag = Instant::now() - Duration::from_secs(60);
     let claim_ms = u64::try_from(config.claim_idle.as_millis()).unwrap_or(10_000);
+    // A consumer silent this long with nothing pending is a process that
+    // is gone (a live one reads every `flush`).
+    let forget_ms = claim_ms.saturating_mul(60).max(600_000);
+    let mut last_forget = Instant::now();
 
     while !*stop.borrow() {
         if !grouped {
@@ -616,6 +623,27 @@ async fn event_task(
             .await;
             if let Err(e) = trimmed {
                 tracing::debug!(event = %event, error = %e, "ledger: trim failed");
+            }
+            if last_forget.elapsed() >= FORGET_EVERY {
+                last_forget = Instant::now();
+                let forgot = async {
+                    let c = conns.cmd().await?;
+                    within(
+                        config.timeout,
+                        stream::forget_idle_consumers(c, &event, forget_ms),
+                    )
+                    .await
+                }
+                .await;
+                match forgot {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(event = %event, consumers = n, "ledger: forgot consumers idle with nothing pending")
+                    }
+                    Err(e) => {
+                        tracing::debug!(event = %event, error = %e, "ledger: cannot forget idle consumers")
+                    }
+                }
             }
         }
         metrics.update(&event, |s| {

@@ -497,6 +497,12 @@ async fn sigkilled_ledger_loses_and_doubles_nothing() {
         answers.holds.len()
     );
     verify(&inv, &redis, &pg, &event, &answers).await;
+    // The five killed consumers, silent with nothing pending, are
+    // forgotten; the live one (reading every 50 ms) stays.
+    let forgot = stream::forget_idle_consumers(&mut conn, &event, 500)
+        .await
+        .unwrap();
+    assert_eq!(forgot, 5, "the killed consumers");
     assert!(sigterm(&mut ledger).success(), "SIGTERM exits 0");
 }
 
