@@ -498,11 +498,12 @@ async fn sigkilled_ledger_loses_and_doubles_nothing() {
     );
     verify(&inv, &redis, &pg, &event, &answers).await;
     // The five killed consumers, silent with nothing pending, are
-    // forgotten; the live one (reading every 50 ms) stays.
+    // forgotten (the live one, reading every 50 ms, normally stays; were
+    // it slow enough to go too, its next read would bring it back).
     let forgot = stream::forget_idle_consumers(&mut conn, &event, 500)
         .await
         .unwrap();
-    assert_eq!(forgot, 5, "the killed consumers");
+    assert!((5..=6).contains(&forgot), "the killed consumers: {forgot}");
     assert!(sigterm(&mut ledger).success(), "SIGTERM exits 0");
 }
 
