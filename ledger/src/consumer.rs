@@ -18,21 +18,23 @@
 //! written is finished and acknowledged first; one waiting for PostgreSQL
 //! stays pending for the next ledger to claim.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use serde::Serialize;
 use sluice_redis::{RedisConn, RedisUrl};
 use sluice_reservation::EventId;
 use tokio::sync::watch;
 
 use crate::entry::{Parsed, RawEntry, parse};
 use crate::error::{LedgerError, Result};
+use crate::metrics::Metrics;
 use crate::store::Ledger;
 use crate::stream;
+
+/// How often each task forgets consumers that are gone.
+const FORGET_EVERY: Duration = Duration::from_secs(60);
 
 /// Settings of a ledger process.
 #[derive(Clone, Debug)]
@@ -122,128 +124,6 @@ impl ConsumerConfig {
             std::process::id(),
             rand::random::<u32>()
         )
-    }
-}
-
-/// Counters of one event, as the ledger process exposes them.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct EventStats {
-    /// Entries recorded for the first time.
-    pub entries: u64,
-    /// Entries that were already recorded (replays, claims).
-    pub duplicates: u64,
-    /// Entries parked in `dead_letters`.
-    pub dead_letters: u64,
-    /// Batches committed.
-    pub batches: u64,
-    /// Failed attempts to write a batch.
-    pub write_failures: u64,
-    /// The last exact reconciliation's drift (`ledger − store` units).
-    pub drift_units: i64,
-    /// Exact reconciliation checks made.
-    pub checks: u64,
-    /// Entries not yet recorded (last look).
-    pub lag_entries: u64,
-    /// Age of the oldest of them, seconds (last look).
-    pub lag_seconds: f64,
-}
-
-/// One exported series: name, type, help, and how to read it.
-type Series = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&EventStats) -> f64,
-);
-
-/// The process's counters, per event; shared by the tasks and the
-/// `/metrics` endpoint.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    events: Mutex<BTreeMap<String, EventStats>>,
-}
-
-impl Metrics {
-    /// A copy of every event's counters.
-    pub fn snapshot(&self) -> BTreeMap<String, EventStats> {
-        self.events.lock().clone()
-    }
-
-    fn update(&self, event: &EventId, f: impl FnOnce(&mut EventStats)) {
-        f(self
-            .events
-            .lock()
-            .entry(event.as_str().to_owned())
-            .or_default());
-    }
-
-    /// The counters in Prometheus' text format.
-    pub fn render(&self) -> String {
-        let snap = self.snapshot();
-        let mut out = String::new();
-        let series: [Series; 9] = [
-            (
-                "sluice_ledger_entries_total",
-                "counter",
-                "Stream entries recorded for the first time.",
-                |s| s.entries as f64,
-            ),
-            (
-                "sluice_ledger_duplicates_total",
-                "counter",
-                "Stream entries already recorded (replays).",
-                |s| s.duplicates as f64,
-            ),
-            (
-                "sluice_ledger_dead_letters_total",
-                "counter",
-                "Stream entries parked in dead_letters.",
-                |s| s.dead_letters as f64,
-            ),
-            (
-                "sluice_ledger_batches_total",
-                "counter",
-                "Batches committed.",
-                |s| s.batches as f64,
-            ),
-            (
-                "sluice_ledger_write_failures_total",
-                "counter",
-                "Failed attempts to write a batch.",
-                |s| s.write_failures as f64,
-            ),
-            (
-                "sluice_ledger_checks_total",
-                "counter",
-                "Exact reconciliation checks.",
-                |s| s.checks as f64,
-            ),
-            (
-                "sluice_ledger_drift_units",
-                "gauge",
-                "Ledger minus store available units at the last check.",
-                |s| s.drift_units as f64,
-            ),
-            (
-                "sluice_ledger_lag_entries",
-                "gauge",
-                "Stream entries not yet recorded.",
-                |s| s.lag_entries as f64,
-            ),
-            (
-                "sluice_ledger_lag_seconds",
-                "gauge",
-                "Age of the oldest entry not yet recorded.",
-                |s| s.lag_seconds,
-            ),
-        ];
-        for (name, kind, help, get) in series {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
-            for (event, s) in &snap {
-                out.push_str(&format!("{name}{{event=\"{event}\"}} {}\n", get(s)));
-            }
-        }
-        out
     }
 }
 
@@ -526,6 +406,10 @@ async fn event_task(
     let mut cursor = "0-0".to_owned();
     let mut last_lag = Instant::now() - Duration::from_secs(60);
     let claim_ms = u64::try_from(config.claim_idle.as_millis()).unwrap_or(10_000);
+    // A consumer silent this long with nothing pending is a process that
+    // is gone (a live one reads every `flush`).
+    let forget_ms = claim_ms.saturating_mul(60).max(600_000);
+    let mut last_forget = Instant::now();
 
     while !*stop.borrow() {
         if !grouped {
@@ -616,6 +500,27 @@ async fn event_task(
             .await;
             if let Err(e) = trimmed {
                 tracing::debug!(event = %event, error = %e, "ledger: trim failed");
+            }
+            if last_forget.elapsed() >= FORGET_EVERY {
+                last_forget = Instant::now();
+                let forgot = async {
+                    let c = conns.cmd().await?;
+                    within(
+                        config.timeout,
+                        stream::forget_idle_consumers(c, &event, forget_ms),
+                    )
+                    .await
+                }
+                .await;
+                match forgot {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(event = %event, consumers = n, "ledger: forgot consumers idle with nothing pending")
+                    }
+                    Err(e) => {
+                        tracing::debug!(event = %event, error = %e, "ledger: cannot forget idle consumers")
+                    }
+                }
             }
         }
         metrics.update(&event, |s| {
@@ -743,52 +648,5 @@ async fn refresh_lag(conns: &mut Conns, event: &EventId, metrics: &Metrics, time
             s.lag_entries = lag.entries;
             s.lag_seconds = lag.seconds;
         });
-    }
-}
-
-/// Serves `GET /metrics` (anything else too) with the counters, in
-/// Prometheus' text format, until `stop` resolves.
-pub async fn serve_metrics(
-    listener: tokio::net::TcpListener,
-    metrics: Arc<Metrics>,
-    stop: impl Future<Output = ()>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let accept = async {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                continue;
-            };
-            let m = metrics.clone();
-            tokio::spawn(async move {
-                // Read the request head (bounded), answer, close.
-                let mut buf = vec![0u8; 4096];
-                let mut n = 0;
-                while n < buf.len() {
-                    match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf[n..]))
-                        .await
-                    {
-                        Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-                        Ok(Ok(k)) => {
-                            n += k;
-                            if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                                break;
-                            }
-                        }
-                    }
-                }
-                let body = m.render();
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(body.as_bytes()).await;
-            });
-        }
-    };
-    tokio::select! {
-        () = accept => {}
-        () = stop => {}
     }
 }

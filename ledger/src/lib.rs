@@ -42,8 +42,10 @@
 //! - [`store`]: [`Ledger`], one PostgreSQL connection: writing a batch,
 //!   reading an [`EventRecord`], room floors.
 //! - [`stream`]: the Redis side: group, read, claim, ack, trim, lag.
-//! - [`consumer`]: the loop of `sluice ledger` (one task per event), its
-//!   [`ConsumerConfig`] and [`Metrics`].
+//! - [`consumer`]: the loop of `sluice ledger` (one task per event) and
+//!   its [`ConsumerConfig`].
+//! - [`metrics`]: the process's counters per event ([`Metrics`]) and its
+//!   `/metrics` endpoint.
 //! - [`payments`]: the payment provider's list of payment events against
 //!   the recorded holds (refunds to make, webhooks lost).
 //!
@@ -81,14 +83,16 @@
 pub mod consumer;
 pub mod entry;
 pub mod error;
+pub mod metrics;
 pub mod payments;
 pub mod schema;
 pub mod store;
 pub mod stream;
 
-pub use consumer::{ConsumerConfig, EventStats, Metrics, run, serve_metrics};
+pub use consumer::{ConsumerConfig, run};
 pub use entry::{DeadLetter, Entry, Kind, Parsed, RawEntry, StreamId};
 pub use error::{LedgerError, Result};
+pub use metrics::{EventStats, Metrics, serve_metrics};
 pub use payments::{Finding, ProviderPayment};
 pub use sluice_reservation::{EventRecord, OpenHold};
 pub use store::{Applied, Check, EventSummary, Ledger, RoomFloors};

@@ -324,10 +324,11 @@ impl Ledger {
             let rows = tx.query(&st[RECORD], &params).await?;
             new_ids = rows.iter().map(|r| r.get::<_, String>(0)).collect();
         }
+        // An id counts once, even were it twice in the batch.
         let fresh: Vec<&Entry> = entries
             .iter()
             .copied()
-            .filter(|e| new_ids.contains(&e.id.to_string()))
+            .filter(|e| new_ids.remove(&e.id.to_string()))
             .collect();
 
         // Holds taken: a row, or the held half of a row a terminal entry

@@ -10,6 +10,9 @@
 //! | `sluice:{ev}:stream` | stream | the event's transitions (`reservation/STREAM.md`); group [`GROUP`] |
 //! | `sluice:{ev}:ledgered` | string | `"1"`, no TTL: a ledger reads this stream, so the scripts add entries without `MAXLEN ~` and only the ledger trims ([`trim`]) |
 //!
+//! Consumers that stopped are forgotten after a while
+//! ([`forget_idle_consumers`]).
+//!
 //! Every reply is taken apart by hand: an unexpected shape is
 //! [`LedgerError::Protocol`], never a panic.
 
@@ -273,6 +276,42 @@ fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
     }
 }
 
+/// Removes the ledger group's consumers that have nothing pending and were
+/// idle longer than `idle_ms` (processes that stopped or died: each run
+/// has a name of its own, so they would pile up). One script, so no
+/// consumer can take an entry between the check and the removal
+/// (`DELCONSUMER` drops a consumer's pending entries with it). Returns how
+/// many were removed.
+pub async fn forget_idle_consumers<C: ConnectionLike + Send>(
+    conn: &mut C,
+    event: &EventId,
+    idle_ms: u64,
+) -> Result<u64> {
+    let key = stream_key(event);
+    let n: i64 = redis::Script::new(FORGET_IDLE)
+        .key(&key)
+        .arg(GROUP)
+        .arg(idle_ms)
+        .invoke_async(conn)
+        .await
+        .map_err(|e| classify(e, &key))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// KEYS[1] the stream; ARGV[1] the group, ARGV[2] the idle bound (ms).
+const FORGET_IDLE: &str = r#"
+local removed = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['name'] and f['pending'] == 0 and tonumber(f['idle']) > tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    removed = removed + 1
+  end
+end
+return removed
+"#;
+
 /// Every group of the stream with its floor, read in one `MULTI` so the
 /// pending lists and the delivered ids belong to one moment.
 async fn groups<C: ConnectionLike + Send>(conn: &mut C, key: &str) -> Result<Vec<GroupState>> {
@@ -369,6 +408,10 @@ pub async fn trim<C: ConnectionLike + Send>(conn: &mut C, event: &EventId) -> Re
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
+/// Most entries [`stream_lag`] counts one by one when Redis cannot give
+/// the group's lag itself.
+const LAG_COUNT_MAX: usize = 100_000;
+
 /// How far the ledger is behind on one event's stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Lag {
@@ -406,11 +449,14 @@ pub async fn stream_lag<C: ConnectionLike + Send>(conn: &mut C, event: &EventId)
     let undelivered = match g.lag {
         Some(n) => n,
         None => {
-            // Redis cannot say (entries deleted in between): count them.
+            // Redis cannot say (entries deleted in between): count them,
+            // up to a bound (a lag that long is reported as the bound).
             let v: Value = redis::cmd("XRANGE")
                 .arg(&key)
                 .arg(format!("({}", g.last_delivered))
                 .arg("+")
+                .arg("COUNT")
+                .arg(LAG_COUNT_MAX)
                 .query_async(conn)
                 .await?;
             entries(&v)?.len() as u64

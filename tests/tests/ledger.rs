@@ -15,6 +15,8 @@
 //!   SIGKILLed mid-batch several times during a sale, then restarted;
 //! - `postgres_down_for_30s_then_catches_up`: the sale goes on, the lag
 //!   grows, the ledger catches up;
+//! - `postgres_refusing_writes_or_killed_loses_nothing`: sessions made
+//!   read-only, then the postmaster SIGKILLed and started again;
 //! - `two_ledgers_at_once`: two `sluice ledger` processes, one group;
 //! - `malformed_entries_are_parked_and_the_ledger_goes_on`;
 //! - `replayed_batches_change_nothing` (property: any split, any replay,
@@ -497,6 +499,13 @@ async fn sigkilled_ledger_loses_and_doubles_nothing() {
         answers.holds.len()
     );
     verify(&inv, &redis, &pg, &event, &answers).await;
+    // The five killed consumers, silent with nothing pending, are
+    // forgotten (the live one, reading every 50 ms, normally stays; were
+    // it slow enough to go too, its next read would bring it back).
+    let forgot = stream::forget_idle_consumers(&mut conn, &event, 500)
+        .await
+        .unwrap();
+    assert!((5..=6).contains(&forgot), "the killed consumers: {forgot}");
     assert!(sigterm(&mut ledger).success(), "SIGTERM exits 0");
 }
 
@@ -1277,4 +1286,43 @@ async fn payments_are_reconciled_with_the_providers_list() {
     assert_eq!(lines[1]["payment"]["hold_id"], c.as_str());
     assert_eq!(lines[1]["finding"]["finding"], "webhook_missing");
     assert!(stderr.contains("4 payment events"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_refusing_writes_or_killed_loses_nothing() {
+    let Some(mut s) = servers() else { return };
+    let (redis, pg) = (s.redis.url(), s.pg.url());
+    let event = EventId::parse("pgfaults").unwrap();
+    let inv = inventory(&redis).await;
+    load(&inv, &event, 1_000_000).await;
+    let ledger = spawn_ledger(test_config(&redis, &pg));
+    let sale = start_sale(&inv, &event, 4, Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Refusing writes: every session read-only for a while.
+    s.pg.psql("ALTER SYSTEM SET default_transaction_read_only = on");
+    s.pg.psql("SELECT pg_reload_conf()");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let failures = |l: &InProcess| -> u64 {
+        l.metrics
+            .snapshot()
+            .values()
+            .map(|s| s.write_failures)
+            .sum()
+    };
+    assert!(failures(&ledger) > 0, "writes were refused");
+    // ALTER SYSTEM writes a file, not the database: allowed read-only.
+    s.pg.psql("ALTER SYSTEM RESET default_transaction_read_only");
+    s.pg.psql("SELECT pg_reload_conf()");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Killed: the postmaster SIGKILLed mid-sale, back after 2 s (crash
+    // recovery from the write-ahead log).
+    s.pg.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    s.pg.start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answers = sale.finish().await;
+    verify(&inv, &redis, &pg, &event, &answers).await;
+    ledger.shutdown().await;
 }
