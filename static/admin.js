@@ -607,7 +607,7 @@
       if (!tr) {
         tr = document.createElement("tr");
         tr.id = rowId;
-        for (const key of ["event", "room", "total", "available", "held", "confirmed", "invariant"]) {
+        for (const key of ["event", "room", "total", "available", "held", "confirmed", "invariant", "ledger"]) {
           const td = document.createElement(key === "event" ? "th" : "td");
           if (key === "event") td.scope = "row";
           td.id = rowId + "-" + key;
@@ -628,6 +628,11 @@
       set("held", ready ? num(e.held) : "—");
       set("confirmed", ready ? num(e.confirmed) : "—");
       set("invariant", !ready ? "—" : e.invariant_holds ? "holds" : "BROKEN", !ready ? "" : e.invariant_holds ? "ok" : "bad");
+      // The ledger's lag on the event's stream (with Redis): entries not
+      // yet in PostgreSQL and the age of the oldest.
+      const l = e.ledger;
+      const lag = !l ? "—" : !l.read ? "no ledger" : num(l.lag_entries) + " behind, " + l.lag_seconds.toFixed(1) + " s";
+      set("ledger", l && l.behind ? lag + " (BEHIND)" : lag, l && l.behind ? "bad" : "");
     }
     for (const tr of [...body.children]) if (!keep.has(tr.id)) tr.remove();
   }

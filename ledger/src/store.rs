@@ -13,7 +13,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_reservation::{EventId, EventRecord, HoldId, OpenHold};
+use sluice_reservation::{EventId, EventRecord, HoldId, OpenHold, SoldHold};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
@@ -553,12 +553,34 @@ impl Ledger {
                 expires_at_ms: to_u64(r.get::<_, Option<i64>>(3).unwrap_or(0)),
             });
         }
+        let mut confirmed_holds = Vec::new();
+        for r in tx
+            .query(
+                "SELECT hold_id, visitor, qty FROM holds
+                 WHERE event = $1 AND status = 'confirmed'
+                 ORDER BY hold_id",
+                &[&ev],
+            )
+            .await?
+        {
+            let id: String = r.get(0);
+            let Some(hold_id) = HoldId::parse(&id) else {
+                tracing::warn!(hold_id = %id, "ledger: unusable hold id left out of a record");
+                continue;
+            };
+            confirmed_holds.push(SoldHold {
+                hold_id,
+                visitor: r.get(1),
+                qty: u32::try_from(r.get::<_, i64>(2)).unwrap_or(0),
+            });
+        }
         tx.commit().await?;
         Ok(Some(EventRecord {
             total: to_u64(total),
             version: to_u64(version),
             confirmed,
             open_holds,
+            confirmed_holds,
         }))
     }
 

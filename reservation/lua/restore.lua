@@ -15,6 +15,10 @@
 -- ARGV[11] retention of a released or expired hold, ms
 -- ARGV[12] n, then n triples: visitor, qty, deadline_ms
 -- then c, then c pairs: visitor, held + confirmed units (the cart counts)
+-- then the retention of a confirmed hold (ms), then m, then m pairs:
+--   visitor, qty of each hold that ended paid, whose hash key follows the
+--   open holds' keys (KEYS[8 + 2n + j]): restored with status 'confirmed'
+--   so its owner still reads it and a retried webhook answers 'confirmed'
 --
 -- Returns one of:
 --   {'PRESENT'}                               the stock counter or the
@@ -68,6 +72,21 @@ a = a + 1
 for _ = 1, c do
   redis.call('HSET', K_VISITORS, ARGV[a], ARGV[a + 1])
   a = a + 2
+end
+local keep_sold = ARGV[a]
+local m = tonumber(ARGV[a + 1])
+a = a + 2
+for j = 1, m do
+  local k_hold = KEYS[7 + 2 * n + j]
+  local visitor, qty = ARGV[a], ARGV[a + 1]
+  a = a + 2
+  local suffix = string.match(k_hold, ':hold:([^:]*)$')
+  if not suffix then return redis.error_reply('restore.lua: malformed hold key') end
+  redis.call('DEL', k_hold)
+  redis.call('HSET', k_hold, 'visitor', visitor, 'qty', qty, 'status', 'confirmed',
+    'deadline_ms', int(now), 'created_ms', int(now), 'ended_ms', int(now),
+    'member', suffix .. ':' .. qty .. ':' .. visitor, 'restored', '1')
+  redis.call('PEXPIRE', k_hold, keep_sold)
 end
 local marker = redis.call('GET', K_LOADED)
 if not marker or dec_gt(ARGV[6], marker) then redis.call('SET', K_LOADED, ARGV[6]) end

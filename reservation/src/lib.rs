@@ -107,7 +107,7 @@ pub mod types;
 pub use backend::InventoryBackend;
 pub use error::{ReservationError, Result};
 pub use memory::MemoryInventory;
-pub use record::{EventRecord, OpenHold, RestoreOutcome};
+pub use record::{EventRecord, OpenHold, RestoreOutcome, SoldHold};
 pub use redis::{RedisConfig, RedisInventory};
 pub use retention::{Retention, RetentionError};
 pub use sluice_clock::{Clock, ManualClock, SystemClock};
@@ -286,6 +286,17 @@ pub(crate) fn restore_problem(
             return Some(format!("hold {} listed twice", h.hold_id));
         }
         *carts.entry(&h.visitor).or_default() += u64::from(h.qty);
+    }
+    for h in &record.confirmed_holds {
+        if h.hold_id.event() != *event {
+            return Some(format!("hold {} belongs to another event", h.hold_id));
+        }
+        if h.qty == 0 || h.visitor.is_empty() {
+            return Some(format!("sold hold {} has qty 0 or no visitor", h.hold_id));
+        }
+        if !seen.insert(h.hold_id.suffix()) {
+            return Some(format!("hold {} listed twice", h.hold_id));
+        }
     }
     for (visitor, qty) in &record.confirmed {
         if visitor.is_empty() {

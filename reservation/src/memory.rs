@@ -577,6 +577,22 @@ impl Inventory for MemoryInventory {
                 },
             );
         }
+        let confirmed_ms = self.retention.confirmed_ms();
+        for h in &record.confirmed_holds {
+            let suffix = h.hold_id.suffix().to_owned();
+            let member = member_of(&suffix, h.qty, &h.visitor);
+            e.holds.insert(
+                suffix,
+                HoldRec {
+                    visitor: h.visitor.clone(),
+                    qty: h.qty,
+                    status: HoldStatus::Confirmed,
+                    deadline_ms: now,
+                    member,
+                    purge_at_ms: now.saturating_add(confirmed_ms),
+                },
+            );
+        }
         for (visitor, qty) in &record.confirmed {
             if *qty > 0 {
                 // Checked below 2^32 by `restore_problem`.

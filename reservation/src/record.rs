@@ -24,6 +24,19 @@ pub struct OpenHold {
     pub expires_at_ms: u64,
 }
 
+/// One hold the ledger saw paid: restored as a confirmed hold, so its
+/// owner still reads it and a retried webhook for it answers `confirmed`
+/// (not `hold_not_found`, which a provider would take for a refund).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SoldHold {
+    /// The hold's id.
+    pub hold_id: HoldId,
+    /// Its owner.
+    pub visitor: String,
+    /// Units sold.
+    pub qty: u32,
+}
+
 /// The ledger's view of one event, as of the last entry it stored.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EventRecord {
@@ -36,6 +49,9 @@ pub struct EventRecord {
     /// Holds taken and not ended (a hold past its deadline included: the
     /// store expires it as it would any lapsed hold, and the stream says so).
     pub open_holds: Vec<OpenHold>,
+    /// Holds that ended paid, restored as confirmed records (their units
+    /// are already in `confirmed`; the records do not count again).
+    pub confirmed_holds: Vec<SoldHold>,
 }
 
 impl EventRecord {

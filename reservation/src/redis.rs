@@ -792,6 +792,13 @@ impl Inventory for RedisInventory {
             args.push(visitor.to_owned());
             args.push(qty.to_string());
         }
+        args.push(self.confirmed_ms.clone());
+        args.push(record.confirmed_holds.len().to_string());
+        for h in &record.confirmed_holds {
+            extra.push(keys.hold(h.hold_id.suffix()));
+            args.push(h.visitor.clone());
+            args.push(h.qty.to_string());
+        }
         let r = items(
             self.run_common(&self.scripts.restore, event, &keys, &extra, &args)
                 .await?,

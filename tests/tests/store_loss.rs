@@ -474,6 +474,7 @@ async fn rebuilds_run_on_every_shard_of_a_cluster() {
             expires_at_ms: now + 300_000,
         };
         let record = EventRecord {
+            confirmed_holds: Vec::new(),
             total: 5,
             version: 3,
             confirmed: vec![("alice".into(), 1)],

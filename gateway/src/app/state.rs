@@ -23,6 +23,17 @@ use sluice_admission::{
 use sluice_pow::{Keyset, ReplayGuard};
 use sluice_reservation::InventoryBackend;
 
+/// An [`AppState`] that does not keep it alive.
+#[derive(Clone)]
+pub struct WeakState(std::sync::Weak<Inner>);
+
+impl WeakState {
+    /// The state, while something else keeps it.
+    pub fn upgrade(&self) -> Option<AppState> {
+        self.0.upgrade().map(|inner| AppState { inner })
+    }
+}
+
 /// Everything a handler may need, cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -40,6 +51,8 @@ struct Inner {
     replay_guard: ReplayGuard,
     inventory: InventoryBackend,
     events: crate::reserve::events::Events,
+    /// The ledger's lag, its database, rebuilds (`reserve::ledger`).
+    ledger: Arc<crate::reserve::ledger::LedgerLink>,
     /// The per-visitor limit on hold requests
     /// (`limits.holds_per_visitor_per_min`).
     hold_limiter: Arc<crate::reserve::hold_limit::HoldLimiter>,
@@ -108,6 +121,10 @@ impl AppState {
         let events = crate::reserve::events::Events::from_config(&config);
         // This gateway's id for the steering leases of adaptive admission.
         let gateway_id = format!("gw-{:016x}", rand::random::<u64>());
+        let ledger = crate::reserve::ledger::LedgerLink::new(&config);
+        // The rooms' floors from the ledger before the ticker's first look:
+        // a room lost with every gateway is then recreated above them.
+        ledger.raise_floors(&rooms).await;
         let mut background = vec![
             tokio::spawn(crate::gate::rooms::run_ticker(
                 rooms.clone(),
@@ -122,6 +139,7 @@ impl AppState {
                 config.events.clone(),
                 config.loads_stock(),
                 config.reservation.state_file.clone(),
+                ledger.clone(),
             ))
             .abort_handle(),
         ];
@@ -134,6 +152,28 @@ impl AppState {
                     gateway_id.clone(),
                 ))
                 .abort_handle(),
+            );
+        }
+        background.push(
+            tokio::spawn(crate::reserve::ledger::run_lag_watch(
+                ledger.clone(),
+                events.clone(),
+                telemetry.clone(),
+            ))
+            .abort_handle(),
+        );
+        background.push(
+            tokio::spawn(crate::reserve::ledger::run_floors(
+                ledger.clone(),
+                rooms.clone(),
+            ))
+            .abort_handle(),
+        );
+        if ledger.has_postgres() {
+            let config = config.clone();
+            background.push(
+                tokio::spawn(async move { crate::reserve::ledger::run_consumer(&config).await })
+                    .abort_handle(),
             );
         }
         let hold_limiter = Arc::new(crate::reserve::hold_limit::HoldLimiter::new(
@@ -150,7 +190,7 @@ impl AppState {
             config.limits.max_admin_requests,
         ));
         let verify_cache = VerifyCache::new(config.limits.token_cache_entries);
-        Ok(AppState {
+        let state = AppState {
             inner: Arc::new(Inner {
                 config,
                 proxy,
@@ -162,6 +202,7 @@ impl AppState {
                 replay_guard: stores.replay_guard,
                 inventory: stores.inventory,
                 events,
+                ledger,
                 hold_limiter,
                 telemetry,
                 shutting_down: AtomicBool::new(false),
@@ -170,7 +211,10 @@ impl AppState {
                 admin_slots,
                 background,
             }),
-        })
+        };
+        // Holds only a weak handle, and ends once the state is dropped.
+        tokio::spawn(crate::reserve::ledger::run_auto_rebuild(state.downgrade()));
+        Ok(state)
     }
 
     /// Permits of the store-bound requests (`limits.max_store_requests`).
@@ -241,6 +285,17 @@ impl AppState {
     /// This gateway's metrics.
     pub fn telemetry(&self) -> &Telemetry {
         &self.inner.telemetry
+    }
+
+    /// The ledger: its lag, its database, rebuilds.
+    pub fn ledger(&self) -> &crate::reserve::ledger::LedgerLink {
+        &self.inner.ledger
+    }
+
+    /// A handle that does not keep the state alive (for tasks the state's
+    /// own drop must be able to stop).
+    pub fn downgrade(&self) -> WeakState {
+        WeakState(Arc::downgrade(&self.inner))
     }
 
     /// The events and their cached state.

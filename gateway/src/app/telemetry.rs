@@ -265,6 +265,29 @@ impl Telemetry {
             .set(if overflowing { 1.0 } else { 0.0 });
     }
 
+    /// The ledger's lag on an event's stream (every second, with Redis):
+    /// entries not yet written to PostgreSQL, the age of the oldest, and 1
+    /// while past `ledger.lag_alert_entries` or `ledger.lag_alert` (or no
+    /// ledger has ever read the stream while one is configured).
+    pub fn ledger_lag(&self, event: &str, entries: u64, seconds: f64, behind: bool) {
+        let l = [("event", event.to_owned())];
+        self.gauge("sluice_ledger_lag_entries", &l)
+            .set(entries as f64);
+        self.gauge("sluice_ledger_lag_seconds", &l).set(seconds);
+        self.gauge("sluice_ledger_behind", &l)
+            .set(if behind { 1.0 } else { 0.0 });
+    }
+
+    /// A rebuild of a lost event from the ledger ended with `outcome`
+    /// (`restored`, `present`, `unknown`, `invalid`, `failed`).
+    pub fn ledger_rebuild(&self, outcome: &'static str) {
+        self.counter(
+            "sluice_ledger_rebuilds_total",
+            &[("outcome", outcome.to_owned())],
+        )
+        .increment(1);
+    }
+
     /// A waiting answer was served (`page` or `json`).
     pub fn waiting_served(&self, room: &str, kind: &'static str) {
         self.counter(

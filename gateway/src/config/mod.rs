@@ -15,6 +15,7 @@
 //!   Redis URL, secrets, keys), loading from TOML, and the checks that span
 //!   sections (ids unique, events naming configured rooms);
 //! - [`server`] (`[server]`), [`replication`] (`[replication]`),
+//!   [`ledger`] (`[ledger]`),
 //!   [`reservation`] (`[reservation]`), [`timeouts`] (`[timeouts]`),
 //!   [`limits`] (`[limits]`), [`proxy`] (`[proxy]`);
 //! - [`room`] (`[[rooms]]`), with [`adaptive`] (`[rooms.adaptive]`; the
@@ -49,6 +50,7 @@ use serde::{Deserialize, Serialize};
 pub mod adaptive;
 pub mod error;
 pub mod event;
+pub mod ledger;
 pub mod limits;
 pub mod proxy;
 pub mod replication;
@@ -59,6 +61,7 @@ pub mod timeouts;
 
 pub use error::{ConfigError, EXIT_CONFIG};
 pub use event::EventConfig;
+pub use ledger::LedgerConfig;
 pub use limits::Limits;
 pub use proxy::ProxyConfig;
 pub use replication::Replication;
@@ -94,6 +97,8 @@ pub struct Config {
     /// What no gateway can tell from a new store: a Redis that lost all
     /// its data (a `FLUSHALL`, a restart without persistence) while no
     /// gateway ran to write the marker back, with no state file.
+    /// The PostgreSQL ledger (`[ledger]`, `--postgres`).
+    pub ledger: LedgerConfig,
     pub load_stock: Option<bool>,
     /// How long the reservation store keeps ended holds (`[reservation]`).
     pub reservation: ReservationConfig,
@@ -143,6 +148,7 @@ impl Default for Config {
             origin: None,
             redis: None,
             replication: Replication::default(),
+            ledger: LedgerConfig::default(),
             load_stock: None,
             reservation: ReservationConfig::default(),
             admin_token: None,
@@ -253,6 +259,13 @@ impl Config {
         }
         self.validate_pow_secrets()?;
         self.replication.validate()?;
+        self.ledger.validate()?;
+        if self.ledger.postgres.is_some() && self.redis.is_none() {
+            return Err(ConfigError::invalid(
+                "ledger.postgres",
+                "the ledger reads Redis's reservation streams: set redis too",
+            ));
+        }
         if let Some(t) = &self.admin_token
             && t.len() < 16
         {

@@ -56,6 +56,8 @@ pub struct Room {
     /// Highest tail / frontier seen from the store (for recovery).
     max_tail: AtomicU64,
     max_frontier: AtomicU64,
+    /// The highest epoch of the room the ledger recorded (0: none).
+    ledger_epoch: AtomicU64,
     joins: Mutex<RateMeter>,
     admits: Mutex<RateMeter>,
     /// Proof-of-work difficulty for this room.
@@ -136,6 +138,7 @@ impl Room {
             store_ok: AtomicBool::new(false),
             max_tail: AtomicU64::new(0),
             max_frontier: AtomicU64::new(0),
+            ledger_epoch: AtomicU64::new(0),
             joins: Mutex::new(RateMeter::new(5_000)),
             admits: Mutex::new(RateMeter::new(5_000)),
             difficulty,
@@ -492,13 +495,27 @@ impl Room {
     }
 
     /// The floors to recover a lost state with: the highest tail and
-    /// frontier seen, in the epoch last seen.
+    /// frontier seen (by this gateway, or by the ledger), in the highest
+    /// epoch seen.
     fn floors(&self) -> Floors {
         Floors {
             tail: self.max_tail.load(Ordering::Relaxed),
             frontier: self.max_frontier.load(Ordering::Relaxed),
-            epoch: self.snapshot().epoch,
+            epoch: self
+                .snapshot()
+                .epoch
+                .max(self.ledger_epoch.load(Ordering::Relaxed)),
         }
+    }
+
+    /// Raises the floors to a durable record's (the ledger's highest tail,
+    /// frontier and epoch of this room): a store that lost the room while
+    /// every gateway restarted is then recreated above them, never handing
+    /// out a seq the ledger saw handed out. Only ever raises.
+    pub fn raise_floors(&self, tail: u64, frontier: u64, epoch: u64) {
+        self.max_tail.fetch_max(tail, Ordering::Relaxed);
+        self.max_frontier.fetch_max(frontier, Ordering::Relaxed);
+        self.ledger_epoch.fetch_max(epoch, Ordering::Relaxed);
     }
 
     /// Applies settings read from the store (or just written): the cached

@@ -46,6 +46,10 @@ pub const REAP_EVERY: Duration = Duration::from_secs(1);
 struct Entry {
     room: String,
     state: Option<EventState>,
+    /// The cart limit and hold TTL (ms) last read from the store: what a
+    /// rebuild from the ledger puts back when the store lost them (the
+    /// stream records totals, not these settings).
+    settings: Option<(u32, u64)>,
 }
 
 /// Known events (configured or created through the admin API).
@@ -66,6 +70,7 @@ impl Events {
                     Entry {
                         room: e.room.clone(),
                         state: None,
+                        settings: Some((e.cart_limit, duration_ms(e.hold_ttl))),
                     },
                 )
             })
@@ -92,6 +97,7 @@ impl Events {
             event.to_owned(),
             Entry {
                 room: room.to_owned(),
+                settings: state.as_ref().map(|s| (s.cart_limit, s.hold_ttl_ms)),
                 state,
             },
         );
@@ -157,10 +163,22 @@ impl Events {
         if let Some(e) = map.get_mut(event) {
             if let Some(s) = &state {
                 e.room = s.room.clone();
+                e.settings = Some((s.cart_limit, s.hold_ttl_ms));
             }
             e.state = state;
         }
     }
+
+    /// The cart limit and hold TTL (ms) this gateway last knew the event
+    /// by (its configuration, or the store's last answer), even after the
+    /// store lost it.
+    pub fn last_settings(&self, event: &str) -> Option<(u32, u64)> {
+        self.inner.read().get(event).and_then(|e| e.settings)
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Why a gateway must not load configured stock into the store: the
@@ -275,6 +293,7 @@ pub async fn run_reaper(
     configured: Vec<EventConfig>,
     load_stock: bool,
     state_file: Option<PathBuf>,
+    ledger: Arc<crate::reserve::ledger::LedgerLink>,
 ) {
     let mut guard = LoadGuard::open(state_file);
     let mut loaded = false;
@@ -284,7 +303,8 @@ pub async fn run_reaper(
     loop {
         interval.tick().await;
         if !loaded {
-            loaded = load_configured(&inventory, &configured, load_stock, &mut guard).await;
+            loaded =
+                load_configured(&inventory, &configured, load_stock, &mut guard, &ledger).await;
         }
         // Every 10 s, adopt events another gateway created in the shared
         // store, so this gateway reaps them too.
@@ -363,6 +383,7 @@ async fn load_configured(
     configured: &[EventConfig],
     load: bool,
     guard: &mut LoadGuard,
+    ledger: &crate::reserve::ledger::LedgerLink,
 ) -> bool {
     for ec in configured {
         if ec.total == 0 {
@@ -402,6 +423,29 @@ async fn load_configured(
                  (PUT /_sluice/admin/events/{{event}}) or a ledger rebuilds it"
             );
             continue;
+        }
+        // The ledger is the record: an event it knows was sold from a store
+        // that has lost it (even a flush that took the load marker, with no
+        // gateway up to write it back), so it is rebuilt, never loaded
+        // afresh. A ledger that cannot be asked loads nothing yet.
+        if ledger.has_postgres() {
+            match ledger.knows(&event).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::error!(
+                        event = %ec.id,
+                        "event lost: the ledger has its record and the store does not; configured stock is not loaded: \
+                         it is rebuilt from the ledger (automatically with ledger.auto_rebuild, else \
+                         `sluice admin event {} rebuild`)",
+                        ec.id
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(event = %ec.id, error = ?e, "cannot ask the ledger yet: nothing loaded");
+                    return false;
+                }
+            }
         }
         let spec = StockSpec {
             total: ec.total,

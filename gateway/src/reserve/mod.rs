@@ -45,6 +45,7 @@
 
 pub mod events;
 pub mod hold_limit;
+pub mod ledger;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -84,6 +85,29 @@ pub fn routes() -> Router<AppState> {
             "/_sluice/admin/events/{event}",
             get(admin_get_event).put(admin_put_event),
         )
+        .route(
+            "/_sluice/admin/events/{event}/rebuild",
+            post(admin_rebuild_event),
+        )
+}
+
+/// `POST /_sluice/admin/events/{event}/rebuild`: a lost event rebuilt from
+/// the ledger ([`ledger::rebuild`]). 200 with what was put back; 404
+/// `event_not_found` when the ledger has no record of it, 409
+/// `event_present` when the store still has it, 503 `ledger_unavailable`
+/// without a ledger or when PostgreSQL cannot be read.
+async fn admin_rebuild_event(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    client: Option<axum::Extension<crate::edge::client_ip::ClientInfo>>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    state.check_admin(&headers)?;
+    let event = EventId::parse(&id).ok_or_else(event_not_found)?;
+    let who = crate::admin::dashboard::audit_who(&headers, client.as_deref());
+    let v = ledger::rebuild(&state, &event).await?;
+    tracing::warn!(target: "audit", who, event = %id, result = %v, "event rebuilt from the ledger");
+    Ok(axum::Json(v).into_response())
 }
 
 fn event_not_found() -> Problem {
@@ -621,6 +645,15 @@ async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> 
     {
         v["lost"] = json!(true);
         v["lost_version"] = json!(lost);
+    }
+    // The ledger's lag on the event's stream, as last read (with Redis).
+    if let Some((lag, behind)) = state.ledger().lag_of(id) {
+        v["ledger"] = json!({
+            "lag_entries": lag.entries,
+            "lag_seconds": lag.seconds,
+            "read": lag.grouped,
+            "behind": behind,
+        });
     }
     Ok(v)
 }

@@ -8,6 +8,7 @@
 //! sluice admin --url … --token T room default set adaptive=true override=0
 //! sluice admin --url … --token T events
 //! sluice admin --url … --token T event demo set total=500 version=2
+//! sluice admin --url … --token T event demo rebuild
 //! sluice admin --url … --token T events --json
 //! ```
 //!
@@ -57,7 +58,8 @@ pub enum AdminCommand {
     },
     /// Every event's stock, one line each.
     Events,
-    /// One event's stock, or `set total=… cart_limit=… hold_ttl_seconds=… version=…`.
+    /// One event's stock, `set total=… cart_limit=… hold_ttl_seconds=… version=…`,
+    /// or `rebuild` (a lost event, from the ledger).
     Event {
         /// Event id.
         name: String,
@@ -182,7 +184,10 @@ async fn run_async(args: &AdminArgs) -> Result<Value, String> {
                     }
                     call(args, Method::PUT, &url, Some(Value::Object(body))).await
                 }
-                _ => Err("usage: event NAME [set key=value …]".into()),
+                Some((rebuild, [])) if rebuild == "rebuild" => {
+                    call(args, Method::POST, &format!("{url}/rebuild"), None).await
+                }
+                _ => Err("usage: event NAME [set key=value … | rebuild]".into()),
             }
         }
     }

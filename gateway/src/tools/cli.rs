@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// How long holds wait for those replicas, e.g. `100ms` [default: 100ms].
     #[arg(long, env = "SLUICE_REDIS_WAIT_TIMEOUT", value_parser = humantime_serde::re::humantime::parse_duration)]
     pub redis_wait_timeout: Option<std::time::Duration>,
+    /// PostgreSQL URL of the ledger: `serve` runs a ledger consumer
+    /// in-process and can rebuild a lost event from it [default: no ledger].
+    #[arg(long, env = "SLUICE_POSTGRES_URL", hide_env_values = true)]
+    pub postgres: Option<String>,
     /// Bearer token of the admin API [default: admin API closed].
     #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -139,6 +143,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.io_threads {
             c.server.io_threads = v;
+        }
+        if let Some(v) = &self.postgres {
+            c.ledger.postgres = Some(v.clone());
         }
         if let Some(v) = self.load_stock {
             c.load_stock = Some(v);

@@ -19,7 +19,7 @@ use super::{Harness, TimeControl, held, spec};
 use crate::{
     ConfirmOutcome, EventId, EventRecord, HoldId, HoldOutcome, HoldStatus, Inventory,
     InventoryBackend, LoadOutcome, OpenHold, ReleaseOutcome, RestoreOutcome, SetStockOutcome,
-    TransitionKind,
+    SoldHold, TransitionKind,
 };
 
 impl Harness {
@@ -154,6 +154,7 @@ pub async fn restore_refused_when_present_or_invalid(h: &Harness) {
     h.stock(&ev, 10, 4, ttl).await;
     held(h.inv.hold(&ev, "alice", 1, None).await.unwrap());
     let record = EventRecord {
+        confirmed_holds: Vec::new(),
         total: 3,
         version: 9,
         confirmed: vec![],
@@ -172,6 +173,7 @@ pub async fn restore_refused_when_present_or_invalid(h: &Harness) {
     let other = h.event("other");
     let good = open_hold(&ev, "bob", 1, now + 60_000);
     let with = |holds: Vec<OpenHold>| EventRecord {
+        confirmed_holds: Vec::new(),
         total: 5,
         version: 1,
         confirmed: vec![("alice".into(), 1)],
@@ -195,6 +197,7 @@ pub async fn restore_refused_when_present_or_invalid(h: &Harness) {
         (with(vec![good.clone()]), spec(5, 4, Duration::ZERO, 1)),
         (
             EventRecord {
+                confirmed_holds: Vec::new(),
                 total: crate::MAX_TOTAL + 1,
                 ..with(vec![])
             },
@@ -202,6 +205,7 @@ pub async fn restore_refused_when_present_or_invalid(h: &Harness) {
         ),
         (
             EventRecord {
+                confirmed_holds: Vec::new(),
                 confirmed: vec![(String::new(), 1)],
                 ..with(vec![])
             },
@@ -230,7 +234,14 @@ pub async fn restore_then_hold_confirm_release(h: &Harness) {
     let now = h.now_ms();
     let a = open_hold(&ev, "alice", 2, now + 300_000);
     let b = open_hold(&ev, "bob", 1, now + 300_000);
+    // alice's confirmed unit was one paid hold: restored as a record.
+    let sold = SoldHold {
+        hold_id: HoldId::generate(&ev),
+        visitor: "alice".into(),
+        qty: 1,
+    };
     let record = EventRecord {
+        confirmed_holds: vec![sold.clone()],
         total: 10,
         version: 4,
         confirmed: vec![("alice".into(), 1), ("bob".into(), 2)],
@@ -273,6 +284,24 @@ pub async fn restore_then_hold_confirm_release(h: &Harness) {
         (HoldStatus::Held, 2, a.expires_at_ms)
     );
     assert_eq!(h.inv.get_hold(&a.hold_id, "bob").await.unwrap(), None);
+    // The paid hold is still its owner's, confirmed; the provider's retried
+    // webhook for it answers confirmed (not "not found", which it would
+    // take for a refund) and counts nothing twice.
+    let view = h
+        .inv
+        .get_hold(&sold.hold_id, "alice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((view.status, view.qty), (HoldStatus::Confirmed, 1));
+    assert_eq!(
+        h.inv
+            .confirm(&sold.hold_id, "pay-a-retried", true)
+            .await
+            .unwrap(),
+        ConfirmOutcome::Confirmed
+    );
+    assert_eq!(h.counts(&ev).await, (4, 3, 3));
     // alice: 2 held + 1 confirmed = 3 of 4.
     assert_eq!(
         h.inv.hold(&ev, "alice", 2, None).await.unwrap(),
@@ -336,6 +365,7 @@ pub async fn restored_lapsed_holds_return_once(h: &Harness) {
         holds.push(open_hold(&ev, &format!("v{i}"), i % 3 + 1, deadline));
     }
     let record = EventRecord {
+        confirmed_holds: Vec::new(),
         total: 200,
         version: 1,
         confirmed: vec![("v0".into(), 1)],
@@ -420,6 +450,7 @@ pub async fn restore_of_an_inconsistent_record_sells_nothing(h: &Harness) {
     let ev = h.event("inconsistent");
     let now = h.now_ms();
     let record = EventRecord {
+        confirmed_holds: Vec::new(),
         total: 3,
         version: 2,
         confirmed: vec![("alice".into(), 2)],
@@ -459,6 +490,7 @@ pub async fn restore_of_an_inconsistent_record_sells_nothing(h: &Harness) {
     let ev = h.event("inconsistent2");
     let now = h.now_ms();
     let record = EventRecord {
+        confirmed_holds: Vec::new(),
         total: 4,
         version: 1,
         confirmed: vec![("alice".into(), 3)],
@@ -528,6 +560,7 @@ pub async fn restore_property_case(h: &Harness, case: &RecordCase) -> Result<(),
     let now = h.now_ms();
     let visitor = |i: u8| format!("v{i}");
     let record = EventRecord {
+        confirmed_holds: Vec::new(),
         total: case.total,
         version: 1,
         confirmed: case

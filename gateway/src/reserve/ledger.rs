@@ -1,0 +1,442 @@
+//! The gateway's side of the ledger (`sluice-ledger`, README "Beyond one
+//! machine"): its lag watched on every event's stream, a lost event rebuilt
+//! from PostgreSQL, the rooms' queue floors raised from it, and the
+//! consumer `serve --postgres` runs in-process.
+//!
+//! - **Lag** (with Redis, ledger or not): every second, per known event,
+//!   the ledger's consumer group's lag on the stream
+//!   ([`sluice_ledger::stream_lag`]); gauges `sluice_ledger_lag_entries`,
+//!   `sluice_ledger_lag_seconds`, `sluice_ledger_behind`; the readiness
+//!   detail and the admin event view carry it. A stream no ledger reads
+//!   counts as behind only when this gateway is given a ledger.
+//! - **Rebuild** (with `--postgres`): an event whose counters are missing
+//!   from Redis gets them back from the ledger's record, in one atomic
+//!   store step that refuses to overwrite live counters
+//!   ([`sluice_reservation::Inventory::restore`]); by the admin API
+//!   (`POST /_sluice/admin/events/{event}/rebuild`, `sluice admin event
+//!   NAME rebuild`) and, with `ledger.auto_rebuild`, by the reaper as soon
+//!   as it finds the event gone.
+//! - **Floors** (with `--postgres`): every few seconds each room's highest
+//!   tail, frontier and epoch the ledger recorded raise the floors this
+//!   gateway recovers a lost room with, so a room lost while every gateway
+//!   restarted is recreated above every seq the ledger saw handed out (a
+//!   token above them is reseated, never given a seq someone else holds).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use serde_json::{Value, json};
+use sluice_ledger::{Lag, Ledger, LedgerError};
+use sluice_redis::{RedisConn, RedisUrl};
+use sluice_reservation::{EventId, Inventory, RestoreOutcome, StockSpec};
+
+use crate::app::problem::Problem;
+use crate::app::state::{AppState, WeakState};
+use crate::app::telemetry::Telemetry;
+use crate::config::{Config, LedgerConfig};
+use crate::gate::rooms::Rooms;
+use crate::reserve::events::Events;
+
+/// How long a call to PostgreSQL or Redis from the gateway may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the rooms' floors are read from the ledger.
+const FLOORS_EVERY: Duration = Duration::from_secs(5);
+
+/// What the gateway knows of the ledger: its settings, the lag last read
+/// per event, and one PostgreSQL connection opened on demand.
+pub struct LedgerLink {
+    config: LedgerConfig,
+    redis: Option<RedisUrl>,
+    lag: RwLock<BTreeMap<String, Lag>>,
+    pg: tokio::sync::Mutex<Option<Ledger>>,
+}
+
+/// Why a rebuild did not happen, as the admin API answers it.
+#[derive(Debug)]
+pub enum RebuildRefused {
+    /// No `--postgres` on this gateway, or PostgreSQL cannot be reached.
+    Unavailable(String),
+    /// The ledger has no record of the event.
+    Unknown,
+    /// The store still has the event's counters: nothing changed.
+    Present,
+    /// The record or the settings are unusable.
+    Invalid(String),
+    /// The store failed.
+    Store(String),
+}
+
+impl RebuildRefused {
+    fn label(&self) -> &'static str {
+        match self {
+            RebuildRefused::Unavailable(_) | RebuildRefused::Store(_) => "failed",
+            RebuildRefused::Unknown => "unknown",
+            RebuildRefused::Present => "present",
+            RebuildRefused::Invalid(_) => "invalid",
+        }
+    }
+}
+
+impl From<RebuildRefused> for Problem {
+    fn from(r: RebuildRefused) -> Problem {
+        use http::StatusCode;
+        match r {
+            RebuildRefused::Unavailable(why) => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ledger_unavailable",
+                "The ledger cannot be read",
+            )
+            .with("detail", why)
+            .retry_after(5),
+            RebuildRefused::Unknown => Problem::new(
+                StatusCode::NOT_FOUND,
+                "event_not_found",
+                "The ledger has no record of this event",
+            ),
+            RebuildRefused::Present => Problem::new(
+                StatusCode::CONFLICT,
+                "event_present",
+                "The store still has this event: a rebuild never overwrites live counters",
+            ),
+            RebuildRefused::Invalid(why) => Problem::invalid_setting("record", why),
+            RebuildRefused::Store(why) => {
+                Problem::store_unavailable().log_cause(&format!("rebuild: {why}"))
+            }
+        }
+    }
+}
+
+impl LedgerLink {
+    /// The link of a gateway with this configuration.
+    pub fn new(config: &Config) -> Arc<LedgerLink> {
+        Arc::new(LedgerLink {
+            config: config.ledger.clone(),
+            redis: config
+                .redis
+                .as_deref()
+                .and_then(|u| RedisUrl::parse(u).ok()),
+            lag: RwLock::new(BTreeMap::new()),
+            pg: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Whether this gateway was given a ledger database.
+    pub fn has_postgres(&self) -> bool {
+        self.config.postgres.is_some()
+    }
+
+    /// Whether `lag` passes the alert bounds (or, with a ledger
+    /// configured, no ledger has read the stream yet).
+    fn is_behind(&self, lag: &Lag) -> bool {
+        if !lag.grouped {
+            return self.has_postgres() && lag.entries > 0;
+        }
+        lag.entries > self.config.lag_alert_entries
+            || lag.seconds > self.config.lag_alert.as_secs_f64()
+    }
+
+    /// The lag last read of `event`, and whether it is past the bounds.
+    pub fn lag_of(&self, event: &str) -> Option<(Lag, bool)> {
+        let lag = *self.lag.read().get(event)?;
+        Some((lag, self.is_behind(&lag)))
+    }
+
+    /// The readiness detail: `None` when no stream was ever read (memory
+    /// stores), else the events the ledger is behind on.
+    pub fn readiness(&self) -> Option<Value> {
+        let lag = self.lag.read();
+        if lag.is_empty() && !self.has_postgres() {
+            return None;
+        }
+        let behind: Vec<&String> = lag
+            .iter()
+            .filter(|(_, l)| self.is_behind(l))
+            .map(|(e, _)| e)
+            .collect();
+        let worst = lag.values().map(|l| l.seconds).fold(0.0, f64::max);
+        Some(json!({
+            "configured": self.has_postgres(),
+            "behind": behind,
+            "lag_entries": lag.values().map(|l| l.entries).sum::<u64>(),
+            "lag_seconds": worst,
+        }))
+    }
+
+    /// Whether the ledger has a record of `event` (it was sold from some
+    /// store: never to be loaded afresh from the configuration).
+    pub async fn knows(&self, event: &EventId) -> Result<bool, RebuildRefused> {
+        self.with_ledger(async |l: &mut Ledger| l.event_summary(event).await)
+            .await
+            .map(|s| s.is_some())
+    }
+
+    /// Runs `f` on the ledger's connection, opened (and the schema
+    /// checked) on first use and again after it broke.
+    async fn with_ledger<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut Ledger) -> Result<T, LedgerError>,
+    ) -> Result<T, RebuildRefused> {
+        let Some(url) = &self.config.postgres else {
+            return Err(RebuildRefused::Unavailable(
+                "no ledger configured on this gateway (--postgres)".into(),
+            ));
+        };
+        let mut slot = self.pg.lock().await;
+        if slot.as_ref().is_none_or(Ledger::is_closed) {
+            let mut ledger = Ledger::connect(url, CALL_TIMEOUT)
+                .await
+                .map_err(|e| RebuildRefused::Unavailable(e.to_string()))?;
+            ledger
+                .migrate()
+                .await
+                .map_err(|e| RebuildRefused::Unavailable(e.to_string()))?;
+            *slot = Some(ledger);
+        }
+        let Some(ledger) = slot.as_mut() else {
+            return Err(RebuildRefused::Unavailable("no connection".into()));
+        };
+        match tokio::time::timeout(CALL_TIMEOUT * 5, f(ledger)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                *slot = None;
+                Err(RebuildRefused::Unavailable(e.to_string()))
+            }
+            Err(_) => {
+                *slot = None;
+                Err(RebuildRefused::Unavailable(
+                    "the ledger did not answer".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// Rebuilds a lost event from the ledger: its record (total, version,
+/// sales per visitor, open holds with their deadlines) put into the store
+/// in one step that refuses to overwrite live counters, with the cart
+/// limit and hold TTL this gateway knows the event by (its configuration,
+/// or the store's last answer), and the room's floors raised from the
+/// ledger first.
+pub async fn rebuild(state: &AppState, event: &EventId) -> Result<Value, RebuildRefused> {
+    let link = state.ledger();
+    let telemetry = state.telemetry();
+    let result = rebuild_inner(state, link, event).await;
+    telemetry.ledger_rebuild(match &result {
+        Ok(_) => "restored",
+        Err(r) => r.label(),
+    });
+    result
+}
+
+async fn rebuild_inner(
+    state: &AppState,
+    link: &LedgerLink,
+    event: &EventId,
+) -> Result<Value, RebuildRefused> {
+    let record = link
+        .with_ledger(async |l: &mut Ledger| l.event_record(event).await)
+        .await?
+        .ok_or(RebuildRefused::Unknown)?;
+    let configured = state
+        .config()
+        .events
+        .iter()
+        .find(|e| e.id == event.as_str());
+    let room = match configured {
+        Some(c) => Some(c.room.clone()),
+        None => state.events().room_of(event.as_str()),
+    }
+    .ok_or_else(|| RebuildRefused::Invalid("this gateway does not know the event's room".into()))?;
+    let (cart_limit, hold_ttl_ms) =
+        state
+            .events()
+            .last_settings(event.as_str())
+            .ok_or_else(|| {
+                RebuildRefused::Invalid(
+            "this gateway does not know the event's cart limit and hold TTL: PUT the event instead"
+                .into(),
+        )
+            })?;
+    if let Some(r) = state.rooms().get(&room) {
+        let floors = link
+            .with_ledger(async |l: &mut Ledger| l.room_floors(&room).await)
+            .await?;
+        if let Some(f) = floors {
+            r.raise_floors(f.tail, f.frontier, f.epoch);
+        }
+    }
+    let spec = StockSpec {
+        total: record.total,
+        cart_limit,
+        hold_ttl: Duration::from_millis(hold_ttl_ms),
+        version: record.version,
+        room: room.clone(),
+    };
+    let outcome = state
+        .inventory()
+        .restore(event, &spec, &record)
+        .await
+        .map_err(|e| RebuildRefused::Store(e.to_string()))?;
+    match outcome {
+        RestoreOutcome::Restored {
+            available,
+            held,
+            confirmed,
+        } => {
+            tracing::warn!(
+                event = %event,
+                available, held, confirmed,
+                open_holds = record.open_holds.len(),
+                version = record.version,
+                "event rebuilt from the ledger"
+            );
+            if let Ok(s) = state.inventory().read(event).await {
+                state.events().upsert(event.as_str(), &room, s);
+            }
+            Ok(json!({
+                "event": event.as_str(),
+                "outcome": "restored",
+                "total": record.total,
+                "available": available,
+                "held": held,
+                "confirmed": confirmed,
+                "version": record.version.max(spec.version),
+                "open_holds": record.open_holds.len(),
+            }))
+        }
+        RestoreOutcome::Present => Err(RebuildRefused::Present),
+        RestoreOutcome::Invalid { reason } => Err(RebuildRefused::Invalid(reason)),
+    }
+}
+
+/// With a ledger and `ledger.auto_rebuild`: every second, each known event
+/// whose counters the store no longer has is rebuilt from the ledger (the
+/// reaper found it gone; a rebuild refuses to overwrite counters another
+/// gateway put back first). Ends when the gateway's state is dropped.
+pub async fn run_auto_rebuild(weak: WeakState) {
+    let mut interval = tokio::time::interval(crate::reserve::events::REAP_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(state) = weak.upgrade() else {
+            return;
+        };
+        let link = state.ledger();
+        if !link.has_postgres() || !link.config.auto_rebuild {
+            return;
+        }
+        for id in state.events().ids() {
+            let Some(event) = EventId::parse(&id) else {
+                continue;
+            };
+            // Lost: known by its settings, absent from the store.
+            if state.events().cached(&id).is_some()
+                || state.events().last_settings(&id).is_none()
+                || !matches!(state.inventory().read(&event).await, Ok(None))
+            {
+                continue;
+            }
+            match rebuild(&state, &event).await {
+                Ok(v) => {
+                    tracing::warn!(event = %id, result = %v, "lost event rebuilt from the ledger")
+                }
+                Err(RebuildRefused::Present | RebuildRefused::Unknown) => {}
+                Err(e) => tracing::warn!(event = %id, error = ?e, "automatic rebuild failed"),
+            }
+        }
+    }
+}
+
+/// Reads the ledger's lag on every known event's stream, every second,
+/// while the gateway runs on Redis.
+pub async fn run_lag_watch(link: Arc<LedgerLink>, events: Events, telemetry: Telemetry) {
+    let Some(url) = link.redis.clone() else {
+        return;
+    };
+    let mut conn: Option<RedisConn> = None;
+    let mut interval = tokio::time::interval(crate::reserve::events::REAP_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        if conn.is_none() {
+            match tokio::time::timeout(CALL_TIMEOUT, url.connect(CALL_TIMEOUT)).await {
+                Ok(Ok(c)) => conn = Some(c),
+                _ => continue,
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        for id in events.ids() {
+            let Some(event) = EventId::parse(&id) else {
+                continue;
+            };
+            match tokio::time::timeout(CALL_TIMEOUT, sluice_ledger::stream_lag(c, &event)).await {
+                Ok(Ok(lag)) => {
+                    let behind = link.is_behind(&lag);
+                    telemetry.ledger_lag(&id, lag.entries, lag.seconds, behind);
+                    link.lag.write().insert(id, lag);
+                }
+                Ok(Err(e)) => tracing::debug!(event = %id, error = %e, "ledger lag unread"),
+                Err(_) => {
+                    conn = None;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Raises every room's recovery floors from the ledger's record, every
+/// few seconds, while the gateway has a ledger.
+pub async fn run_floors(link: Arc<LedgerLink>, rooms: Arc<Rooms>) {
+    if !link.has_postgres() {
+        return;
+    }
+    let mut interval = tokio::time::interval(FLOORS_EVERY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        link.raise_floors(&rooms).await;
+    }
+}
+
+impl LedgerLink {
+    /// One pass of [`run_floors`]: each room's floors raised to the
+    /// ledger's (nothing without a ledger; a ledger away is logged and
+    /// tried again on the next pass).
+    pub async fn raise_floors(&self, rooms: &Rooms) {
+        if !self.has_postgres() {
+            return;
+        }
+        for room in rooms.all() {
+            let id = room.id().to_owned();
+            match self
+                .with_ledger(async |l: &mut Ledger| l.room_floors(&id).await)
+                .await
+            {
+                Ok(Some(f)) => room.raise_floors(f.tail, f.frontier, f.epoch),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(room = %id, error = ?e, "the ledger's room floors cannot be read");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Runs a ledger consumer in this process (`serve --postgres`): one more
+/// member of the consumer group, beside any `sluice ledger` processes.
+pub async fn run_consumer(config: &Config) {
+    let (Some(redis), Some(pg)) = (&config.redis, &config.ledger.postgres) else {
+        return;
+    };
+    let mut c = sluice_ledger::ConsumerConfig::new(redis.clone(), pg.clone());
+    c.batch = config.ledger.batch;
+    c.flush = config.ledger.flush_interval;
+    let metrics = Arc::new(sluice_ledger::Metrics::default());
+    if let Err(e) = sluice_ledger::run(c, metrics, std::future::pending()).await {
+        tracing::error!(error = %e, "the in-process ledger stopped");
+    }
+}
