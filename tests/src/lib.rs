@@ -496,3 +496,30 @@ pub fn easy_room(
         ..Default::default()
     }
 }
+
+/// The payment provider's signed webhook for a succeeded payment of
+/// `hold_id` (payment event `pe-{hold_id}`), sent to the gateway at `base`.
+pub async fn pay_succeeded(base: &str, secret: &str, hold_id: &str) -> client::Answer {
+    let payload = serde_json::json!({
+        "payment_event_id": format!("pe-{hold_id}"),
+        "hold_id": hold_id,
+        "outcome": "succeeded",
+    })
+    .to_string();
+    let sig = sluice_gateway::reserve::sign_webhook(
+        secret.as_bytes(),
+        sluice_gateway::app::now_s(),
+        payload.as_bytes(),
+    );
+    client::TestClient::new()
+        .call(
+            http::Method::POST,
+            &format!("{base}/_sluice/webhooks/payment"),
+            &[
+                ("content-type", "application/json"),
+                ("sluice-signature", &sig),
+            ],
+            client::body(payload),
+        )
+        .await
+}

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use http::Method;
 use serde_json::{Value, json};
 use sluice_gateway::app::now_s;
-use sluice_gateway::reserve::sign_webhook;
 use sluice_tests::client::{Answer, TestClient, body};
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::postgres::PgServer;
@@ -135,21 +134,8 @@ async fn hold(v: &Visitor, qty: u64) -> Answer {
     .await
 }
 
-async fn pay(base: &str, hold_id: &str) -> Answer {
-    let payload = json!({"payment_event_id": format!("pe-{hold_id}"), "hold_id": hold_id, "outcome": "succeeded"})
-        .to_string();
-    let sig = sign_webhook(WEBHOOK_SECRET.as_bytes(), now_s(), payload.as_bytes());
-    TestClient::new()
-        .call(
-            Method::POST,
-            &format!("{base}/_sluice/webhooks/payment"),
-            &[
-                ("content-type", "application/json"),
-                ("sluice-signature", &sig),
-            ],
-            body(payload),
-        )
-        .await
+async fn pay(base: &str, hold_id: &str) -> sluice_tests::client::Answer {
+    sluice_tests::pay_succeeded(base, WEBHOOK_SECRET, hold_id).await
 }
 
 async fn admin(base: &str, method: Method, path: &str) -> Answer {
@@ -233,7 +219,9 @@ async fn ledger_caught_up(site: &Site, base: &str, answers: &Answers) {
                 .await
                 .json();
             let ledger = &e["ledger"];
-            let written = ledger["read"] == true && ledger["lag_entries"] == 0;
+            // Written, and reconciled against the store with no drift.
+            let written =
+                ledger["read"] == true && ledger["lag_entries"] == 0 && ledger["drift_units"] == 0;
             let tail: u64 = site
                 .pg
                 .psql("SELECT coalesce(max(tail), 0) FROM rooms WHERE room = 'hall'")

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use http::Method;
 use serde_json::{Value, json};
 use sluice_gateway::app::now_s;
-use sluice_gateway::reserve::sign_webhook;
 use sluice_tests::client::{TestClient, body};
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;
@@ -148,22 +147,8 @@ async fn hold(v: &Visitor, qty: u64) -> sluice_tests::client::Answer {
     .await
 }
 
-/// The payment provider's signed webhook for a succeeded payment.
 async fn pay(base: &str, hold_id: &str) -> sluice_tests::client::Answer {
-    let payload = json!({"payment_event_id": format!("pe-{hold_id}"), "hold_id": hold_id, "outcome": "succeeded"})
-        .to_string();
-    let sig = sign_webhook(WEBHOOK_SECRET.as_bytes(), now_s(), payload.as_bytes());
-    TestClient::new()
-        .call(
-            Method::POST,
-            &format!("{base}/_sluice/webhooks/payment"),
-            &[
-                ("content-type", "application/json"),
-                ("sluice-signature", &sig),
-            ],
-            body(payload),
-        )
-        .await
+    sluice_tests::pay_succeeded(base, WEBHOOK_SECRET, hold_id).await
 }
 
 async fn admin_event(base: &str) -> Value {

@@ -166,6 +166,8 @@ impl AppState {
             tokio::spawn(crate::reserve::ledger::run_floors(
                 ledger.clone(),
                 rooms.clone(),
+                events.clone(),
+                telemetry.clone(),
             ))
             .abort_handle(),
         );

@@ -278,6 +278,13 @@ impl Telemetry {
             .set(if behind { 1.0 } else { 0.0 });
     }
 
+    /// The ledger's last reconciliation of an event: its available units
+    /// minus the store's at the same stream entry (0: they agreed).
+    pub fn ledger_drift(&self, event: &str, units: i64) {
+        self.gauge("sluice_ledger_drift_units", &[("event", event.to_owned())])
+            .set(units as f64);
+    }
+
     /// A rebuild of a lost event from the ledger ended with `outcome`
     /// (`restored`, `present`, `unknown`, `invalid`, `failed`).
     pub fn ledger_rebuild(&self, outcome: &'static str) {

@@ -50,6 +50,9 @@ pub struct LedgerLink {
     config: LedgerConfig,
     redis: Option<RedisUrl>,
     lag: RwLock<BTreeMap<String, Lag>>,
+    /// Each event's drift as the ledger last reconciled it (ledger − store
+    /// available units; 0: they agreed), read with the floors.
+    drift: RwLock<BTreeMap<String, i64>>,
     pg: tokio::sync::Mutex<Option<Ledger>>,
 }
 
@@ -118,6 +121,7 @@ impl LedgerLink {
                 .as_deref()
                 .and_then(|u| RedisUrl::parse(u).ok()),
             lag: RwLock::new(BTreeMap::new()),
+            drift: RwLock::new(BTreeMap::new()),
             pg: tokio::sync::Mutex::new(None),
         })
     }
@@ -141,6 +145,12 @@ impl LedgerLink {
     pub fn lag_of(&self, event: &str) -> Option<(Lag, bool)> {
         let lag = *self.lag.read().get(event)?;
         Some((lag, self.is_behind(&lag)))
+    }
+
+    /// The ledger's last reconciliation of `event`: its available units
+    /// minus the store's at the same entry (0: they agreed).
+    pub fn drift_of(&self, event: &str) -> Option<i64> {
+        self.drift.read().get(event).copied()
     }
 
     /// The readiness detail: `None` when no stream was ever read (memory
@@ -389,7 +399,12 @@ pub async fn run_lag_watch(link: Arc<LedgerLink>, events: Events, telemetry: Tel
 
 /// Raises every room's recovery floors from the ledger's record, every
 /// few seconds, while the gateway has a ledger.
-pub async fn run_floors(link: Arc<LedgerLink>, rooms: Arc<Rooms>) {
+pub async fn run_floors(
+    link: Arc<LedgerLink>,
+    rooms: Arc<Rooms>,
+    events: Events,
+    telemetry: Telemetry,
+) {
     if !link.has_postgres() {
         return;
     }
@@ -398,10 +413,35 @@ pub async fn run_floors(link: Arc<LedgerLink>, rooms: Arc<Rooms>) {
     loop {
         interval.tick().await;
         link.raise_floors(&rooms).await;
+        link.read_drift(&events, &telemetry).await;
     }
 }
 
 impl LedgerLink {
+    /// Each known event's drift as the ledger last reconciled it: kept for
+    /// the admin view, `sluice_ledger_drift_units`, and logged when not 0.
+    async fn read_drift(&self, events: &Events, telemetry: &Telemetry) {
+        for id in events.ids() {
+            let Some(event) = EventId::parse(&id) else {
+                continue;
+            };
+            match self
+                .with_ledger(async |l: &mut Ledger| l.drift_units(&event).await)
+                .await
+            {
+                Ok(Some(d)) => {
+                    if d != 0 && self.drift_of(&id) != Some(d) {
+                        tracing::warn!(event = %id, drift_units = d, "the ledger and the store disagree (ledger − store available units); nothing is corrected upward");
+                    }
+                    telemetry.ledger_drift(&id, d);
+                    self.drift.write().insert(id, d);
+                }
+                Ok(None) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
     /// One pass of [`run_floors`]: each room's floors raised to the
     /// ledger's (nothing without a ledger; a ledger away is logged and
     /// tried again on the next pass).

@@ -655,6 +655,11 @@ async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> 
             "behind": behind,
         });
     }
+    if let Some(d) = state.ledger().drift_of(id)
+        && let Some(l) = v.get_mut("ledger").and_then(Value::as_object_mut)
+    {
+        l.insert("drift_units".into(), json!(d));
+    }
     Ok(v)
 }
 
