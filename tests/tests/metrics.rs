@@ -108,6 +108,12 @@ async fn metrics_parse_and_name_everything_documented() {
         "sluice_rate_limited_total",
         "sluice_upstream_errors_total",
         "sluice_shed_total",
+        // the ledger's, with Redis and PostgreSQL (tests/rebuild.rs)
+        "sluice_ledger_lag_entries",
+        "sluice_ledger_lag_seconds",
+        "sluice_ledger_behind",
+        "sluice_ledger_drift_units",
+        "sluice_ledger_rebuilds_total",
     ];
     let documented = documented_metrics();
     assert!(documented.len() >= 20, "{documented:?}");

@@ -211,6 +211,16 @@ async fn sale(site: &Site, base: &str, answers: &mut Answers) {
 /// the room's floors at least as high as every seq handed out.
 async fn ledger_caught_up(site: &Site, base: &str, answers: &Answers) {
     let max_seq = *answers.seqs.iter().max().unwrap();
+    // The gateway watches the lag (every second, with Redis).
+    until("the lag is measured", Duration::from_secs(10), async || {
+        let seen = sluice_tests::metric(base, "sluice_ledger_behind{event=\"gig\"}").await == 0.0
+            && sluice_tests::metric(base, "sluice_ledger_lag_entries{event=\"gig\"}").await == 0.0
+            && sluice_tests::metric(base, "sluice_ledger_drift_units{event=\"gig\"}").await == 0.0;
+        let ready = admin(base, Method::GET, "/_sluice/readyz").await.json();
+        (seen && ready["ledger"]["configured"] == true && ready["ledger"]["behind"] == json!([]))
+            .then_some(ready)
+    })
+    .await;
     until(
         "the ledger catches up",
         Duration::from_secs(30),
@@ -465,6 +475,14 @@ async fn an_operator_rebuilds_a_lost_event_and_never_overwrites_live_counters() 
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["outcome"], "restored", "{v}");
+    // The gateway's metrics say what the ledger did.
+    let m = |s: &'static str| sluice_tests::metric(&base, s);
+    assert_eq!(
+        m("sluice_ledger_rebuilds_total{outcome=\"restored\"}").await,
+        1.0
+    );
+    assert!(m("sluice_ledger_rebuilds_total{outcome=\"present\"}").await >= 1.0);
+    assert!(m("sluice_ledger_rebuilds_total{outcome=\"unknown\"}").await >= 1.0);
     assert_eq!(v["confirmed"], Answers::units(&answers.paid), "{v}");
     assert_eq!(v["held"], Answers::units(&answers.open), "{v}");
     assert_eq!(v["open_holds"], answers.open.len(), "{v}");
