@@ -450,8 +450,8 @@ async fn an_operator_rebuilds_a_lost_event_and_never_overwrites_live_counters() 
         "/_sluice/admin/events/gig/rebuild",
     )
     .await;
-    assert_eq!(res.status, 503, "{}", res.text());
-    assert_eq!(res.json()["code"], "ledger_unavailable");
+    assert_eq!(res.status, 409, "{}", res.text());
+    assert_eq!(res.json()["code"], "ledger_not_configured");
 
     // The operator's command.
     let out = std::process::Command::new(sluice_bin())

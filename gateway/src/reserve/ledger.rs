@@ -14,7 +14,7 @@
 //!   store step that refuses to overwrite live counters
 //!   ([`sluice_reservation::Inventory::restore`]); by the admin API
 //!   (`POST /_sluice/admin/events/{event}/rebuild`, `sluice admin event
-//!   NAME rebuild`) and, with `ledger.auto_rebuild`, by the reaper as soon
+//!   NAME rebuild`) and, with `ledger.auto_rebuild`, by a task as soon
 //!   as it finds the event gone.
 //! - **Floors** (with `--postgres`): every few seconds each room's highest
 //!   tail, frontier and epoch the ledger recorded raise the floors this
@@ -59,7 +59,10 @@ pub struct LedgerLink {
 /// Why a rebuild did not happen, as the admin API answers it.
 #[derive(Debug)]
 pub enum RebuildRefused {
-    /// No `--postgres` on this gateway, or PostgreSQL cannot be reached.
+    /// No `--postgres` on this gateway: a matter of configuration, not a
+    /// fault (409 `ledger_not_configured`).
+    NotConfigured,
+    /// PostgreSQL cannot be reached or did not answer.
     Unavailable(String),
     /// The ledger has no record of the event.
     Unknown,
@@ -74,7 +77,9 @@ pub enum RebuildRefused {
 impl RebuildRefused {
     fn label(&self) -> &'static str {
         match self {
-            RebuildRefused::Unavailable(_) | RebuildRefused::Store(_) => "failed",
+            RebuildRefused::NotConfigured
+            | RebuildRefused::Unavailable(_)
+            | RebuildRefused::Store(_) => "failed",
             RebuildRefused::Unknown => "unknown",
             RebuildRefused::Present => "present",
             RebuildRefused::Invalid(_) => "invalid",
@@ -86,6 +91,11 @@ impl From<RebuildRefused> for Problem {
     fn from(r: RebuildRefused) -> Problem {
         use http::StatusCode;
         match r {
+            RebuildRefused::NotConfigured => Problem::new(
+                StatusCode::CONFLICT,
+                "ledger_not_configured",
+                "This gateway has no ledger (--postgres): it cannot rebuild from one",
+            ),
             RebuildRefused::Unavailable(why) => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ledger_unavailable",
@@ -189,9 +199,7 @@ impl LedgerLink {
         f: impl AsyncFnOnce(&mut Ledger) -> Result<T, LedgerError>,
     ) -> Result<T, RebuildRefused> {
         let Some(url) = &self.config.postgres else {
-            return Err(RebuildRefused::Unavailable(
-                "no ledger configured on this gateway (--postgres)".into(),
-            ));
+            return Err(RebuildRefused::NotConfigured);
         };
         let mut slot = self.pg.lock().await;
         if slot.as_ref().is_none_or(Ledger::is_closed) {

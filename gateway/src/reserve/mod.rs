@@ -94,8 +94,9 @@ pub fn routes() -> Router<AppState> {
 /// `POST /_sluice/admin/events/{event}/rebuild`: a lost event rebuilt from
 /// the ledger ([`ledger::rebuild`]). 200 with what was put back; 404
 /// `event_not_found` when the ledger has no record of it, 409
-/// `event_present` when the store still has it, 503 `ledger_unavailable`
-/// without a ledger or when PostgreSQL cannot be read.
+/// `event_present` when the store still has it, 409 `ledger_not_configured`
+/// without `--postgres`, 503 `ledger_unavailable` when PostgreSQL cannot be
+/// read.
 async fn admin_rebuild_event(
     State(state): State<AppState>,
     Path(id): Path<String>,
