@@ -72,6 +72,7 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
         .route("/_sluice/readyz", get(readyz))
         .route("/_sluice/jwks.json", get(visitor::jwks))
         .route("/_sluice/openapi.json", get(openapi))
+        .route("/_sluice/auth", get(gate::forward::forward_auth))
         .route("/_sluice/rooms/{room}", get(visitor::public_room))
         .route("/_sluice/rooms/{room}/challenge", post(visitor::challenge))
         .route("/_sluice/rooms/{room}/join", post(visitor::join))
@@ -189,6 +190,8 @@ async fn method_not_allowed() -> Problem {
 /// of a room, events, holds, the payment webhook and the admin API. The
 /// rest (health, readiness, JWKS, the OpenAPI document, static files, the
 /// public room state, metrics) answers from memory and is never shed.
+/// Forward-auth (`/_sluice/auth`) is store-bound: like a guarded request it
+/// may admit a passthrough or renew a session, both store calls.
 pub fn touches_store(path: &str) -> bool {
     if let Some(rest) = path.strip_prefix("/_sluice/rooms/") {
         return rest.ends_with("/challenge")
@@ -198,6 +201,7 @@ pub fn touches_store(path: &str) -> bool {
     ["/_sluice/events/", "/_sluice/holds/", "/_sluice/webhooks/"]
         .iter()
         .any(|p| path.starts_with(p))
+        || path == "/_sluice/auth"
         || path == "/_sluice/admin"
         || path.starts_with("/_sluice/admin/")
 }
@@ -274,6 +278,7 @@ mod tests {
             "/_sluice/events/demo/holds",
             "/_sluice/holds/abc",
             "/_sluice/webhooks/payment",
+            "/_sluice/auth",
             "/_sluice/admin",
             "/_sluice/admin/rooms/default",
             "/_sluice/admin/events/demo",
