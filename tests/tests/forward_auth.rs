@@ -424,3 +424,46 @@ async fn hostile_descriptions_are_malformed_never_500() {
     assert_eq!(res.status, 400, "{}", res.text());
     assert_eq!(res.json()["code"], "malformed_request");
 }
+
+/// Issue 19's operational hygiene: an expected answer (503
+/// `waiting_room_active` to a client that is not a browser, in-path and
+/// through forward-auth) is not an ERROR line; on sale day every such
+/// visitor gets one. The real `sluice serve`, its JSON log read back.
+#[tokio::test]
+async fn an_expected_503_is_not_logged_at_error() {
+    let origin = TestOrigin::start().await;
+    let config = sluice_tests::temp_file(
+        "sluice.toml",
+        "[[rooms]]\nid = \"default\"\npaths = [\"/\"]\nopens_at = \"2099-01-01T00:00:00Z\"\n",
+    );
+    let gw = sluice_tests::GatewayProcess::start_logged(
+        &[
+            "--origin",
+            &origin.url(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        "warn",
+    );
+    let client = TestClient::new();
+    for _ in 0..5 {
+        let res = client.get(&format!("{}/echo/x", gw.url()), &[]).await;
+        assert_eq!(res.status, 503, "{}", res.text());
+        assert_eq!(res.json()["code"], "waiting_room_active");
+        let res = client
+            .get(
+                &format!("{}/_sluice/auth", gw.url()),
+                &[("x-original-uri", "/echo/x")],
+            )
+            .await;
+        assert_eq!(res.status, 503, "{}", res.text());
+    }
+    // A moment for the log lines of those requests to be read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let errors: Vec<String> = gw
+        .log_lines()
+        .into_iter()
+        .filter(|l| l.contains("\"level\":\"ERROR\""))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}

@@ -7,7 +7,8 @@
 //!    dropped connection; the panic is logged.
 //! 2. `SetRequestIdLayer` — every request gets an `x-request-id` (kept when
 //!    the client sent one), forwarded to the origin and logged.
-//! 3. `TraceLayer` — one span per request with method, path and request id.
+//! 3. `TraceLayer` — one span per request with method, path and request id;
+//!    a 5xx is logged at ERROR, except 503, an expected answer (debug).
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
 //! 5. The router: `/_sluice/…` handlers (bodies limited, no-store, the
 //!    store-bound ones behind `store_bound`, admin calls behind
@@ -117,10 +118,33 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or("");
                         tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-                    }),
+                    })
+                    .on_failure(on_failure),
                 )
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
         )
+}
+
+/// The trace layer's word on a 5xx answer. A 503 is an expected answer
+/// (`waiting_room_active` to a client that is not a browser, a shed
+/// request, a store away: the last two logged and counted where they are
+/// decided), said at debug level: on sale day every visitor that is not a
+/// browser gets one, and ERROR lines by the thousand would bury the real
+/// faults. Any other 5xx, or a failure to answer, is an error. (429 is not
+/// a failure to the trace layer at all.)
+fn on_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: std::time::Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass;
+    let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::debug!(status = 503, latency_ms = ms, "answered 503");
+        }
+        other => tracing::error!(classification = %other, latency_ms = ms, "response failed"),
+    }
 }
 
 async fn no_store(mut res: Response) -> Response {
