@@ -180,11 +180,13 @@ async fn behind_nginx_the_waiting_room_the_admitted_and_the_unguarded() {
     let before = s.origin.requests();
 
     // An unadmitted browser: the waiting page, through nginx's error_page.
+    // (The room's `waiting_status` is 200; a refusal from /_sluice/auth is
+    // never 2xx, which Envoy and Traefik would read as "pass".)
     let res = s
         .client
         .get(&nginx.url("/echo/busy/x?y=1"), &[BROWSER])
         .await;
-    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.status, 503, "{}", res.text());
     assert!(
         res.header("content-type").unwrap().starts_with("text/html"),
         "{:?}",
@@ -296,6 +298,13 @@ async fn the_endpoint_itself() {
         assert_eq!(res.json()["code"], "waiting_room_active");
         assert_eq!(res.header("cache-control"), Some("no-store"));
     }
+    // Without the mode, a browser gets the page, never with a 2xx status.
+    let res = s
+        .auth("", &[("x-original-uri", "/echo/busy/x"), BROWSER])
+        .await;
+    assert_eq!(res.status, 503, "{}", res.text());
+    assert!(res.header("content-type").unwrap().starts_with("text/html"));
+    assert!(res.text().contains("<html"));
     // Envoy's and Traefik's headers; the room's own answer.
     let res = s
         .auth(
@@ -324,6 +333,33 @@ async fn the_endpoint_itself() {
     assert_eq!(res.status, 200, "{}", res.text());
     assert!(res.body.is_empty());
     assert_eq!(res.header("sluice-admission"), Some(token.as_str()));
+    // Envoy's form: the original method and target behind the prefix; the
+    // describing headers are not read there.
+    let envoy = |path: &str| format!("{}/_sluice/auth{path}", s.gw.url());
+    let res = s
+        .client
+        .call(
+            http::Method::POST,
+            &envoy("/echo/busy/x?mode=nginx"),
+            &[("x-forwarded-uri", "/echo/free"), ("content-length", "0")],
+            sluice_tests::client::empty(),
+        )
+        .await;
+    assert_eq!(res.status, 503, "{}", res.text());
+    assert_eq!(res.json()["code"], "waiting_room_active");
+    let res = s
+        .client
+        .get(
+            &envoy("/echo/busy/x"),
+            &[("authorization", &format!("Bearer {token}"))],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("sluice-admission"), Some(token.as_str()));
+    let res = s.client.get(&envoy("/echo/free/x"), &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = s.client.get(&envoy("/echo%2Fbusy/x"), &[]).await;
+    assert_eq!(res.status, 400, "{}", res.text());
     // Unguarded, a bypass, the gateway's own paths: 200, nothing to copy.
     for uri in ["/echo/free", "/echo/busy/robots.txt", "/_sluice/healthz"] {
         let res = s.auth("?mode=nginx", &[("x-original-uri", uri)]).await;

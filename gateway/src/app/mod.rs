@@ -74,6 +74,10 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
         .route("/_sluice/jwks.json", get(visitor::jwks))
         .route("/_sluice/openapi.json", get(openapi))
         .route("/_sluice/auth", get(gate::forward::forward_auth))
+        .route(
+            "/_sluice/auth/{*original}",
+            any(gate::forward::forward_auth),
+        )
         .route("/_sluice/rooms/{room}", get(visitor::public_room))
         .route("/_sluice/rooms/{room}/challenge", post(visitor::challenge))
         .route("/_sluice/rooms/{room}/join", post(visitor::join))
@@ -226,6 +230,7 @@ pub fn touches_store(path: &str) -> bool {
         .iter()
         .any(|p| path.starts_with(p))
         || path == "/_sluice/auth"
+        || path.starts_with("/_sluice/auth/")
         || path == "/_sluice/admin"
         || path.starts_with("/_sluice/admin/")
 }
@@ -303,6 +308,7 @@ mod tests {
             "/_sluice/holds/abc",
             "/_sluice/webhooks/payment",
             "/_sluice/auth",
+            "/_sluice/auth/shop/cart",
             "/_sluice/admin",
             "/_sluice/admin/rooms/default",
             "/_sluice/admin/events/demo",

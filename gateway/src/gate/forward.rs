@@ -15,6 +15,10 @@
 //! resolved for the sub-request (the fronting proxy is the peer: when it is
 //! a trusted proxy, its `X-Forwarded-For` names the visitor).
 //!
+//! Envoy's `ext_authz` (HTTP) sends the original method and target behind
+//! its `path_prefix` instead: any method on `/_sluice/auth/{target}` is
+//! that form, and there the describing headers are not read.
+//!
 //! Answers:
 //! - may pass: 200, empty, with `Sluice-Admission` (the token the origin
 //!   should see) and the `Set-Cookie` the in-path gate would have set (a
@@ -22,9 +26,11 @@
 //!   a path no room guards, a bypass and the gateway's own paths: 200;
 //! - may not: with `?mode=nginx`, 401 (`auth_request` understands only
 //!   2xx, 401 and 403), and the proxy's `error_page 401` asks again without
-//!   the mode to show the page; otherwise the gate's own answer as it is
-//!   (the waiting page for browsers with the room's `waiting_status`, 503
-//!   `waiting_room_active` for other clients).
+//!   the mode to show the page; otherwise the gate's own answer (the
+//!   waiting page for browsers, 503 `waiting_room_active` for other
+//!   clients), never with a 2xx status, which Envoy and Traefik read as
+//!   "pass": a page whose room says `waiting_status = 200` or 202 is a 503
+//!   here.
 //!
 //! Not in this mode: the origin's `Sluice-Command: revoke` never reaches
 //! sluice (the origin answers the proxy, not the sub-request), so a revoke
@@ -52,11 +58,18 @@ const DESCRIBING: [&str; 6] = [
     "x-forwarded-proto",
 ];
 
-/// `GET /_sluice/auth`.
+/// `GET /_sluice/auth`, and Envoy's form of it: any method on
+/// `/_sluice/auth/{original path}` (ext_authz over HTTP sends the original
+/// method and target behind its `path_prefix`).
 pub(crate) async fn forward_auth(State(state): State<AppState>, req: Request) -> Response {
-    let nginx = match mode(req.uri().query()) {
-        Ok(nginx) => nginx,
-        Err(p) => return p.into_response(),
+    let suffixed = envoy_target(&req).is_some();
+    let nginx = if suffixed {
+        false
+    } else {
+        match mode(req.uri().query()) {
+            Ok(nginx) => nginx,
+            Err(p) => return p.into_response(),
+        }
     };
     let original = match original_request(&state, &req) {
         Ok(r) => r,
@@ -96,8 +109,28 @@ pub(crate) async fn forward_auth(State(state): State<AppState>, req: Request) ->
             }
             out
         }
-        Err(res) => res,
+        Err(mut res) => {
+            // A 2xx lets the request by, for Envoy and Traefik: a waiting
+            // page served with a 2xx `waiting_status` is a 503 here.
+            if res.status().is_success() {
+                *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            }
+            res
+        }
     }
+}
+
+/// Envoy's form: the original target (path and query) behind
+/// `/_sluice/auth`, or `None` for `GET /_sluice/auth` itself.
+fn envoy_target(req: &Request) -> Option<String> {
+    let rest = req.uri().path().strip_prefix("/_sluice/auth")?;
+    if !rest.starts_with('/') {
+        return None;
+    }
+    Some(match req.uri().query() {
+        Some(q) => format!("{rest}?{q}"),
+        None => rest.to_owned(),
+    })
 }
 
 /// `?mode=nginx` or no mode; anything else is malformed.
@@ -138,9 +171,21 @@ fn original_request(state: &AppState, req: &Request) -> Result<Option<Request>, 
     let Some(client) = req.extensions().get::<ClientInfo>().cloned() else {
         return Err(Problem::internal().log_cause(&"forward-auth without client info"));
     };
-    let target = match single(headers, "x-original-uri")? {
-        Some(t) => t,
-        None => single(headers, "x-forwarded-uri")?.ok_or_else(|| {
+    // Envoy's form says the target and method itself; no header of the
+    // client's may describe them (nor the host: its own Host is Envoy's).
+    let envoy = envoy_target(req);
+    let from_headers = envoy.is_none();
+    let described = |name: &'static str| {
+        if from_headers {
+            single(headers, name)
+        } else {
+            Ok(None)
+        }
+    };
+    let target = match (&envoy, described("x-original-uri")?) {
+        (Some(t), _) => t.as_str(),
+        (None, Some(t)) => t,
+        (None, None) => described("x-forwarded-uri")?.ok_or_else(|| {
             Problem::malformed("the original request: no X-Original-URI or X-Forwarded-Uri")
         })?,
     };
@@ -151,11 +196,12 @@ fn original_request(state: &AppState, req: &Request) -> Result<Option<Request>, 
     }
     let uri = http::Uri::try_from(target)
         .map_err(|_| Problem::malformed("the original request: its target cannot be read"))?;
-    let method = match single(headers, "x-original-method")? {
+    let method = match described("x-original-method")? {
         Some(m) => Some(m),
-        None => single(headers, "x-forwarded-method")?,
+        None => described("x-forwarded-method")?,
     };
     let method = match method {
+        None if envoy.is_some() => req.method().clone(),
         None => Method::GET,
         Some(m) => Method::from_bytes(m.trim().as_bytes())
             .map_err(|_| Problem::malformed("the original request: its method"))?,
@@ -171,7 +217,7 @@ fn original_request(state: &AppState, req: &Request) -> Result<Option<Request>, 
             out_headers.append(name.clone(), value.clone());
         }
     }
-    let host = match single(headers, "x-forwarded-host")? {
+    let host = match described("x-forwarded-host")? {
         Some(h) => Some(h),
         None => single(headers, header::HOST.as_str())?,
     };
