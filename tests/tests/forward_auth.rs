@@ -144,12 +144,17 @@ async fn site() -> Site {
 impl Site {
     /// An admission to `room`, signed with the gateway's keys.
     fn admission(&self, room: &str) -> String {
-        let now = sluice_gateway::app::now_s();
+        self.admission_issued(room, sluice_gateway::app::now_s())
+    }
+
+    /// An admission to `room` issued at `iat` for the room's session
+    /// length (600 s).
+    fn admission_issued(&self, room: &str, iat: u64) -> String {
         let claims = sluice_admission::AdmitClaims::new(
             room,
             &sluice_admission::new_visitor_id(),
             1,
-            now,
+            iat,
             Duration::from_secs(600),
         );
         self.gw.state().keyring().sign_admit(&claims).unwrap()
@@ -360,6 +365,29 @@ async fn the_endpoint_itself() {
     assert_eq!(res.status, 200, "{}", res.text());
     let res = s.client.get(&envoy("/echo%2Fbusy/x"), &[]).await;
     assert_eq!(res.status, 400, "{}", res.text());
+    // The site's root, asked Envoy's way, is no room's here.
+    let res = s.client.get(&envoy("/"), &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    // An admission past half its life is renewed, as in-path: the new
+    // token for the origin and the cookie for the visitor.
+    let old = s.admission_issued("busy", sluice_gateway::app::now_s() - 400);
+    let res = s
+        .auth(
+            "?mode=nginx",
+            &[
+                ("x-original-uri", "/echo/busy/x"),
+                ("cookie", &format!("sluice_a_busy={old}")),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let renewed = res.header("sluice-admission").unwrap().to_owned();
+    assert_ne!(renewed, old);
+    let cookie = res.header("set-cookie").expect("the renewed cookie");
+    assert!(
+        cookie.starts_with(&format!("sluice_a_busy={renewed};")),
+        "{cookie}"
+    );
     // Unguarded, a bypass, the gateway's own paths: 200, nothing to copy.
     for uri in ["/echo/free", "/echo/busy/robots.txt", "/_sluice/healthz"] {
         let res = s.auth("?mode=nginx", &[("x-original-uri", uri)]).await;

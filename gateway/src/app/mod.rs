@@ -74,6 +74,9 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
         .route("/_sluice/jwks.json", get(visitor::jwks))
         .route("/_sluice/openapi.json", get(openapi))
         .route("/_sluice/auth", get(gate::forward::forward_auth))
+        // Envoy's form of it: any method, the original target behind the
+        // prefix (the site's root is `/_sluice/auth/`).
+        .route("/_sluice/auth/", any(gate::forward::forward_auth))
         .route(
             "/_sluice/auth/{*original}",
             any(gate::forward::forward_auth),
