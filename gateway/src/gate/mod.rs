@@ -23,6 +23,12 @@
 //! After the origin answered: `Sluice-Command: revoke` ends the session at
 //! once (its slot goes back under `max_active`; every gateway refuses its
 //! tokens within a tick), clears both cookies and spends the place.
+//!
+//! Forward-auth (`forward`, `GET /_sluice/auth`) runs the request a proxy
+//! in front describes through the same [`authorize`] and answers with the
+//! admission header and cookie the in-path mode would forward and set
+//! (`admission_cookies`, shared with `after_origin`); there is no origin
+//! answer, so no revoke.
 
 pub mod adaptive;
 pub mod cookies;
