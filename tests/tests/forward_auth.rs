@@ -474,6 +474,44 @@ async fn hostile_descriptions_are_malformed_never_500() {
         assert_eq!(res.status, 400, "{what}: {} {}", res.status, res.text());
         assert_eq!(res.json()["code"], "malformed_request", "{what}");
     }
+    // Generated targets (printable ASCII, weighted to the characters that
+    // matter to paths): an answer of the contract, never a 5xx other than
+    // the waiting room's 503.
+    use rand::RngExt as _;
+    let alphabet = b"/./%2fF5eE.;?#\\ab:@!$&'()*+,=~-_";
+    let mut rng = rand::rng();
+    for _ in 0..300 {
+        let len = rng.random_range(1..24);
+        let mut target: String = (0..len)
+            .map(|_| {
+                if rng.random_bool(0.8) {
+                    alphabet[rng.random_range(0..alphabet.len())] as char
+                } else {
+                    rng.random_range(0x20u8..0x7f) as char
+                }
+            })
+            .collect();
+        if rng.random_bool(0.7) {
+            target.insert_str(0, "/echo/busy");
+        }
+        let res = s.auth("?mode=nginx", &[("x-original-uri", &target)]).await;
+        assert!(
+            [200, 400, 401].contains(&res.status.as_u16()),
+            "{target:?}: {} {}",
+            res.status,
+            res.text()
+        );
+        let res = s.auth("", &[("x-forwarded-uri", &target)]).await;
+        assert!(
+            [200, 400, 503].contains(&res.status.as_u16()),
+            "{target:?}: {} {}",
+            res.status,
+            res.text()
+        );
+        if res.status == 503 {
+            assert_eq!(res.json()["code"], "waiting_room_active", "{target:?}");
+        }
+    }
     // Two Host headers on the sub-request itself: the edge refuses it.
     let res = s
         .auth(
