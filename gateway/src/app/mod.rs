@@ -133,9 +133,9 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
 }
 
 /// The trace layer's word on a 5xx answer. A 503 is an expected answer
-/// (`waiting_room_active` to a client that is not a browser, a shed
-/// request, a store away: the last two logged and counted where they are
-/// decided), said at debug level: on sale day every visitor that is not a
+/// (`waiting_room_active` to a client that is not a browser; a shed
+/// request, counted in `sluice_shed_total`; a store fault, warned where it
+/// is met), said at debug level: on sale day every visitor that is not a
 /// browser gets one, and ERROR lines by the thousand would bury the real
 /// faults. Any other 5xx, or a failure to answer, is an error. (429 is not
 /// a failure to the trace layer at all.)
