@@ -49,7 +49,11 @@
 //!    (a valid admission, a passthrough at an idle room, fail-open) or the
 //!    waiting room; then one call to the proxy, then `after_origin` (a
 //!    revoke from the origin, the new or renewed cookie). The room was found
-//!    once, by the edge ([`gate::GuardedBy`]).
+//!    once, by the edge ([`gate::GuardedBy`]). Forward-auth
+//!    (`GET /_sluice/auth`, `gate::forward`) is the same gate for a proxy in
+//!    front: the request it describes is put in the canonical form and
+//!    through the same [`gate::authorize`], and the answer is 200 with the
+//!    admission to copy, or the waiting room.
 //! 5. **Proxy.** [`proxy::Proxy`] streams the request upstream over a
 //!    pooled connection and streams the answer back: a request without a
 //!    body natively ([`sluice_wire::h1`], [`sluice_wire::origin`]), any

@@ -224,7 +224,9 @@ fn shape(path: &str) -> String {
 
 /// The router's table, read from the `.route("…", get(…).patch(…))` calls
 /// of the gateway's sources: path shape → methods. The catch-all
-/// `/_sluice/{*rest}` (404 `not_found`, any method) is no operation.
+/// `/_sluice/{*rest}` (404 `not_found`, any method) is no operation, nor
+/// is a route for any method alone (forward-auth's Envoy form,
+/// `/_sluice/auth/…`, described with `GET /_sluice/auth`).
 fn route_table() -> BTreeMap<String, BTreeSet<String>> {
     let mut table: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (_, text) in gateway_sources() {
@@ -251,12 +253,15 @@ fn route_table() -> BTreeMap<String, BTreeSet<String>> {
             if path.contains("{*") {
                 continue;
             }
-            let methods = table.entry(shape(path)).or_default();
-            for m in ["get", "post", "put", "patch", "delete"] {
-                if call.contains(&format!("{m}(")) {
-                    methods.insert(m.to_owned());
-                }
+            let methods: BTreeSet<String> = ["get", "post", "put", "patch", "delete"]
+                .into_iter()
+                .filter(|m| call.contains(&format!("{m}(")))
+                .map(str::to_owned)
+                .collect();
+            if methods.is_empty() && call.contains("any(") {
+                continue;
             }
+            table.entry(shape(path)).or_default().extend(methods);
         }
     }
     table

@@ -7,7 +7,8 @@
 //!    dropped connection; the panic is logged.
 //! 2. `SetRequestIdLayer` — every request gets an `x-request-id` (kept when
 //!    the client sent one), forwarded to the origin and logged.
-//! 3. `TraceLayer` — one span per request with method, path and request id.
+//! 3. `TraceLayer` — one span per request with method, path and request id;
+//!    a 5xx is logged at ERROR, except 503, an expected answer (debug).
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
 //! 5. The router: `/_sluice/…` handlers (bodies limited, no-store, the
 //!    store-bound ones behind `store_bound`, admin calls behind
@@ -72,6 +73,14 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
         .route("/_sluice/readyz", get(readyz))
         .route("/_sluice/jwks.json", get(visitor::jwks))
         .route("/_sluice/openapi.json", get(openapi))
+        .route("/_sluice/auth", get(gate::forward::forward_auth))
+        // Envoy's form of it: any method, the original target behind the
+        // prefix (the site's root is `/_sluice/auth/`).
+        .route("/_sluice/auth/", any(gate::forward::forward_auth))
+        .route(
+            "/_sluice/auth/{*original}",
+            any(gate::forward::forward_auth),
+        )
         .route("/_sluice/rooms/{room}", get(visitor::public_room))
         .route("/_sluice/rooms/{room}/challenge", post(visitor::challenge))
         .route("/_sluice/rooms/{room}/join", post(visitor::join))
@@ -116,10 +125,33 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or("");
                         tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-                    }),
+                    })
+                    .on_failure(on_failure),
                 )
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
         )
+}
+
+/// The trace layer's word on a 5xx answer. A 503 is an expected answer
+/// (`waiting_room_active` to a client that is not a browser; a shed
+/// request, counted in `sluice_shed_total`; a store fault, warned where it
+/// is met), said at debug level: on sale day every visitor that is not a
+/// browser gets one, and ERROR lines by the thousand would bury the real
+/// faults. Any other 5xx, or a failure to answer, is an error. (429 is not
+/// a failure to the trace layer at all.)
+fn on_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: std::time::Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass;
+    let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::debug!(status = 503, latency_ms = ms, "answered 503");
+        }
+        other => tracing::error!(classification = %other, latency_ms = ms, "response failed"),
+    }
 }
 
 async fn no_store(mut res: Response) -> Response {
@@ -189,6 +221,8 @@ async fn method_not_allowed() -> Problem {
 /// of a room, events, holds, the payment webhook and the admin API. The
 /// rest (health, readiness, JWKS, the OpenAPI document, static files, the
 /// public room state, metrics) answers from memory and is never shed.
+/// Forward-auth (`/_sluice/auth`) is store-bound: like a guarded request it
+/// may admit a passthrough or renew a session, both store calls.
 pub fn touches_store(path: &str) -> bool {
     if let Some(rest) = path.strip_prefix("/_sluice/rooms/") {
         return rest.ends_with("/challenge")
@@ -198,6 +232,8 @@ pub fn touches_store(path: &str) -> bool {
     ["/_sluice/events/", "/_sluice/holds/", "/_sluice/webhooks/"]
         .iter()
         .any(|p| path.starts_with(p))
+        || path == "/_sluice/auth"
+        || path.starts_with("/_sluice/auth/")
         || path == "/_sluice/admin"
         || path.starts_with("/_sluice/admin/")
 }
@@ -274,6 +310,8 @@ mod tests {
             "/_sluice/events/demo/holds",
             "/_sluice/holds/abc",
             "/_sluice/webhooks/payment",
+            "/_sluice/auth",
+            "/_sluice/auth/shop/cart",
             "/_sluice/admin",
             "/_sluice/admin/rooms/default",
             "/_sluice/admin/events/demo",

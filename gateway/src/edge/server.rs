@@ -649,7 +649,7 @@ fn service(
 ///
 /// `*` (`OPTIONS *`) and CONNECT's authority form are left as they are.
 /// Already-canonical requests (nearly all) are checked without a copy.
-fn canonicalise(
+pub(crate) fn canonicalise(
     st: &AppState,
     req: &mut http::Request<axum::body::Body>,
     client: &ClientInfo,

@@ -23,9 +23,16 @@
 //! After the origin answered: `Sluice-Command: revoke` ends the session at
 //! once (its slot goes back under `max_active`; every gateway refuses its
 //! tokens within a tick), clears both cookies and spends the place.
+//!
+//! Forward-auth (`forward`, `GET /_sluice/auth`) runs the request a proxy
+//! in front describes through the same [`authorize`] and answers with the
+//! admission header and cookie the in-path mode would forward and set
+//! (`admission_cookies`, shared with `after_origin`); there is no origin
+//! answer, so no revoke.
 
 pub mod adaptive;
 pub mod cookies;
+pub(crate) mod forward;
 pub mod rooms;
 pub mod schedule;
 pub mod session;
@@ -352,26 +359,21 @@ async fn after_origin(
     started: std::time::Instant,
     res: &mut Response,
 ) {
-    let Some(room) = admission.room else {
+    let Some(room) = &admission.room else {
         return;
     };
     room.observe_upstream(started.elapsed(), res.status());
-    match admission.grant {
-        Grant::Unguarded | Grant::FailOpen => {}
-        Grant::Passthrough(token) => {
-            cookies::set_admission(res.headers_mut(), &room, &token, client)
+    match &admission.grant {
+        Grant::Unguarded | Grant::FailOpen | Grant::Passthrough(_) => {
+            admission_cookies(&admission, client, res.headers_mut());
         }
-        Grant::Token {
-            forwarded,
-            renewed,
-            sid,
-        } => {
+        Grant::Token { sid, .. } => {
             let revoke = res
                 .extensions()
                 .get::<OriginCommand>()
                 .is_some_and(|c| c.0 == "revoke");
             if revoke {
-                if let Some(sid) = &sid {
+                if let Some(sid) = sid {
                     room.note_ended(sid);
                     if let Err(e) = state.queue().session_end(room.id(), sid).await {
                         tracing::warn!(room = room.id(), error = %e, "revoke: could not end the session in the store");
@@ -380,10 +382,27 @@ async fn after_origin(
                 // The place is spent: neither token admits again.
                 cookies::clear(res.headers_mut(), &cookies::admit_name(room.id()));
                 cookies::clear(res.headers_mut(), &cookies::queue_name(room.id()));
-            } else if renewed {
-                cookies::set_admission(res.headers_mut(), &room, &forwarded, client);
+            } else {
+                admission_cookies(&admission, client, res.headers_mut());
             }
         }
+    }
+}
+
+/// The cookie an admitted request's answer sets, in-path and in
+/// forward-auth alike: a passthrough's new admission, a renewed one.
+fn admission_cookies(admission: &Admission, client: &ClientInfo, headers: &mut HeaderMap) {
+    let Some(room) = &admission.room else {
+        return;
+    };
+    match &admission.grant {
+        Grant::Passthrough(token)
+        | Grant::Token {
+            forwarded: token,
+            renewed: true,
+            ..
+        } => cookies::set_admission(headers, room, token, client),
+        Grant::Unguarded | Grant::FailOpen | Grant::Token { .. } => {}
     }
 }
 
