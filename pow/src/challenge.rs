@@ -669,10 +669,7 @@ mod tests {
         }
         for early in [0, 500, 1_999] {
             let e = ks.verify(&c.challenge, &bad, "drop", NOW + early);
-            assert!(
-                matches!(e, Err(PowError::InsufficientWork { .. })),
-                "{e:?}"
-            );
+            assert!(matches!(e, Err(PowError::InsufficientWork { .. })), "{e:?}");
             let e = ks
                 .verify(&c.challenge, &sol[..3], "drop", NOW + early)
                 .unwrap_err();

@@ -179,7 +179,18 @@ fn split(wire: &[u8], methods: &[&str]) -> Vec<Answer> {
         for line in &mut head_text {
             *line = unid(line);
         }
-        body = unid(&body);
+        let unided = unid(&body);
+        if unided != body {
+            // The ids' counters may differ in width between the two
+            // gateways (`…-ff` against `…-100`), and so the length of a
+            // body that echoes one: compared without it.
+            for line in &mut head_text {
+                if line.starts_with("content-length:") {
+                    *line = "content-length: (of a body with an id)".to_owned();
+                }
+            }
+        }
+        body = unided;
         out.push(Answer {
             head: head_text,
             framing,
