@@ -68,59 +68,9 @@ pub struct RawEntry {
     pub fields: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// What an entry records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// A hold was taken.
-    Held,
-    /// A hold was paid: its units are sold.
-    Confirmed,
-    /// A hold was given back (by its visitor, or a failed payment).
-    Released,
-    /// A hold lapsed and its units went back.
-    Expired,
-    /// The event's stock was set (`qty` = the new total).
-    Stock,
-    /// The event was rebuilt in a store from the ledger (`qty` = total).
-    Restored,
-}
-
-impl Kind {
-    /// Parses the `type` field.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "held" => Self::Held,
-            "confirmed" => Self::Confirmed,
-            "released" => Self::Released,
-            "expired" => Self::Expired,
-            "stock" => Self::Stock,
-            "restored" => Self::Restored,
-            _ => return None,
-        })
-    }
-
-    /// The `type` field's spelling (and the `kind` column's).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Held => "held",
-            Self::Confirmed => "confirmed",
-            Self::Released => "released",
-            Self::Expired => "expired",
-            Self::Stock => "stock",
-            Self::Restored => "restored",
-        }
-    }
-
-    /// A hold's end: confirmed, released or expired.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Confirmed | Self::Released | Self::Expired)
-    }
-
-    /// About one hold (everything but `stock` and `restored`).
-    pub fn is_hold(self) -> bool {
-        !matches!(self, Self::Stock | Self::Restored)
-    }
-}
+/// What an entry records: the stream's own vocabulary, owned by the
+/// reservation crate that writes it (`reservation/STREAM.md`).
+pub use sluice_reservation::TransitionKind as Kind;
 
 /// A well-formed entry.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -477,7 +477,9 @@ impl TransitionKind {
         }
     }
 
-    pub(crate) fn parse(s: &str) -> Option<Self> {
+    /// Parses the stream's `type` field; `None` for a type this version
+    /// does not know.
+    pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "held" => Self::Held,
             "confirmed" => Self::Confirmed,
@@ -487,6 +489,16 @@ impl TransitionKind {
             "restored" => Self::Restored,
             _ => return None,
         })
+    }
+
+    /// A hold's end: confirmed, released or expired.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Confirmed | Self::Released | Self::Expired)
+    }
+
+    /// About one hold (everything but `stock` and `restored`).
+    pub fn is_hold(self) -> bool {
+        !matches!(self, Self::Stock | Self::Restored)
     }
 }
 

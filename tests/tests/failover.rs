@@ -450,16 +450,7 @@ async fn holds_no_replica_acknowledged_are_refused_and_given_back() {
         assert!(res.header("retry-after").is_some());
     }
     // An admission as a gateway with replicas would have signed it.
-    let ring = sluice_admission::Keyring::load_dir(&keys).unwrap();
-    let claims = sluice_admission::AdmitClaims::new(
-        "hall",
-        &sluice_admission::new_visitor_id(),
-        1,
-        now_s(),
-        Duration::from_secs(600),
-    );
-    let mut v = Visitor::new(&base, "hall");
-    v.admission_token = Some(ring.sign_admit(&claims).unwrap());
+    let v = sluice_tests::admitted_visitor(&keys, &base, "hall");
     for key in ["a", "a", "b"] {
         let res = v
             .call_admitted(

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use serde_json::{Value, json};
-use sluice_gateway::app::now_s;
 use sluice_tests::client::{Answer, TestClient, body};
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::postgres::PgServer;
@@ -92,17 +91,7 @@ impl Site {
 
     /// A visitor of room `hall` with an admission signed by the site's key.
     fn buyer(&self, base: &str) -> Visitor {
-        let ring = sluice_admission::Keyring::load_dir(&self.keys).unwrap();
-        let claims = sluice_admission::AdmitClaims::new(
-            "hall",
-            &sluice_admission::new_visitor_id(),
-            1,
-            now_s(),
-            Duration::from_secs(600),
-        );
-        let mut v = Visitor::new(base, "hall");
-        v.admission_token = Some(ring.sign_admit(&claims).unwrap());
-        v
+        sluice_tests::admitted_visitor(&self.keys, base, "hall")
     }
 }
 
