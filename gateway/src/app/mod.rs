@@ -50,6 +50,8 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::predicate::{DefaultPredicate, Predicate, SizeAbove};
+use tower_http::compression::{CompressionLayer, CompressionLevel};
 use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -128,8 +130,32 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
                     })
                     .on_failure(on_failure),
                 )
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                .layer(
+                    CompressionLayer::new()
+                        .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))
+                        .compress_when(compressible()),
+                ),
         )
+}
+
+/// br and gzip quality for answers made per request: 4 keeps most of the
+/// ratio of the slow levels (br's default is 11) at a small part of their
+/// CPU, as CDNs do for dynamic content.
+const COMPRESSION_QUALITY: i32 = 4;
+
+/// Which answers [`CompressionLayer`] compresses: text of ours of more than
+/// a few hundred bytes (tower-http's default predicate: not already
+/// encoded, not an image, a gRPC or an event stream), and never an answer
+/// relayed from the origin ([`gate::FromOrigin`]): compressing the
+/// origin's content is the origin's (or its CDN's) choice, and doing it on
+/// the gate's path would spend the CPU a sale needs.
+fn compressible() -> impl Predicate {
+    DefaultPredicate::new().and(SizeAbove::new(256)).and(
+        |_: StatusCode, _: http::Version, _: &http::HeaderMap, ext: &http::Extensions| {
+            ext.get::<gate::FromOrigin>().is_none()
+        },
+    )
 }
 
 /// The trace layer's word on a 5xx answer. A 503 is an expected answer
@@ -147,8 +173,12 @@ fn on_failure(
     use tower_http::classify::ServerErrorsFailureClass;
     let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
     match class {
-        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
-            tracing::debug!(status = 503, latency_ms = ms, "answered 503");
+        ServerErrorsFailureClass::StatusCode(
+            status @ (StatusCode::SERVICE_UNAVAILABLE
+            | StatusCode::BAD_GATEWAY
+            | StatusCode::GATEWAY_TIMEOUT),
+        ) => {
+            tracing::debug!(status = status.as_u16(), latency_ms = ms, "answered");
         }
         other => tracing::error!(classification = %other, latency_ms = ms, "response failed"),
     }

@@ -163,8 +163,14 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
         .forward(req, &client, admission.origin_headers())
         .await;
     after_origin(&state, admission, &client, started, &mut res).await;
+    res.extensions_mut().insert(FromOrigin);
     res
 }
+
+/// Marks an answer relayed from the origin (or the proxy's error for it),
+/// which the gateway's layers leave as it is (no compression of ours).
+#[derive(Clone, Copy, Debug)]
+pub struct FromOrigin;
 
 /// The gate in tower-http's async-authorization shape: `Ok` is the request
 /// with its [`Admission`] in its extensions, `Err` the answer instead of
