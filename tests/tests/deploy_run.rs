@@ -772,8 +772,8 @@ fn the_k8s_pod_user_reads_its_key_secret_and_the_old_layout_could_not() {
 fn unit_value(unit: &str, key: &str) -> String {
     let prefix = format!("{key}=");
     unit.lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(&prefix))
         .unwrap_or_else(|| panic!("{key}= is not set"))
         .to_owned()
 }
