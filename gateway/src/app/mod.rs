@@ -194,33 +194,61 @@ async fn healthz() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
 
+/// Readiness: "this gateway can serve", for a load balancer deciding where
+/// to send traffic. 503 while draining (SIGTERM), and until every room's
+/// store has answered once (before that a room has no snapshot of its own).
+/// A store that stops answering later does not fail it when the room's
+/// failure policy lets admitted visitors keep passing: every gateway shares
+/// the store, so pulling them all from the load balancer on a store blip
+/// would turn away the visitors the policy keeps serving. Such rooms are
+/// named in the body (`store_unavailable`) and in `sluice_store_up`.
 async fn readyz(State(state): State<AppState>) -> Response {
     if state.is_shutting_down() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "draining"})),
-        )
-            .into_response();
+        return not_ready(json!({"status": "draining"}));
     }
-    let down: Vec<&str> = state
-        .rooms()
-        .all()
-        .iter()
-        .filter(|r| !r.store_ok())
-        .map(|r| r.id())
-        .collect();
-    if !down.is_empty() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "store_unavailable", "rooms": down})),
-        )
-            .into_response();
+    let rooms = state.rooms().all();
+    let starting = room_ids(rooms, |r| !r.store_seen());
+    if !starting.is_empty() {
+        return not_ready(json!({"status": "store_unavailable", "rooms": starting}));
+    }
+    let blocking = room_ids(rooms, |r| {
+        !r.store_ok() && !admitted_pass_without_store(r.config.failure_policy)
+    });
+    if !blocking.is_empty() {
+        return not_ready(json!({"status": "store_unavailable", "rooms": blocking}));
+    }
+    let mut body = json!({"status": "ready"});
+    let degraded = room_ids(rooms, |r| !r.store_ok());
+    if !degraded.is_empty() {
+        body["store_unavailable"] = json!(degraded);
     }
     // The ledger's lag is said, never a reason to stop serving: the sale
     // goes on with PostgreSQL away (Redis is the hot path).
-    match state.ledger().readiness() {
-        Some(ledger) => axum::Json(json!({"status": "ready", "ledger": ledger})).into_response(),
-        None => axum::Json(json!({"status": "ready"})).into_response(),
+    if let Some(ledger) = state.ledger().readiness() {
+        body["ledger"] = json!(ledger);
+    }
+    axum::Json(body).into_response()
+}
+
+fn not_ready(body: serde_json::Value) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}
+
+fn room_ids(
+    rooms: &[Arc<crate::gate::rooms::Room>],
+    pick: impl Fn(&crate::gate::rooms::Room) -> bool,
+) -> Vec<&str> {
+    rooms.iter().filter(|r| pick(r)).map(|r| r.id()).collect()
+}
+
+/// Whether a room's admitted visitors keep passing while its store does
+/// not answer, under this failure policy. Both policies do (`closed` only
+/// holds *new* visitors); a policy added later must say here whether a
+/// store outage should take its gateways out of the load balancer.
+fn admitted_pass_without_store(policy: crate::config::FailurePolicy) -> bool {
+    use crate::config::FailurePolicy;
+    match policy {
+        FailurePolicy::Closed | FailurePolicy::Open => true,
     }
 }
 

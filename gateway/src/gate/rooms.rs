@@ -53,6 +53,9 @@ pub struct Room {
     settings: ArcSwap<RoomSettings>,
     /// The store answered the last tick.
     store_ok: AtomicBool,
+    /// The store answered a tick since this gateway started (readiness:
+    /// until then the room has no snapshot of its own to answer from).
+    store_seen: AtomicBool,
     /// Highest tail / frontier seen from the store (for recovery).
     max_tail: AtomicU64,
     max_frontier: AtomicU64,
@@ -136,6 +139,7 @@ impl Room {
             seen_draw: ArcSwap::from_pointee(None),
             settings: ArcSwap::from_pointee(settings),
             store_ok: AtomicBool::new(false),
+            store_seen: AtomicBool::new(false),
             max_tail: AtomicU64::new(0),
             max_frontier: AtomicU64::new(0),
             ledger_epoch: AtomicU64::new(0),
@@ -206,6 +210,11 @@ impl Room {
     /// Whether the store answered the last tick.
     pub fn store_ok(&self) -> bool {
         self.store_ok.load(Ordering::Relaxed)
+    }
+
+    /// Whether the store answered any tick since this gateway started.
+    pub fn store_seen(&self) -> bool {
+        self.store_seen.load(Ordering::Relaxed)
     }
 
     /// Measured joins per second.
@@ -768,6 +777,7 @@ pub async fn run_ticker(
             match tick_room(room, &store, &telemetry).await {
                 Ok(()) => {
                     if !room.store_ok.swap(true, Ordering::Relaxed) {
+                        room.store_seen.store(true, Ordering::Relaxed);
                         tracing::info!(room = room.id(), "store answers");
                     }
                     let view = events.room_stock(room.id());

@@ -50,6 +50,9 @@ pub enum Command {
     PrequeueVerify(crate::gate::schedule::VerifyArgs),
     /// Write every event's reservation stream into PostgreSQL (the ledger).
     Ledger(crate::tools::ledger_cmd::LedgerArgs),
+    /// Ask a running gateway's probe (readiness by default): exit 0 when it
+    /// answers 2xx, else 1. The container image's health check.
+    Health(crate::tools::health::HealthArgs),
     /// Write a new Ed25519 signing key (PKCS#8, mode 0600) named by a fresh
     /// key id into DIR. The newest key signs; older keys keep verifying
     /// (rotation without logging anyone out). Prints the key id.
@@ -208,6 +211,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "tools")]
         Command::Swarm(args) => crate::tools::swarm::run(args),
         Command::Ledger(args) => crate::tools::ledger_cmd::run(args),
+        Command::Health(args) => crate::tools::health::run(args),
         Command::PrequeueVerify(args) => crate::gate::schedule::run_verify(args),
         Command::Keygen { out } => match sluice_admission::keygen(&out) {
             Ok(kid) => {

@@ -3,6 +3,8 @@
 //! - [`cli`] — the command line (`serve`, `check-config`, `keygen`, …).
 //! - [`demo_origin`] — the built-in demo shop `sluice serve` starts without
 //!   an origin.
+//! - [`health`] — `sluice health URL`, a probe client for container health
+//!   checks (the image has no curl).
 //! - [`ledger_cmd`] — `sluice ledger`, the process writing the reservation
 //!   streams into PostgreSQL (the `sluice-ledger` crate).
 //!
@@ -27,6 +29,7 @@
 pub mod admin_cli;
 pub mod cli;
 pub mod demo_origin;
+pub mod health;
 pub mod ledger_cmd;
 #[cfg(feature = "tools")]
 pub mod simulate;
