@@ -94,7 +94,7 @@ fn yaml_files_parse_and_the_configmap_holds_a_valid_config() {
             let c = &docs[0]["spec"]["template"]["spec"]["containers"][0];
             assert_eq!(
                 c["readinessProbe"]["httpGet"]["path"].as_str(),
-                Some("/_sluice/readyz")
+                Some("/_sluice/serving")
             );
             assert_eq!(
                 c["livenessProbe"]["httpGet"]["path"].as_str(),

@@ -201,7 +201,7 @@ impl Drop for Procs {
 
 fn wait_ready(port: u16, procs: &Procs) {
     let ready = until(Duration::from_secs(30), || {
-        http_get(port, "/_sluice/readyz", &[]).filter(|(s, _)| *s == 200)
+        http_get(port, "/_sluice/serving", &[]).filter(|(s, _)| *s == 200)
     });
     assert!(
         ready.is_some(),
@@ -604,7 +604,7 @@ fn ready_or_exit(cmd: Command, port: u16, tmp: &Path, name: &str) -> Result<Proc
     let mut procs = Procs::default();
     procs.spawn(name, cmd, tmp);
     let outcome = until(Duration::from_secs(30), || {
-        if http_get(port, "/_sluice/readyz", &[]).is_some_and(|(s, _)| s == 200) {
+        if http_get(port, "/_sluice/serving", &[]).is_some_and(|(s, _)| s == 200) {
             return Some(Ok(()));
         }
         match procs.0[0].1.try_wait() {
@@ -870,7 +870,9 @@ async fn readiness_survives_a_store_outage_and_fails_while_draining() {
         .spawn()
         .await;
     let client = sluice_tests::client::TestClient::new();
-    let readyz = format!("{}/_sluice/readyz", gw.url());
+    let readyz = format!("{}/_sluice/serving", gw.url());
+    let strict = format!("{}/_sluice/readyz", gw.url());
+    assert_eq!(client.get(&strict, &[]).await.status, 200);
     let ready = client.get(&readyz, &[]).await;
     assert_eq!(ready.status, 200);
     assert!(
@@ -891,6 +893,11 @@ async fn readiness_survives_a_store_outage_and_fails_while_draining() {
         let down = res.json()["store_unavailable"].clone();
         if down == serde_json::json!(["closed", "open"]) {
             assert_eq!(res.json()["status"], "ready");
+            // API.md's readiness says the store is away.
+            let res = client.get(&strict, &[]).await;
+            assert_eq!(res.status, 503, "{}", res.text());
+            assert_eq!(res.json()["status"], "store_unavailable");
+            assert_eq!(res.json()["rooms"], serde_json::json!(["closed", "open"]));
             break;
         }
         assert!(
@@ -906,7 +913,9 @@ async fn readiness_survives_a_store_outage_and_fails_while_draining() {
         assert_eq!(up, 0.0, "{room}");
     }
     gw.state().begin_shutdown();
-    let res = client.get(&readyz, &[]).await;
-    assert_eq!(res.status, 503);
-    assert_eq!(res.json()["status"], "draining");
+    for probe in [&readyz, &strict] {
+        let res = client.get(probe, &[]).await;
+        assert_eq!(res.status, 503, "{probe}");
+        assert_eq!(res.json()["status"], "draining", "{probe}");
+    }
 }

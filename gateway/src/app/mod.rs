@@ -73,6 +73,7 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
     let control = Router::new()
         .route("/_sluice/healthz", get(healthz))
         .route("/_sluice/readyz", get(readyz))
+        .route("/_sluice/serving", get(serving))
         .route("/_sluice/jwks.json", get(visitor::jwks))
         .route("/_sluice/openapi.json", get(openapi))
         .route("/_sluice/auth", get(gate::forward::forward_auth))
@@ -194,26 +195,39 @@ async fn healthz() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
 
-/// Readiness: "this gateway can serve", for a load balancer deciding where
-/// to send traffic. 503 while draining (SIGTERM), and until every room's
-/// store has answered once (before that a room has no snapshot of its own).
-/// A store that stops answering later does not fail it when the room's
-/// failure policy lets admitted visitors keep passing: every gateway shares
-/// the store, so pulling them all from the load balancer on a store blip
-/// would turn away the visitors the policy keeps serving. Such rooms are
-/// named in the body (`store_unavailable`) and in `sluice_store_up`.
+/// Readiness as API.md fixes it: 200 while every room's store answers,
+/// else 503 (`store_unavailable`, naming the rooms); 503 `draining` after
+/// SIGTERM. For monitoring and for a deploy that wants a gateway out of
+/// rotation whenever its store is away. A load balancer or an
+/// orchestrator's probe should ask [`serving`] instead.
 async fn readyz(State(state): State<AppState>) -> Response {
+    readiness(&state, |r| !r.store_ok())
+}
+
+/// "This gateway can serve", for a load balancer deciding where to send
+/// traffic (`/_sluice/serving`, the probe the deploy files use). 503 while
+/// draining (SIGTERM), and until every room's store has answered once
+/// (before that a room has no snapshot of its own). A store that stops
+/// answering later does not fail it when the room's failure policy lets
+/// admitted visitors keep passing: every gateway shares the store, so
+/// pulling them all from the load balancer on a store blip would turn away
+/// the visitors the policy keeps serving. Such rooms are named in the body
+/// (`store_unavailable`) and in `sluice_store_up`.
+async fn serving(State(state): State<AppState>) -> Response {
+    readiness(&state, |r| {
+        !r.store_seen() || (!r.store_ok() && !admitted_pass_without_store(r.config.failure_policy))
+    })
+}
+
+/// 503 `draining` after SIGTERM; 503 `store_unavailable` naming the rooms
+/// `blocks` picks; otherwise 200 `ready`, naming the rooms whose store is
+/// away and the ledger's lag.
+fn readiness(state: &AppState, blocks: impl Fn(&crate::gate::rooms::Room) -> bool) -> Response {
     if state.is_shutting_down() {
         return not_ready(json!({"status": "draining"}));
     }
     let rooms = state.rooms().all();
-    let starting = room_ids(rooms, |r| !r.store_seen());
-    if !starting.is_empty() {
-        return not_ready(json!({"status": "store_unavailable", "rooms": starting}));
-    }
-    let blocking = room_ids(rooms, |r| {
-        !r.store_ok() && !admitted_pass_without_store(r.config.failure_policy)
-    });
+    let blocking = room_ids(rooms, blocks);
     if !blocking.is_empty() {
         return not_ready(json!({"status": "store_unavailable", "rooms": blocking}));
     }
@@ -379,6 +393,7 @@ mod tests {
         for p in [
             "/_sluice/healthz",
             "/_sluice/readyz",
+            "/_sluice/serving",
             "/_sluice/jwks.json",
             "/_sluice/openapi.json",
             "/_sluice/rooms/default",

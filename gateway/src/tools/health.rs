@@ -1,5 +1,5 @@
 //! `sluice health URL`: asks a running gateway one of its probes
-//! (`/_sluice/readyz` by default, `/_sluice/healthz`) and exits 0 when it
+//! (`/_sluice/serving` by default, `/_sluice/healthz`) and exits 0 when it
 //! answers 2xx, 1 otherwise. It is the container image's `HEALTHCHECK`:
 //! the runtime image carries the `sluice` binary and CA roots but no curl,
 //! and the check must ask the server, not re-read its config.
@@ -19,9 +19,9 @@ const EXIT_USAGE: u8 = 64;
 /// Flags of `sluice health`.
 #[derive(Debug, Args)]
 pub struct HealthArgs {
-    /// The probe to ask, e.g. `http://127.0.0.1:8080/_sluice/readyz`
+    /// The probe to ask, e.g. `http://127.0.0.1:8080/_sluice/serving`
     /// (plain http: the check runs beside the server, on loopback).
-    #[arg(default_value = "http://127.0.0.1:8080/_sluice/readyz")]
+    #[arg(default_value = "http://127.0.0.1:8080/_sluice/serving")]
     pub url: String,
     /// How long to wait for the answer, e.g. `2s`.
     #[arg(long, default_value = "2s", value_parser = humantime_serde::re::humantime::parse_duration)]
@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn only_plain_http_urls_are_asked() {
-        assert!(parse_url("http://127.0.0.1:8080/_sluice/readyz").is_ok());
+        assert!(parse_url("http://127.0.0.1:8080/_sluice/serving").is_ok());
         for bad in [
             "https://127.0.0.1/",
             "127.0.0.1:8080",
