@@ -58,11 +58,13 @@ pub struct TestClient {
 /// when none is given).
 fn connector(tls: Option<rustls::ClientConfig>, http2: bool) -> HttpsConnector<HttpConnector> {
     let tls = tls.unwrap_or_else(|| {
-        rustls::ClientConfig::builder_with_provider(crate::tls::provider())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth()
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
     });
     let b = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
