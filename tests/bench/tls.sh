@@ -52,6 +52,9 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
 
 mkdir -p "$work/origin/www" "$work/proxy"
 printf 'hello from the origin\n' > "$work/origin/www/index.html"
+# nginx's workers run as an unprivileged user: the file must be readable.
+chmod 755 "$work" "$work/origin" "$work/origin/www"
+chmod 644 "$work/origin/www/index.html"
 cat > "$work/origin.conf" <<CONF
 worker_processes 1;
 pid $work/origin.pid;
@@ -71,8 +74,8 @@ http {
   access_log off;
   upstream origin { server 127.0.0.1:$ORIGIN; keepalive 256; }
   server {
-    listen 127.0.0.1:$NGINX ssl;
-    http2 on;
+    # (the listen parameter, not \`http2 on\`: Debian's nginx predates 1.25.1)
+    listen 127.0.0.1:$NGINX ssl http2;
     ssl_certificate $work/cert.pem;
     ssl_certificate_key $work/key.pem;
     ssl_protocols TLSv1.2 TLSv1.3;
