@@ -974,7 +974,10 @@ async fn cookies_carry_their_flags_and_secure_only_behind_trusted_tls() {
             let cookies = set_cookies(&res);
             assert!(!cookies.is_empty());
             for c in &cookies {
-                assert!(c.trim_start_matches("__Host-").starts_with("sluice_"), "{c}");
+                assert!(
+                    c.trim_start_matches("__Host-").starts_with("sluice_"),
+                    "{c}"
+                );
                 assert_flags(c, secure);
             }
         }

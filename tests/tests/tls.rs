@@ -189,7 +189,14 @@ async fn a_visitor_over_https_gets_host_prefixed_secure_cookies_and_reaches_the_
     let origin = TestOrigin::start().await;
     let ca = TestCa::new();
     let leaf = ca.leaf(&["localhost"]);
-    let config = shop_config("");
+    // Two a second, no burst: the first visitor is admitted on joining,
+    // the second waits in line.
+    let config = temp_file(
+        "sluice.toml",
+        "[[rooms]]\nid = \"default\"\npaths = [\"/echo\"]\nrate_per_sec = 2\nburst = 1\n\
+         puzzles = 1\ndifficulty_floor_bits = 2\ndifficulty_ceiling_bits = 4\n\
+         join_limit_per_prefix_per_min = 0\nattack_min_solve = \"0s\"\n",
+    );
     let gw = https_gateway(
         &ca,
         &leaf,
@@ -199,27 +206,26 @@ async fn a_visitor_over_https_gets_host_prefixed_secure_cookies_and_reaches_the_
     );
     let client = ca.https_client();
     let base = gw.url();
+    let mut first = Visitor::with_client(&base, "default", client.clone());
+    let joined = first.join("/echo/item").await;
+    assert_eq!(joined.status, 200, "{}", joined.text());
+    assert_host_cookie(&joined.headers, "__Host-sluice_a_default=");
     let mut v = Visitor::with_client(&base, "default", client.clone());
     let joined = v.join("/echo/item").await;
-    assert!(joined.status.is_success(), "{}", joined.text());
-    let cookies = set_cookies(&joined.headers);
-    let name = if joined.status == 201 {
-        "__Host-sluice_q_default="
-    } else {
-        "__Host-sluice_a_default="
-    };
-    let cookie = cookies
-        .iter()
-        .find(|c| c.starts_with(name))
-        .unwrap_or_else(|| panic!("no {name} in {cookies:?}"));
-    for flag in ["Secure", "HttpOnly", "Path=/", "SameSite=Lax"] {
-        assert!(cookie.contains(flag), "{cookie}");
+    assert_eq!(joined.status, 201, "{}", joined.text());
+    assert_host_cookie(&joined.headers, "__Host-sluice_q_default=");
+    // Polled until admitted: the admission comes as a __Host- cookie too.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let res = v.status().await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        if res.json()["state"] == "admitted" {
+            assert_host_cookie(&res.headers, "__Host-sluice_a_default=");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never admitted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(!cookie.contains("Domain"), "{cookie}");
-    assert!(
-        v.wait_admitted(Duration::from_secs(20), 200).await,
-        "never admitted"
-    );
     let token = v.admission_token.clone().unwrap();
     // The admission cookie by its __Host- name reaches the origin, over h2
     // or HTTP/1.1, whichever ALPN settled.
@@ -248,6 +254,19 @@ async fn a_visitor_over_https_gets_host_prefixed_secure_cookies_and_reaches_the_
         .await;
     let headers = &res.json()["headers"];
     assert_eq!(headers["x-forwarded-proto"][0], "https", "{headers}");
+}
+
+/// The answer sets cookie `prefix…` with the flags of https.
+fn assert_host_cookie(headers: &http::HeaderMap, prefix: &str) {
+    let cookies = set_cookies(headers);
+    let cookie = cookies
+        .iter()
+        .find(|c| c.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {cookies:?}"));
+    for flag in ["Secure", "HttpOnly", "Path=/", "SameSite=Lax"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    assert!(!cookie.contains("Domain"), "{cookie}");
 }
 
 // === certificates ===
