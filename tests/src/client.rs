@@ -1,10 +1,12 @@
 //! A small HTTP client for tests, over hyper-util's pooled client: requests
 //! with any method, headers and a buffered or streamed body; answers with
-//! status, headers and the whole body.
+//! status, headers and the whole body. `http://` always; `https://` with a
+//! client made by [`TestClient::with_tls`] (e.g. [`crate::tls::TestCa::https_client`]).
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -49,7 +51,29 @@ impl Answer {
 /// A pooled HTTP/1.1 client.
 #[derive(Clone)]
 pub struct TestClient {
-    inner: Client<HttpConnector, ReqBody>,
+    inner: Client<HttpsConnector<HttpConnector>, ReqBody>,
+}
+
+/// A connector for `http://`, and `https://` with `tls` (trusting nothing
+/// when none is given).
+fn connector(tls: Option<rustls::ClientConfig>, http2: bool) -> HttpsConnector<HttpConnector> {
+    let tls = tls.unwrap_or_else(|| {
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+    });
+    let b = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if http2 {
+        b.enable_http2().build()
+    } else {
+        b.enable_http1().enable_http2().build()
+    }
 }
 
 impl Default for TestClient {
@@ -72,7 +96,15 @@ impl TestClient {
     /// A new client.
     pub fn new() -> TestClient {
         TestClient {
-            inner: Client::builder(TokioExecutor::new()).build_http(),
+            inner: Client::builder(TokioExecutor::new()).build(connector(None, false)),
+        }
+    }
+
+    /// A client of `https://` URLs with this TLS configuration (h2 or
+    /// HTTP/1.1 by ALPN), and of `http://` ones.
+    pub fn with_tls(tls: rustls::ClientConfig) -> TestClient {
+        TestClient {
+            inner: Client::builder(TokioExecutor::new()).build(connector(Some(tls), false)),
         }
     }
 
@@ -81,7 +113,7 @@ impl TestClient {
         TestClient {
             inner: Client::builder(TokioExecutor::new())
                 .http2_only(true)
-                .build_http(),
+                .build(connector(None, true)),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod postgres;
 pub mod redis_server;
 pub mod sentinel;
 pub mod shop_path;
+pub mod tls;
 pub mod visitor;
 
 use std::io::{BufRead, BufReader};
@@ -137,7 +138,11 @@ impl TestGatewayBuilder {
 
 /// Waits until `/_sluice/readyz` answers 200 (the stores answered once).
 pub async fn wait_ready(base: &str) {
-    let client = client::TestClient::new();
+    wait_ready_with(&client::TestClient::new(), base).await;
+}
+
+/// [`wait_ready`] through `client` (an https one for a TLS gateway).
+pub async fn wait_ready_with(client: &client::TestClient, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let res = client.get(&format!("{base}/_sluice/readyz"), &[]).await;
@@ -179,6 +184,8 @@ pub struct GatewayProcess {
     pub addr: SocketAddr,
     /// Its log lines (stderr), when started with [`GatewayProcess::start_logged`].
     log: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
+    /// `http`, or `https` when started with [`GatewayProcess::start_https`].
+    scheme: &'static str,
 }
 
 impl GatewayProcess {
@@ -187,6 +194,19 @@ impl GatewayProcess {
     /// the test's stderr.
     pub fn start(args: &[&str]) -> GatewayProcess {
         Self::spawn(args, None)
+    }
+
+    /// Starts `sluice serve` with these arguments (which name its TLS
+    /// certificate: `--tls-cert`/`--tls-key`, or a config's
+    /// `[server.tls]`), waiting until it answers over https through
+    /// `client` (e.g. [`tls::TestCa::https_client`]); its log kept as
+    /// [`GatewayProcess::start_logged`] does when `filter` is given.
+    pub fn start_https(
+        args: &[&str],
+        client: &client::TestClient,
+        filter: Option<&str>,
+    ) -> GatewayProcess {
+        Self::spawn_with(args, filter, Some(client.clone()))
     }
 
     /// A gateway of a group sharing one store: `--redis`, `--origin`,
@@ -275,6 +295,14 @@ impl GatewayProcess {
     }
 
     fn spawn(args: &[&str], log_filter: Option<&str>) -> GatewayProcess {
+        Self::spawn_with(args, log_filter, None)
+    }
+
+    fn spawn_with(
+        args: &[&str],
+        log_filter: Option<&str>,
+        https: Option<client::TestClient>,
+    ) -> GatewayProcess {
         let port = redis_server::free_port();
         let listen = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(sluice_bin());
@@ -329,23 +357,29 @@ impl GatewayProcess {
             child: Some(child),
             addr: listen.parse().expect("addr"),
             log,
+            scheme: if https.is_some() { "https" } else { "http" },
         };
         let url = gw.url();
+        let client = https.unwrap_or_default();
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime")
-                .block_on(wait_ready(&url));
+                .block_on(wait_ready_with(&client, &url));
         })
         .join()
         .expect("gateway ready");
         gw
     }
 
-    /// `http://addr`.
+    /// `http://addr`, or `https://localhost:port` for a TLS gateway (the
+    /// name test certificates carry).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.scheme {
+            "https" => format!("https://localhost:{}", self.addr.port()),
+            _ => format!("http://{}", self.addr),
+        }
     }
 
     /// The process id, while it runs.

@@ -24,13 +24,19 @@ pub struct Visitor {
 impl Visitor {
     /// A new visitor.
     pub fn new(base: &str, room: &str) -> Visitor {
+        Self::with_client(base, room, TestClient::new())
+    }
+
+    /// A new visitor calling through `client` (e.g. an https one,
+    /// [`crate::tls::TestCa::https_client`]).
+    pub fn with_client(base: &str, room: &str, client: TestClient) -> Visitor {
         Visitor {
             base: base.to_owned(),
             room: room.to_owned(),
             queue_token: None,
             admission_token: None,
             seq: None,
-            client: TestClient::new(),
+            client,
         }
     }
 

@@ -929,6 +929,10 @@ fn assert_flags(cookie: &str, secure: bool) {
         assert!(cookie.contains(flag), "{flag} missing: {cookie}");
     }
     assert_eq!(cookie.contains("Secure"), secure, "{cookie}");
+    // Over https the name carries the __Host- prefix (this host only, no
+    // Domain), over plain HTTP never.
+    assert_eq!(cookie.starts_with("__Host-sluice_"), secure, "{cookie}");
+    assert!(!cookie.contains("Domain"), "{cookie}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -970,7 +974,10 @@ async fn cookies_carry_their_flags_and_secure_only_behind_trusted_tls() {
             let cookies = set_cookies(&res);
             assert!(!cookies.is_empty());
             for c in &cookies {
-                assert!(c.starts_with("sluice_"), "{c}");
+                assert!(
+                    c.trim_start_matches("__Host-").starts_with("sluice_"),
+                    "{c}"
+                );
                 assert_flags(c, secure);
             }
         }

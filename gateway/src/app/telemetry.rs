@@ -34,6 +34,8 @@
 //! | `sluice_origin_error_ratio` | gauge | room | share of failed upstream requests in the last adaptive window (steering gateway) |
 //! | `sluice_token_cache_entries` | gauge | | verified tokens remembered (bounded by `limits.token_cache_entries`) |
 //! | `sluice_open_connections` | gauge | io_thread | client connections open on each I/O thread (`server.io_threads`) |
+//! | `sluice_tls_reloads_total` | counter | result | certificate reloads (`[server.tls]`, SIGHUP or a file change): `ok` or `failed` (the previous certificates kept) |
+//! | `sluice_tls_handshake_failures_total` | counter | | TLS handshakes that failed or did not finish within `timeouts.header_read` |
 
 use std::sync::Arc;
 
@@ -321,6 +323,19 @@ impl Telemetry {
     /// (`connection`, `store` or `origin`) was at its in-flight bound.
     pub fn shed(&self, what: &'static str) {
         self.counter("sluice_shed_total", &[("what", what.to_owned())])
+            .increment(1);
+    }
+
+    /// A reload of the TLS certificates succeeded (`ok`) or failed.
+    pub fn tls_reload(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.counter("sluice_tls_reloads_total", &[("result", result.to_owned())])
+            .increment(1);
+    }
+
+    /// A TLS handshake failed or timed out.
+    pub fn tls_handshake_failed(&self) {
+        self.counter("sluice_tls_handshake_failures_total", &[])
             .increment(1);
     }
 

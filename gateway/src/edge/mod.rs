@@ -5,6 +5,8 @@
 //!   and `answer`, where every request (either HTTP/1 server, or h2) starts.
 //! - [`canonical`] — one spelling of each path and host.
 //! - [`client_ip`] — the downstream client's address.
+//! - [`tls`] — TLS termination (`[server.tls]`): certificates by SNI,
+//!   ALPN, reload.
 //!
 //! The HTTP/1.1 wire code the server runs is the `sluice-wire` crate's:
 //! [`sluice_wire::front`] reads and answers plain GET and HEAD requests
@@ -14,3 +16,4 @@
 pub mod canonical;
 pub mod client_ip;
 pub mod server;
+pub mod tls;

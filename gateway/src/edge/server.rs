@@ -1,6 +1,12 @@
 //! The HTTP front: accepts connections, speaks HTTP/1.1 and HTTP/2
-//! (cleartext, prior knowledge) on the same port, passes upgrades through,
-//! and drains in-flight requests on shutdown.
+//! (cleartext, prior knowledge) on the same port, or HTTPS with either
+//! chosen by ALPN when `[server.tls]` is set ([`crate::edge::tls`]), passes
+//! upgrades through, and drains in-flight requests on shutdown.
+//!
+//! With TLS, a plain listener may stand beside the HTTPS one
+//! (`server.tls.http_listen`), serving plain HTTP or answering 308 to the
+//! https URL (`redirect_to_https`). Every connection, TLS or not, goes the
+//! same way once its stream is ready ([`serve_stream`]).
 //!
 //! Open connections are bounded by `limits.max_connections`: a connection
 //! accepted past it is closed at once, unread (the client sees an empty reply
@@ -32,6 +38,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
@@ -84,13 +91,64 @@ pub fn spawn(state: AppState, listener: TcpListener) -> anyhow::Result<RunningGa
 
 /// Accepts connections until `shutdown` completes, then stops accepting,
 /// fails readiness, and waits (up to the configured grace period) for
-/// in-flight requests to finish.
+/// in-flight requests to finish. The plain listener beside TLS
+/// (`server.tls.http_listen`), when configured, is bound here.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let plain = bind_plain(state.config()).await?;
+    serve_with_plain(state, listener, plain, shutdown).await
+}
+
+/// Binds `server.tls.http_listen`, when TLS and it are configured.
+pub async fn bind_plain(config: &crate::config::Config) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = config.server.tls.as_ref().and_then(|t| t.http_listen) else {
+        return Ok(None);
+    };
+    let l = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (server.tls.http_listen): {e}"))?;
+    Ok(Some(l))
+}
+
+/// [`serve`], with the plain listener beside TLS already bound.
+pub async fn serve_with_plain(
+    state: AppState,
+    listener: TcpListener,
+    plain: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let config = state.config().clone();
+    let tls = match &config.server.tls {
+        Some(t) => Some(Arc::new(crate::edge::tls::Terminator::new(t)?)),
+        None => None,
+    };
+    // Reloads the certificates until `serve` returns.
+    let _fresh = tls.clone().map(|t| {
+        AbortOnDrop(tokio::spawn(crate::edge::tls::keep_fresh(
+            t,
+            state.telemetry().clone(),
+        )))
+    });
+    let redirect = config
+        .server
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.redirect_to_https);
+    let entries = (
+        if tls.is_some() {
+            Entry::Tls
+        } else {
+            Entry::Plain
+        },
+        if redirect {
+            Entry::Redirect
+        } else {
+            Entry::Plain
+        },
+    );
     // Request ids come from one counter, whichever way a request goes.
     let ids = RequestIds::default();
     let router: Router = app::build_with_ids(state.clone(), ids.clone());
@@ -129,6 +187,8 @@ pub async fn serve(
         header_timeout: config.timeouts.header_read,
         upstream_response: config.timeouts.upstream_response,
         native_http1: config.server.native_http1,
+        tls,
+        https_port: listener.local_addr()?.port(),
         front_limits: sluice_wire::front::Limits {
             head_bytes: config.limits.max_header_bytes,
             headers: config.limits.max_headers,
@@ -145,17 +205,19 @@ pub async fn serve(
     tokio::pin!(shutdown);
 
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (accepted, entry) = tokio::select! {
+            a = listener.accept() => (a, entries.0),
+            a = accept_plain(plain.as_ref()) => (a, entries.1),
             () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and the like: back off, keep serving.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             state.telemetry().shed("connection");
@@ -172,12 +234,13 @@ pub async fn serve(
             break;
         };
         match stream.into_std() {
-            Ok(stream) => thread.hand(stream, peer, permit),
+            Ok(stream) => thread.hand(stream, peer, entry, permit),
             Err(e) => tracing::debug!(%peer, error = %e, "closed: cannot hand the connection over"),
         }
     }
 
     drop(listener);
+    drop(plain);
     // The I/O threads take no more connections once their queues are gone.
     drop(threads);
     state.begin_shutdown();
@@ -195,6 +258,34 @@ pub async fn serve(
     Ok(())
 }
 
+/// The plain listener's next connection; never, without one.
+async fn accept_plain(plain: Option<&TcpListener>) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match plain {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How a connection came in, which decides how it is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    /// Plain HTTP (`listen` without TLS, or `http_listen` serving).
+    Plain,
+    /// The HTTPS listener: a TLS handshake first.
+    Tls,
+    /// `http_listen` with `redirect_to_https`: 308 to https.
+    Redirect,
+}
+
 /// What every connection of one gateway shares.
 struct Shared {
     state: AppState,
@@ -208,6 +299,10 @@ struct Shared {
     upstream_response: Duration,
     /// Plain HTTP/1.1 requests read and answered by [`sluice_wire::front`].
     native_http1: bool,
+    /// The TLS side of the HTTPS listener, when `[server.tls]` is set.
+    tls: Option<Arc<crate::edge::tls::Terminator>>,
+    /// The HTTPS listener's port (where redirects point).
+    https_port: u16,
     front_limits: sluice_wire::front::Limits,
 }
 
@@ -216,6 +311,7 @@ struct Shared {
 type Handed = (
     std::net::TcpStream,
     SocketAddr,
+    Entry,
     tokio::sync::OwnedSemaphorePermit,
 );
 
@@ -262,7 +358,7 @@ impl IoThread {
             .spawn(move || {
                 crate::proxy::upstream::set_io_thread(i);
                 runtime.block_on(async move {
-                    while let Some((stream, peer, permit)) = handed.recv().await {
+                    while let Some((stream, peer, entry, permit)) = handed.recv().await {
                         let stream = match TcpStream::from_std(stream) {
                             Ok(s) => s,
                             Err(e) => {
@@ -273,7 +369,13 @@ impl IoThread {
                         // Counted open until the task ends, however it ends.
                         gauge.increment(1.0);
                         let open = OpenCount(count.clone(), gauge.clone());
-                        tokio::spawn(connection(shared.clone(), stream, peer, (permit, open)));
+                        tokio::spawn(connection(
+                            shared.clone(),
+                            stream,
+                            peer,
+                            entry,
+                            (permit, open),
+                        ));
                     }
                     // No more connections: serve those open until told to close.
                     let _ = closed.changed().await;
@@ -288,10 +390,11 @@ impl IoThread {
         &self,
         stream: std::net::TcpStream,
         peer: SocketAddr,
+        entry: Entry,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
         self.open.fetch_add(1, Ordering::Relaxed);
-        if self.queue.send((stream, peer, permit)).is_err() {
+        if self.queue.send((stream, peer, entry, permit)).is_err() {
             self.open.fetch_sub(1, Ordering::Relaxed);
             tracing::warn!(%peer, "closed: the I/O thread is gone");
         }
@@ -299,23 +402,54 @@ impl IoThread {
 }
 
 /// Serves one connection, holding its `limits.max_connections` permit and
-/// its count on the I/O thread.
+/// its count on the I/O thread: the TLS handshake first on the HTTPS
+/// listener (within the header timeout, ALPN naming the protocol), the
+/// first bytes telling the protocol on a plain one.
 async fn connection(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
+    entry: Entry,
     held: (tokio::sync::OwnedSemaphorePermit, OpenCount),
 ) {
     // Shared with a WebSocket tunnel made of this connection, which then
     // stays counted (and holds its permit) until the tunnel closes.
     let hold = crate::proxy::ConnHold(Arc::new(held));
-    let (header_timeout, upstream_response) = (shared.header_timeout, shared.upstream_response);
+    let header_timeout = shared.header_timeout;
+    if let (Entry::Tls, Some(tls)) = (entry, shared.tls.clone()) {
+        let telemetry = shared.state.telemetry();
+        let Some((stream, alpn)) = tls.accept(stream, header_timeout, telemetry, peer).await else {
+            return;
+        };
+        let version = match alpn {
+            crate::edge::tls::Alpn::Http2 => Version::Http2,
+            crate::edge::tls::Alpn::Http1 => Version::Http1,
+        };
+        return serve_stream(shared, stream, peer, version, entry, hold).await;
+    }
     let Some(version) = first_bytes_within(&stream, header_timeout).await else {
         tracing::debug!(%peer, "closed: no request within the header timeout");
         return;
     };
+    serve_stream(shared, stream, peer, version, entry, hold).await;
+}
+
+/// Serves one connection's stream, TLS or plain, in `version`.
+async fn serve_stream<S>(
+    shared: Arc<Shared>,
+    stream: S,
+    peer: SocketAddr,
+    version: Version,
+    entry: Entry,
+    hold: crate::proxy::ConnHold,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (header_timeout, upstream_response) = (shared.header_timeout, shared.upstream_response);
     let watch = (version == Version::Http1).then(|| Arc::new(ConnWatch::default()));
     let ctx = Arc::new(ConnCtx {
+        tls: entry == Entry::Tls,
+        redirect_to: (entry == Entry::Redirect).then_some(shared.https_port),
         st: shared.state.clone(),
         router: shared.router.clone(),
         ids: shared.ids.clone(),
@@ -534,6 +668,10 @@ impl http_body::Body for ResponseBody {
 
 /// What the requests of one connection are answered with.
 struct ConnCtx {
+    /// The connection came over TLS: its requests are `https`.
+    tls: bool,
+    /// The plain listener redirecting to https, on this port.
+    redirect_to: Option<u16>,
     st: AppState,
     router: Router,
     ids: RequestIds,
@@ -557,12 +695,24 @@ fn answer(
     use futures_util::FutureExt as _;
     let mut info = ClientInfo::resolve(ctx.peer, req.headers(), &ctx.trusted);
     info.peer_text.clone_from(&ctx.peer_text);
+    if ctx.tls {
+        info.proto = "https";
+    }
     // One canonical request, decided once: every decision from here on
     // (routes, rooms, bypasses, the gate) and the origin see this form.
     if let Err(p) = canonicalise(&ctx.st, &mut req, &info) {
         let id = ctx.ids.next_value();
         let mut res = axum::response::IntoResponse::into_response(p);
         res.headers_mut().insert(REQUEST_ID, id);
+        return futures_util::future::Either::Left(futures_util::future::Either::Right(
+            std::future::ready(res),
+        ));
+    }
+    if let Some(port) = ctx.redirect_to
+        && !crate::edge::tls::stays_plain(req.uri().path())
+    {
+        let mut res = crate::edge::tls::to_https(&req, port);
+        res.headers_mut().insert(REQUEST_ID, ctx.ids.next_value());
         return futures_util::future::Either::Left(futures_util::future::Either::Right(
             std::future::ready(res),
         ));

@@ -1,6 +1,16 @@
 //! The gateway's cookies: `sluice_q_{room}` (queue token) and
 //! `sluice_a_{room}` (admission token). Always `HttpOnly`, `SameSite=Lax`,
-//! `Path=/`, and `Secure` when the client reached the edge over TLS.
+//! `Path=/`, no `Domain`.
+//!
+//! Over https (TLS at the edge, or a trusted proxy saying
+//! `X-Forwarded-Proto: https`) they are `Secure` and named with the
+//! `__Host-` prefix (`__Host-sluice_q_{room}`), which a browser keeps only
+//! from a secure origin, for this host alone: a sibling subdomain or a
+//! plain-HTTP page cannot plant or overwrite one. Reading over https
+//! prefers the `__Host-` name and falls back to the plain one, so turning
+//! TLS on mid-sale costs nobody their place; over plain HTTP only the plain
+//! name is read (a `__Host-` cookie is never sent there anyway). Clearing
+//! clears both names.
 //!
 //! `Set-Cookie` values are written by the `cookie` crate. Reading stays a
 //! few lines of our own: one pass over the `Cookie` header on every guarded
@@ -20,6 +30,23 @@ pub fn queue_name(room: &str) -> String {
 /// The admission-token cookie of a room.
 pub fn admit_name(room: &str) -> String {
     format!("sluice_a_{room}")
+}
+
+/// The `__Host-`-prefixed name of cookie `name`.
+fn host_only(name: &str) -> String {
+    format!("__Host-{name}")
+}
+
+/// The token of the gateway's cookie `name` (e.g. [`queue_name`]) for this
+/// client: over https the `__Host-` name first, then the plain one; over
+/// plain HTTP the plain one only.
+pub fn read(headers: &HeaderMap, name: &str, client: &ClientInfo) -> Option<String> {
+    if client.proto == "https"
+        && let Some(t) = token(headers, &host_only(name))
+    {
+        return Some(t);
+    }
+    token(headers, name)
 }
 
 /// The value of cookie `name`, if sent.
@@ -47,9 +74,15 @@ pub fn bearer(headers: &HeaderMap) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// Adds a `Set-Cookie` for `name=value`.
+/// Adds a `Set-Cookie` for `name=value`; a `secure` one (https) is
+/// `Secure` and named `__Host-{name}`.
 pub fn set(headers: &mut HeaderMap, name: &str, value: &str, max_age_s: u64, secure: bool) {
     let max_age = cookie::time::Duration::seconds(i64::try_from(max_age_s).unwrap_or(i64::MAX));
+    let name = if secure {
+        host_only(name)
+    } else {
+        name.to_owned()
+    };
     append(
         headers,
         Cookie::build((name, value))
@@ -133,16 +166,20 @@ pub fn set_queue(headers: &mut HeaderMap, room: &Room, token: &str, client: &Cli
     );
 }
 
-/// Adds a `Set-Cookie` that deletes `name`.
+/// Adds the `Set-Cookie`s that delete `name` under both its names: the
+/// plain one, and the `__Host-` one (`Secure`, or a browser ignores it).
 pub fn clear(headers: &mut HeaderMap, name: &str) {
-    append(
-        headers,
-        Cookie::build((name, ""))
-            .path("/")
-            .max_age(cookie::time::Duration::ZERO)
-            .http_only(true)
-            .same_site(SameSite::Lax),
-    );
+    for (name, secure) in [(name.to_owned(), false), (host_only(name), true)] {
+        append(
+            headers,
+            Cookie::build((name, ""))
+                .path("/")
+                .max_age(cookie::time::Duration::ZERO)
+                .http_only(true)
+                .same_site(SameSite::Lax)
+                .secure(secure),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -162,11 +199,62 @@ mod tests {
         let mut out = HeaderMap::new();
         set(&mut out, "sluice_a_x", "v", 60, true);
         let c = out[header::SET_COOKIE].to_str().unwrap();
+        assert!(c.starts_with("__Host-sluice_a_x=v;"), "{c}");
         for flag in ["HttpOnly", "SameSite=Lax", "Path=/", "Secure", "Max-Age=60"] {
             assert!(c.contains(flag), "{c}");
         }
+        assert!(!c.contains("Domain"), "{c}");
+        let mut plain = HeaderMap::new();
+        set(&mut plain, "sluice_a_x", "v", 60, false);
+        let c = plain[header::SET_COOKIE].to_str().unwrap();
+        assert!(
+            c.starts_with("sluice_a_x=v;") && !c.contains("Secure"),
+            "{c}"
+        );
         assert_eq!(out[header::CACHE_CONTROL], "private");
         assert_eq!(out[header::VARY], "Cookie");
+    }
+
+    fn client(proto: &'static str) -> ClientInfo {
+        ClientInfo {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            ip: "127.0.0.1".parse().unwrap(),
+            peer_trusted: false,
+            proto,
+            peer_text: None,
+        }
+    }
+
+    #[test]
+    fn https_prefers_the_host_name_and_falls_back() {
+        let (https, http) = (client("https"), client("http"));
+        let mut both = HeaderMap::new();
+        both.insert(
+            header::COOKIE,
+            "sluice_q_r=plain; __Host-sluice_q_r=host".parse().unwrap(),
+        );
+        assert_eq!(read(&both, "sluice_q_r", &https).as_deref(), Some("host"));
+        assert_eq!(read(&both, "sluice_q_r", &http).as_deref(), Some("plain"));
+        let mut old = HeaderMap::new();
+        old.insert(header::COOKIE, "sluice_q_r=plain".parse().unwrap());
+        assert_eq!(read(&old, "sluice_q_r", &https).as_deref(), Some("plain"));
+        let mut host = HeaderMap::new();
+        host.insert(header::COOKIE, "__Host-sluice_q_r=host".parse().unwrap());
+        assert_eq!(read(&host, "sluice_q_r", &http), None);
+    }
+
+    #[test]
+    fn clearing_clears_both_names() {
+        let mut h = HeaderMap::new();
+        clear(&mut h, "sluice_a_r");
+        let set: Vec<_> = h
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(set.len(), 2, "{set:?}");
+        assert!(set[0].starts_with("sluice_a_r=;") && set[0].contains("Max-Age=0"));
+        assert!(set[1].starts_with("__Host-sluice_a_r=;") && set[1].contains("Secure"));
     }
 
     #[test]

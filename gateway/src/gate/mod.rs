@@ -314,7 +314,8 @@ fn is_idle(state: &AppState, room: &Arc<Room>, headers: &HeaderMap, client: &Cli
     let cap_free = snap
         .max_active
         .is_none_or(|m| snap.active_sessions + snap.pending_claims < m);
-    let has_queue_cookie = cookies::token(headers, &cookies::queue_name(room.id())).is_some();
+    let has_queue_cookie =
+        cookies::read(headers, &cookies::queue_name(room.id()), client).is_some();
     !has_queue_cookie
         && snap.queue_length() == 0
         && snap.credit >= 1.0

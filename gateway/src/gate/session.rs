@@ -31,7 +31,7 @@ pub fn admission_from(
     room: &Room,
     client: &ClientInfo,
 ) -> Option<(String, AdmitClaims)> {
-    let token = cookies::token(headers, &cookies::admit_name(room.id()))
+    let token = cookies::read(headers, &cookies::admit_name(room.id()), client)
         .or_else(|| cookies::bearer(headers))?;
     let claims = state.verify_admit(&token, room.id()).ok()?;
     if let Some(bound) = &claims.ipp

@@ -69,6 +69,13 @@ pub struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "SLUICE_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// PEM certificate chain (leaf first): `--listen` serves HTTPS, h2 and
+    /// http/1.1 by ALPN (`server.tls.cert`) [default: plain HTTP].
+    #[arg(long, env = "SLUICE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert` (`server.tls.key`).
+    #[arg(long, env = "SLUICE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Origin base URL [default: the built-in demo shop].
     #[arg(long, env = "SLUICE_ORIGIN")]
     pub origin: Option<String>,
@@ -143,6 +150,15 @@ impl ServeArgs {
         }
         if let Some(v) = &self.redis {
             c.redis = Some(v.clone());
+        }
+        if self.tls_cert.is_some() || self.tls_key.is_some() {
+            let tls = c.server.tls.get_or_insert_with(Default::default);
+            if let Some(v) = &self.tls_cert {
+                tls.cert = v.clone();
+            }
+            if let Some(v) = &self.tls_key {
+                tls.key = v.clone();
+            }
         }
         if let Some(v) = self.io_threads {
             c.server.io_threads = v;
@@ -280,6 +296,13 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr()?;
+    let plain = server::bind_plain(&config).await?;
+    let scheme = if config.server.tls.is_some() {
+        crate::edge::tls::install_default_provider();
+        "https"
+    } else {
+        "http"
+    };
     if config.origin.is_none() {
         // The demo shop's payment provider signs webhooks: with no secret
         // given, one is made up for this process and shared with it.
@@ -292,18 +315,39 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
             .clone();
         let shop = demo_origin::spawn(demo_origin::DemoOptions {
             webhook_secret: Some(secret),
-            gateway: Some(format!("http://{addr}")),
+            gateway: Some(demo_gateway_url(&config, addr, plain.as_ref())),
         })
         .await?;
         tracing::info!(addr = %shop.addr, "no --origin given: serving the built-in demo shop");
         config.origin = Some(shop.url());
     }
     let state = AppState::new(config).await?;
-    println!("sluice listening on http://{addr}/ — open it in a browser");
+    if let Some(p) = plain.as_ref().and_then(|p| p.local_addr().ok()) {
+        tracing::info!(addr = %p, "plain HTTP listening beside HTTPS (server.tls.http_listen)");
+    }
+    println!("sluice listening on {scheme}://{addr}/ — open it in a browser");
     tracing::info!(%addr, "listening");
-    server::serve(state, listener, shutdown_signal()).await?;
+    server::serve_with_plain(state, listener, plain, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Where the demo shop sends its payment webhooks: the gateway's plain
+/// HTTP (its client has no TLS): `listen`, or with TLS the plain listener
+/// beside it when that one serves rather than redirects.
+fn demo_gateway_url(config: &Config, addr: SocketAddr, plain: Option<&TcpListener>) -> String {
+    let Some(tls) = &config.server.tls else {
+        return format!("http://{addr}");
+    };
+    match plain.and_then(|p| p.local_addr().ok()) {
+        Some(p) if !tls.redirect_to_https => format!("http://{p}"),
+        _ => {
+            tracing::warn!(
+                "the demo shop cannot reach an HTTPS-only gateway: its payment webhooks will fail (set server.tls.http_listen with redirect_to_https = false)"
+            );
+            format!("http://{addr}")
+        }
+    }
 }
 
 pub(crate) async fn shutdown_signal() {

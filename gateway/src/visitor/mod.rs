@@ -90,7 +90,7 @@ pub async fn join(
     // A visitor that already holds a place keeps it: same seq, no new one.
     // Any valid queue token of the room counts (cookie or bearer); one
     // whose place is spent (its session ended) joins anew below.
-    if let Some((token, claims)) = queue_token_from(&state, &headers, room)
+    if let Some((token, claims)) = queue_token_from(&state, &headers, room, &client)
         && let Some(res) = status_answer(
             &state,
             room,
@@ -202,10 +202,11 @@ fn queue_token_from(
     state: &AppState,
     headers: &HeaderMap,
     room: &Room,
+    client: &ClientInfo,
 ) -> Option<(String, QueueClaims)> {
     [
         cookies::bearer(headers),
-        cookies::token(headers, &cookies::queue_name(room.id())),
+        cookies::read(headers, &cookies::queue_name(room.id()), client),
     ]
     .into_iter()
     .flatten()
@@ -275,7 +276,7 @@ pub async fn status(
 ) -> Result<Response, Problem> {
     let room = state.room(&room_id)?;
     let token = cookies::bearer(&headers)
-        .or_else(|| cookies::token(&headers, &cookies::queue_name(room.id())))
+        .or_else(|| cookies::read(&headers, &cookies::queue_name(room.id()), &client))
         .ok_or_else(|| {
             Problem::new(
                 StatusCode::UNAUTHORIZED,
