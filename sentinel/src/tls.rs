@@ -233,11 +233,36 @@ pub fn install_provider() {
 /// server (a client certificate missing or unknown to it) — keeping the
 /// kind callers classify by (an I/O error: the store is unreachable).
 /// Other errors are returned unchanged.
+///
+/// The failure is also logged (a warning), once per outage rather than at
+/// every retry of every connection: a reconnect loop failing its handshake
+/// says why a single time, and again only when the reason changes or
+/// [`REPEAT_AFTER`] has passed.
 pub fn describe(e: redis::RedisError) -> redis::RedisError {
-    let Some(what) = tls_failure(&e) else {
+    let Some((head, detail)) = tls_failure(&e) else {
         return e;
     };
-    redis::RedisError::from((redis::ErrorKind::Io, what.0, what.1))
+    report(head, &detail);
+    redis::RedisError::from((redis::ErrorKind::Io, head, detail))
+}
+
+/// How long the same TLS failure stays unsaid after it was logged.
+pub const REPEAT_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The TLS failure last logged, and when.
+static LAST_REPORTED: parking_lot::Mutex<Option<(String, std::time::Instant)>> =
+    parking_lot::Mutex::new(None);
+
+fn report(head: &str, detail: &str) {
+    let mut last = LAST_REPORTED.lock();
+    let fresh = last
+        .as_ref()
+        .is_none_or(|(said, at)| said != detail || at.elapsed() >= REPEAT_AFTER);
+    if fresh {
+        *last = Some((detail.to_owned(), std::time::Instant::now()));
+        drop(last);
+        tracing::warn!(error = %detail, "Redis {head}; the store stays unreachable until it passes");
+    }
 }
 
 /// The first rustls error in the chain of `e`, as (headline, detail).
