@@ -51,7 +51,7 @@ impl RedisCluster {
         let total = primaries * (1 + replicas);
         let mut nodes = Vec::new();
         for _ in 0..total {
-            let port = free_port();
+            let port = node_port();
             let listen = match tls {
                 Some(tls) => {
                     let mut args = tls.server_args(port);
@@ -257,6 +257,18 @@ impl Drop for RedisCluster {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A free port whose cluster bus port (10000 higher) is a port too, and
+/// free: a node given a port above 55535 refuses to start, and one whose
+/// bus port is taken never joins (each made "node not up" now and then).
+fn node_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
     }
 }
 
