@@ -69,6 +69,9 @@ pub struct RedisConfig {
     pub wait_replicas: u32,
     /// How long `WAIT` may block. Default 100 ms.
     pub wait_timeout: Duration,
+    /// The CA and client certificate of a `rediss…` URL. Default: the
+    /// system roots, no client certificate.
+    pub tls: sluice_redis::RedisTls,
 }
 
 impl Default for RedisConfig {
@@ -78,6 +81,7 @@ impl Default for RedisConfig {
             prefix: "sluice".into(),
             wait_replicas: 0,
             wait_timeout: Duration::from_millis(100),
+            tls: sluice_redis::RedisTls::default(),
         }
     }
 }
@@ -161,9 +165,11 @@ impl RedisQueueStore {
 
     async fn open(url: &RedisUrl, cfg: &RedisConfig) -> Result<RedisConn> {
         let bound = cfg.timeout * 2;
-        Ok(tokio::time::timeout(bound, url.connect(cfg.timeout))
-            .await
-            .map_err(|_| AdmissionError::StoreTimeout(bound))??)
+        Ok(
+            tokio::time::timeout(bound, url.connect_with(cfg.timeout, &cfg.tls))
+                .await
+                .map_err(|_| AdmissionError::StoreTimeout(bound))??,
+        )
     }
 
     /// The six keys of `room`, in the scripts' `KEYS[]` order.

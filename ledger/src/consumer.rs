@@ -23,7 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_redis::{RedisConn, RedisUrl};
+use sluice_redis::{RedisConn, RedisTls, RedisUrl};
 use sluice_reservation::EventId;
 use tokio::sync::watch;
 
@@ -41,6 +41,9 @@ const FORGET_EVERY: Duration = Duration::from_secs(60);
 pub struct ConsumerConfig {
     /// The store's URL (as `sluice serve --redis`).
     pub redis_url: String,
+    /// The CA and client certificate of a `rediss…` URL (as `sluice serve
+    /// --redis-ca`, …). Default: the system roots, no client certificate.
+    pub redis_tls: RedisTls,
     /// The ledger database, `postgres://user@host:port/db` or a
     /// `key=value` string.
     pub postgres_url: String,
@@ -69,6 +72,7 @@ impl ConsumerConfig {
     pub fn new(redis_url: impl Into<String>, postgres_url: impl Into<String>) -> Self {
         Self {
             redis_url: redis_url.into(),
+            redis_tls: RedisTls::default(),
             postgres_url: postgres_url.into(),
             batch: 500,
             flush: Duration::from_millis(200),
@@ -164,9 +168,23 @@ pub async fn run(
         let mut tasks: HashMap<EventId, tokio::task::JoinHandle<()>> = HashMap::new();
         let mut conn: Option<RedisConn> = None;
         let mut rooms = RoomFeed::default();
+        // Said once per outage, not at every retry.
+        let mut unreachable = false;
         loop {
             if conn.is_none() {
-                conn = connect(&url, config.timeout).await.ok();
+                match connect(&url, &config.redis_tls, config.timeout).await {
+                    Ok(c) => {
+                        if std::mem::take(&mut unreachable) {
+                            tracing::info!("ledger: Redis reachable again");
+                        }
+                        conn = Some(c);
+                    }
+                    Err(e) if !unreachable => {
+                        unreachable = true;
+                        tracing::warn!(error = %e, "ledger: cannot connect to Redis, retrying");
+                    }
+                    Err(_) => {}
+                }
             }
             if let Some(c) = conn.as_mut() {
                 match list_events(c, config.timeout).await {
@@ -249,6 +267,7 @@ impl RoomFeed {
         if self.store.is_none() {
             let cfg = sluice_admission::RedisConfig {
                 timeout: config.timeout,
+                tls: config.redis_tls.clone(),
                 ..Default::default()
             };
             self.store = Some(
@@ -288,8 +307,8 @@ async fn migrate(config: &ConsumerConfig) -> Result<Vec<i32>> {
     pg.migrate().await
 }
 
-async fn connect(url: &RedisUrl, timeout: Duration) -> Result<RedisConn> {
-    tokio::time::timeout(timeout * 2, url.connect(timeout))
+async fn connect(url: &RedisUrl, tls: &RedisTls, timeout: Duration) -> Result<RedisConn> {
+    tokio::time::timeout(timeout * 2, url.connect_with(timeout, tls))
         .await
         .map_err(|_| LedgerError::Timeout(timeout))?
         .map_err(LedgerError::from)
@@ -355,6 +374,7 @@ impl Backoff {
 /// The connections of one event's task, opened on demand.
 struct Conns {
     url: RedisUrl,
+    tls: RedisTls,
     timeout: Duration,
     read_timeout: Duration,
     cmd: Option<RedisConn>,
@@ -364,7 +384,7 @@ struct Conns {
 impl Conns {
     async fn cmd(&mut self) -> Result<&mut RedisConn> {
         if self.cmd.is_none() {
-            self.cmd = Some(connect(&self.url, self.timeout).await?);
+            self.cmd = Some(connect(&self.url, &self.tls, self.timeout).await?);
         }
         self.cmd
             .as_mut()
@@ -373,7 +393,7 @@ impl Conns {
 
     async fn read(&mut self) -> Result<&mut RedisConn> {
         if self.read.is_none() {
-            self.read = Some(connect(&self.url, self.read_timeout).await?);
+            self.read = Some(connect(&self.url, &self.tls, self.read_timeout).await?);
         }
         self.read
             .as_mut()
@@ -394,6 +414,7 @@ async fn event_task(
     let flush_ms = u64::try_from(config.flush.as_millis()).unwrap_or(200);
     let mut conns = Conns {
         url,
+        tls: config.redis_tls.clone(),
         timeout: config.timeout,
         // The blocking read's reply comes up to `flush` late.
         read_timeout: config.timeout + config.flush,

@@ -155,6 +155,9 @@ pub struct RedisConfig {
     /// release or a lapse, 180 days after a payment, by default). Checked
     /// by the caller with [`Retention::validate`].
     pub retention: Retention,
+    /// The CA and client certificate of a `rediss…` URL. Default: the
+    /// system roots, no client certificate.
+    pub tls: sluice_redis::RedisTls,
 }
 
 impl RedisConfig {
@@ -167,6 +170,7 @@ impl RedisConfig {
             wait_replicas: 0,
             wait_timeout: Duration::from_millis(100),
             retention: Retention::default(),
+            tls: sluice_redis::RedisTls::default(),
         }
     }
 }
@@ -341,7 +345,7 @@ impl RedisInventory {
         let timeout = config.timeout;
         let url =
             RedisUrl::parse(&config.url).map_err(|e| ReservationError::Config(e.to_string()))?;
-        tokio::time::timeout(timeout, url.connect(timeout))
+        tokio::time::timeout(timeout, url.connect_with(timeout, &config.tls))
             .await
             .map_err(|_| ReservationError::Timeout(timeout))?
             .map_err(ReservationError::from_redis)

@@ -9,6 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::sentinel::SentinelConnection;
+use crate::tls::{RedisTls, describe, install_provider};
 use crate::url::RedisUrl;
 
 /// Reconnection attempts of a standalone connection before a command
@@ -52,13 +53,34 @@ impl RedisUrl {
     /// future (the gateway's start-up, a test harness) stays shallow enough
     /// for the compiler's layout depth limit.
     pub fn connect(&self, timeout: Duration) -> RedisFuture<'_, RedisConn> {
-        Box::pin(async move { self.open(timeout).await })
+        self.connect_with(timeout, &RedisTls::DEFAULT)
     }
 
-    async fn open(&self, timeout: Duration) -> RedisResult<RedisConn> {
+    /// [`RedisUrl::connect`], a `rediss…` URL verified and authenticated
+    /// with `tls` (ignored for a plain URL: configuration refuses that
+    /// pair). A TLS failure says so ([`crate::tls::describe`]).
+    pub fn connect_with<'a>(
+        &'a self,
+        timeout: Duration,
+        tls: &'a RedisTls,
+    ) -> RedisFuture<'a, RedisConn> {
+        Box::pin(async move { self.open(timeout, tls).await.map_err(describe) })
+    }
+
+    async fn open(&self, timeout: Duration, tls: &RedisTls) -> RedisResult<RedisConn> {
+        let certs = match self.is_tls() {
+            true => {
+                install_provider();
+                tls.certificates()
+            }
+            false => None,
+        };
         Ok(match self {
             RedisUrl::Single(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = match certs {
+                    Some(certs) => redis::Client::build_with_tls(url.as_str(), certs)?,
+                    None => redis::Client::open(url.as_str())?,
+                };
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
@@ -66,14 +88,16 @@ impl RedisUrl {
                 RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
             }
             RedisUrl::Cluster(nodes) => {
-                let client = ClusterClientBuilder::new(nodes.clone())
+                let mut builder = ClusterClientBuilder::new(nodes.clone())
                     .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .build()?;
-                RedisConn::Cluster(client.get_async_connection().await?)
+                    .response_timeout(timeout);
+                if let Some(certs) = certs {
+                    builder = builder.certs(certs);
+                }
+                RedisConn::Cluster(builder.build()?.get_async_connection().await?)
             }
             RedisUrl::Sentinel(url) => {
-                RedisConn::Sentinel(SentinelConnection::connect(url, timeout).await?)
+                RedisConn::Sentinel(SentinelConnection::connect_with(url, timeout, certs).await?)
             }
         })
     }
@@ -99,11 +123,16 @@ impl From<SentinelConnection> for RedisConn {
 
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            RedisConn::Single(c) => c.req_packed_command(cmd),
-            RedisConn::Cluster(c) => c.req_packed_command(cmd),
-            RedisConn::Sentinel(c) => c.req_packed_command(cmd),
-        }
+        // A reconnect that fails its handshake says so, as the first
+        // connect does.
+        Box::pin(async move {
+            match self {
+                RedisConn::Single(c) => c.req_packed_command(cmd).await,
+                RedisConn::Cluster(c) => c.req_packed_command(cmd).await,
+                RedisConn::Sentinel(c) => c.req_packed_command(cmd).await,
+            }
+            .map_err(describe)
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -112,11 +141,14 @@ impl ConnectionLike for RedisConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisConn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-        }
+        Box::pin(async move {
+            match self {
+                RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count).await,
+                RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count).await,
+                RedisConn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count).await,
+            }
+            .map_err(describe)
+        })
     }
 
     fn get_db(&self) -> i64 {

@@ -12,8 +12,12 @@
 //!
 //! - **store URL**: `redis://…` (one server), `redis+cluster://host:port[,…]`
 //!   (Redis Cluster seed nodes) or `redis+sentinel://host:port[,…]/service`
-//!   (the primary Sentinel names); [`RedisUrl`] parses it, [`UrlError`]
-//!   says in a few words why one is refused.
+//!   (the primary Sentinel names), each also over TLS as `rediss://…`,
+//!   `rediss+cluster://…`, `rediss+sentinel://…`; [`RedisUrl`] parses it,
+//!   [`UrlError`] says in a few words why one is refused.
+//! - **TLS material**: [`RedisTls`], the CA file (else the system roots)
+//!   and the optional client certificate of `rediss…` connections, read
+//!   and checked once ([`TlsFileError`] names the file).
 //! - **connection**: [`RedisConn`], one of the three kinds, opened by
 //!   [`RedisUrl::connect`]; cheap to clone, reconnecting by itself, and a
 //!   [`redis::aio::ConnectionLike`], so scripts and pipelines run on it.
@@ -25,6 +29,8 @@
 //! - [`url`]: the parser, and the rules of each scheme.
 //! - [`conn`]: the connection type and how each kind is opened.
 //! - [`sentinel`]: the connection to the primary Sentinel names.
+//! - [`tls`]: the TLS files, rustls's provider (ring), and how a TLS
+//!   failure is told apart in an error.
 //!
 //! # Invariants
 //!
@@ -40,8 +46,13 @@
 
 pub mod conn;
 pub mod sentinel;
+pub mod tls;
 pub mod url;
 
 pub use conn::RedisConn;
 pub use sentinel::SentinelConnection;
-pub use url::{CLUSTER_SCHEME, RedisUrl, Role, SENTINEL_SCHEME, SentinelUrl, UrlError};
+pub use tls::{RedisTls, TlsFile, TlsFileError};
+pub use url::{
+    CLUSTER_SCHEME, RedisUrl, Role, SENTINEL_SCHEME, SentinelUrl, TLS_CLUSTER_SCHEME,
+    TLS_SENTINEL_SCHEME, UrlError,
+};

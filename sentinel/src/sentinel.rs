@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
-    ServerErrorKind, Value,
+    AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture,
+    RedisResult, ServerErrorKind, TlsCertificates, TlsMode, Value,
 };
 
 use crate::url::SentinelUrl;
@@ -59,12 +59,26 @@ impl SentinelConnection {
     /// Finds the primary and connects to it, within `timeout` (which also
     /// bounds each later lookup, connect and reply).
     pub async fn connect(url: &SentinelUrl, timeout: Duration) -> RedisResult<Self> {
-        let client = SentinelClient::build(
-            url.sentinels.clone(),
-            url.service.clone(),
-            None,
-            SentinelServerType::Master,
-        )?;
+        Self::connect_with(url, timeout, None).await
+    }
+
+    /// [`SentinelConnection::connect`]; over TLS (a `rediss+sentinel://`
+    /// URL) to the sentinels and to the nodes they name alike, verified
+    /// with `certs` (the system roots when `None`).
+    pub async fn connect_with(
+        url: &SentinelUrl,
+        timeout: Duration,
+        certs: Option<TlsCertificates>,
+    ) -> RedisResult<Self> {
+        let client = match url.is_tls() {
+            false => SentinelClient::build(
+                url.sentinels.clone(),
+                url.service.clone(),
+                None,
+                SentinelServerType::Master,
+            )?,
+            true => tls_client(url, certs)?,
+        };
         let conn = SentinelConnection {
             inner: Arc::new(Inner {
                 client: tokio::sync::Mutex::new(client),
@@ -123,6 +137,25 @@ impl SentinelConnection {
             *current = None;
         }
     }
+}
+
+/// A client speaking TLS to the sentinels and to the primary they name.
+fn tls_client(url: &SentinelUrl, certs: Option<TlsCertificates>) -> RedisResult<SentinelClient> {
+    let sentinels = url
+        .sentinels
+        .iter()
+        .map(|s| Ok(s.as_str().into_connection_info()?.addr().clone()))
+        .collect::<RedisResult<Vec<_>>>()?;
+    let mut builder =
+        SentinelClientBuilder::new(sentinels, url.service.clone(), SentinelServerType::Master)?
+            .set_client_to_sentinel_tls_mode(TlsMode::Secure)
+            .set_client_to_redis_tls_mode(TlsMode::Secure);
+    if let Some(certs) = certs {
+        builder = builder
+            .set_client_to_sentinel_certificates(certs.clone())
+            .set_client_to_redis_certificates(certs);
+    }
+    builder.build()
 }
 
 /// Whether an error means the node may no longer be the primary.

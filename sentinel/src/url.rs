@@ -6,14 +6,23 @@
 //! words:
 //!
 //! - `redis://[user:password@]host[:port][/db]` — one server, read by the
-//!   redis client itself (its own words when it refuses). `rediss://` is
-//!   handed to the client too, which refuses it in a build without TLS.
+//!   redis client itself (its own words when it refuses).
 //! - `redis+cluster://host:port[,host:port…]` — Redis Cluster seed nodes
 //!   (any one answering is enough to learn the topology). A trailing `/`
 //!   is allowed; a path, a database, a password or an empty entry is not.
 //! - `redis+sentinel://host:port[,host:port…]/service` — the sentinels and
 //!   the name of the monitored primary (`sentinel monitor <service> …`).
 //!   Database 0, no passwords.
+//!
+//! Each has its TLS spelling, one more `s` after `redis`: `rediss://`,
+//! `rediss+cluster://`, `rediss+sentinel://`. TLS is all or nothing: every
+//! seed node, every node the cluster names, every sentinel and the primary
+//! and replicas they name are spoken to over TLS, verified with the same
+//! [`crate::RedisTls`] (the system roots unless a CA file is given). A node
+//! is verified against the name it is reached by: the host written in the
+//! URL for a seed node or a sentinel, the address the cluster or the
+//! sentinels announce for the others (an IP address unless they are told
+//! to announce host names), so the servers' certificates must name it.
 //!
 //! What this parser does not understand it refuses, rather than guessing.
 
@@ -23,13 +32,17 @@ use std::fmt;
 pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 /// `redis+sentinel://`.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
+/// `rediss+cluster://`: Redis Cluster over TLS.
+pub const TLS_CLUSTER_SCHEME: &str = "rediss+cluster://";
+/// `rediss+sentinel://`: Redis Sentinel (sentinels and nodes) over TLS.
+pub const TLS_SENTINEL_SCHEME: &str = "rediss+sentinel://";
 
 /// Why a store URL is refused. The `Display` is a few words, meant to
 /// follow the field name in a one-line configuration error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
     /// The URL starts with none of the schemes above.
-    #[error("must start with redis://, redis+cluster:// or redis+sentinel://")]
+    #[error("must start with redis://, redis+cluster:// or redis+sentinel:// (rediss… for TLS)")]
     Scheme,
     /// A cluster node or a sentinel is not `host:port` (no host, no port,
     /// a port that is not a number up to 65535, an empty list entry).
@@ -94,7 +107,8 @@ pub enum RedisUrl {
     /// One server: the `redis://` URL as given, which the redis client
     /// has already accepted.
     Single(String),
-    /// Redis Cluster: the seed nodes, as `redis://host:port`.
+    /// Redis Cluster: the seed nodes, as `redis://host:port` (or
+    /// `rediss://host:port`).
     Cluster(Vec<String>),
     /// The primary Redis Sentinel names.
     Sentinel(SentinelUrl),
@@ -103,7 +117,7 @@ pub enum RedisUrl {
 /// A parsed `redis+sentinel://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SentinelUrl {
-    /// The sentinels, as `redis://host:port` URLs.
+    /// The sentinels, as `redis://host:port` URLs (`rediss://` over TLS).
     pub sentinels: Vec<String>,
     /// The primary's service name.
     pub service: String,
@@ -113,23 +127,15 @@ impl RedisUrl {
     /// Parses a store URL (module docs); the error says what is wrong, in
     /// a few words.
     pub fn parse(url: &str) -> Result<Self, UrlError> {
-        if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
-            let nodes = rest.trim_end_matches('/');
-            if nodes.contains('/') {
-                return Err(UrlError::ClusterPath);
+        for (prefix, node) in [(CLUSTER_SCHEME, "redis"), (TLS_CLUSTER_SCHEME, "rediss")] {
+            if let Some(rest) = url.strip_prefix(prefix) {
+                return cluster(rest, node);
             }
-            return host_ports(nodes, Role::ClusterNode).map(RedisUrl::Cluster);
         }
-        if let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) {
-            let (hosts, service) = rest.split_once('/').ok_or(UrlError::NoService)?;
-            let service = service.trim_end_matches('/');
-            if service.is_empty() || service.contains('/') {
-                return Err(UrlError::Service);
+        for (prefix, node) in [(SENTINEL_SCHEME, "redis"), (TLS_SENTINEL_SCHEME, "rediss")] {
+            if let Some(rest) = url.strip_prefix(prefix) {
+                return sentinel(rest, node);
             }
-            return Ok(RedisUrl::Sentinel(SentinelUrl {
-                sentinels: host_ports(hosts, Role::Sentinel)?,
-                service: service.to_owned(),
-            }));
         }
         if url.starts_with("redis://") || url.starts_with("rediss://") {
             redis::Client::open(url).map_err(|e| UrlError::Client(e.to_string()))?;
@@ -137,11 +143,50 @@ impl RedisUrl {
         }
         Err(UrlError::Scheme)
     }
+
+    /// Whether the connection is over TLS (a `rediss…` scheme).
+    pub fn is_tls(&self) -> bool {
+        match self {
+            RedisUrl::Single(url) => url.starts_with("rediss://"),
+            RedisUrl::Cluster(nodes) => nodes.iter().all(|n| n.starts_with("rediss://")),
+            RedisUrl::Sentinel(s) => s.is_tls(),
+        }
+    }
 }
 
-/// `host:port[,host:port…]` as `redis://host:port` URLs, each one also
+impl SentinelUrl {
+    /// Whether the sentinels and the nodes they name are spoken to over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.sentinels.iter().all(|n| n.starts_with("rediss://"))
+    }
+}
+
+/// The rest of a cluster URL after its scheme; `node` is the nodes' scheme.
+fn cluster(rest: &str, node: &str) -> Result<RedisUrl, UrlError> {
+    let nodes = rest.trim_end_matches('/');
+    if nodes.contains('/') {
+        return Err(UrlError::ClusterPath);
+    }
+    host_ports(nodes, Role::ClusterNode, node).map(RedisUrl::Cluster)
+}
+
+/// The rest of a sentinel URL after its scheme; `node` is the sentinels'
+/// scheme.
+fn sentinel(rest: &str, node: &str) -> Result<RedisUrl, UrlError> {
+    let (hosts, service) = rest.split_once('/').ok_or(UrlError::NoService)?;
+    let service = service.trim_end_matches('/');
+    if service.is_empty() || service.contains('/') {
+        return Err(UrlError::Service);
+    }
+    Ok(RedisUrl::Sentinel(SentinelUrl {
+        sentinels: host_ports(hosts, Role::Sentinel, node)?,
+        service: service.to_owned(),
+    }))
+}
+
+/// `host:port[,host:port…]` as `SCHEME://host:port` URLs, each one also
 /// accepted by the redis client.
-fn host_ports(list: &str, role: Role) -> Result<Vec<String>, UrlError> {
+fn host_ports(list: &str, role: Role, scheme: &str) -> Result<Vec<String>, UrlError> {
     if list.contains('@') {
         return Err(UrlError::Password(role));
     }
@@ -155,7 +200,7 @@ fn host_ports(list: &str, role: Role) -> Result<Vec<String>, UrlError> {
             if host.is_empty() || port.parse::<u16>().is_err() {
                 return Err(bad());
             }
-            let url = format!("redis://{entry}");
+            let url = format!("{scheme}://{entry}");
             redis::Client::open(url.as_str()).map_err(|_| bad())?;
             Ok(url)
         })
@@ -216,6 +261,21 @@ mod tests {
                 sentinel(&["10.0.0.1:26379", "s2:26380"], "shop"),
             ),
             ("redis+sentinel://h:1/shop/", sentinel(&["h:1"], "shop")),
+            (
+                "rediss://cache.example:6380/1",
+                RedisUrl::Single("rediss://cache.example:6380/1".into()),
+            ),
+            (
+                "rediss+cluster://a:7000,b:7001",
+                RedisUrl::Cluster(vec!["rediss://a:7000".into(), "rediss://b:7001".into()]),
+            ),
+            (
+                "rediss+sentinel://s1:26379/shop",
+                RedisUrl::Sentinel(SentinelUrl {
+                    sentinels: vec!["rediss://s1:26379".into()],
+                    service: "shop".into(),
+                }),
+            ),
         ] {
             assert_eq!(RedisUrl::parse(url).unwrap(), want, "{url}");
         }
@@ -249,6 +309,11 @@ mod tests {
             ("redis+cluster://a:port", node("a:port")),
             ("redis+cluster://a:70000", node("a:70000")),
             ("redis+cluster://a:7000/0", UrlError::ClusterPath),
+            ("rediss+cluster://a", node("a")),
+            ("rediss+cluster://a:7000/0", UrlError::ClusterPath),
+            ("rediss+sentinel://h:1", UrlError::NoService),
+            ("rediss+sentinel://h/shop", sentinel("h")),
+            ("redisss://h:1", UrlError::Scheme),
             (
                 "redis+cluster://:pw@a:7000",
                 UrlError::Password(Role::ClusterNode),
@@ -275,12 +340,26 @@ mod tests {
         for url in [
             "redis://127.0.0.1:99999/",
             "redis://127.0.0.1:6379/notadb",
-            "rediss://127.0.0.1:6379/",
+            "rediss://127.0.0.1:99999/",
         ] {
             assert!(
                 matches!(RedisUrl::parse(url), Err(UrlError::Client(_))),
                 "{url}"
             );
+        }
+    }
+
+    #[test]
+    fn tls_is_the_scheme() {
+        for (url, tls) in [
+            ("redis://h:1", false),
+            ("rediss://h:1", true),
+            ("redis+cluster://a:1,b:2", false),
+            ("rediss+cluster://a:1,b:2", true),
+            ("redis+sentinel://s:1/shop", false),
+            ("rediss+sentinel://s:1/shop", true),
+        ] {
+            assert_eq!(RedisUrl::parse(url).unwrap().is_tls(), tls, "{url}");
         }
     }
 

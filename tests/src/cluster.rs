@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::redis_server::free_port;
+use crate::redis_server::{ServerTls, cli as cli_on, free_port};
 
 /// One node of the cluster.
 pub struct Node {
@@ -20,12 +20,24 @@ pub struct Node {
 pub struct RedisCluster {
     /// Every node, primaries first.
     pub nodes: Vec<Node>,
+    tls: Option<ServerTls>,
     dir: std::path::PathBuf,
 }
 
 impl RedisCluster {
     /// Starts `primaries × (1 + replicas)` nodes and creates the cluster.
     pub fn start(primaries: usize, replicas: usize) -> Option<RedisCluster> {
+        Self::start_with(primaries, replicas, None)
+    }
+
+    /// [`RedisCluster::start`], every node serving TLS only, replicating
+    /// and speaking on the cluster bus over TLS too (`--tls-cluster yes`),
+    /// when `tls` is given.
+    pub fn start_with(
+        primaries: usize,
+        replicas: usize,
+        tls: Option<&ServerTls>,
+    ) -> Option<RedisCluster> {
         if !crate::redis_server::tools_or_skip(&["redis-server", "redis-cli"], "this cluster test")
         {
             return None;
@@ -39,11 +51,18 @@ impl RedisCluster {
         let total = primaries * (1 + replicas);
         let mut nodes = Vec::new();
         for _ in 0..total {
-            let port = free_port();
+            let port = node_port();
+            let listen = match tls {
+                Some(tls) => {
+                    let mut args = tls.server_args(port);
+                    args.extend(["--tls-cluster", "yes"].map(String::from));
+                    args
+                }
+                None => vec!["--port".to_owned(), port.to_string()],
+            };
             let child = Command::new("redis-server")
+                .args(listen)
                 .args([
-                    "--port",
-                    &port.to_string(),
                     "--bind",
                     "127.0.0.1",
                     "--cluster-enabled",
@@ -75,13 +94,14 @@ impl RedisCluster {
             });
         }
         for n in &nodes {
-            wait_ping(n.port);
+            wait_ping(n.port, tls);
         }
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         let out = Command::new("redis-cli")
+            .args(tls.map(ServerTls::cli_args).unwrap_or_default())
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
@@ -92,20 +112,30 @@ impl RedisCluster {
             "cluster create failed: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let cluster = RedisCluster { nodes, dir };
+        let cluster = RedisCluster {
+            nodes,
+            tls: tls.cloned(),
+            dir,
+        };
         cluster.wait_ok(Duration::from_secs(20));
         cluster.wait_replicas_synced(replicas, Duration::from_secs(20));
         Some(cluster)
     }
 
-    /// `redis+cluster://` URL naming every node.
+    /// `redis+cluster://` URL naming every node (`rediss+cluster://` over
+    /// TLS).
     pub fn url(&self) -> String {
         let nodes: Vec<String> = self
             .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis+cluster://{}", nodes.join(","))
+        let scheme = if self.tls.is_some() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{}", nodes.join(","))
     }
 
     /// Runs `redis-cli -p PORT args…` (with `-c` to follow redirects) and
@@ -117,12 +147,9 @@ impl RedisCluster {
             .find(|n| n.child.is_some())
             .map(|n| n.port)
             .expect("a live node");
-        let out = Command::new("redis-cli")
-            .args(["-c", "-p", &port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut with_c = vec!["-c"];
+        with_c.extend_from_slice(args);
+        cli_on(port, self.tls.as_ref(), &with_c)
     }
 
     /// The port of the primary serving `key` now.
@@ -171,11 +198,7 @@ impl RedisCluster {
         let deadline = Instant::now() + limit;
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {
             loop {
-                let out = Command::new("redis-cli")
-                    .args(["-p", &n.port.to_string(), "INFO", "replication"])
-                    .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                    .unwrap_or_default();
+                let out = cli_on(n.port, self.tls.as_ref(), &["INFO", "replication"]);
                 let online = out
                     .lines()
                     .filter(|l| l.starts_with("slave") && l.contains("state=online"))
@@ -237,15 +260,22 @@ impl Drop for RedisCluster {
     }
 }
 
-fn wait_ping(port: u16) {
+/// A free port whose cluster bus port (10000 higher) is a port too, and
+/// free: a node given a port above 55535 refuses to start, and one whose
+/// bus port is taken never joins (each made "node not up" now and then).
+fn node_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55535 && std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn wait_ping(port: u16, tls: Option<&ServerTls>) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "PING"])
-            .output();
-        if let Ok(o) = out
-            && String::from_utf8_lossy(&o.stdout).contains("PONG")
-        {
+        if cli_on(port, tls, &["PING"]).contains("PONG") {
             return;
         }
         assert!(Instant::now() < deadline, "node {port} not up");

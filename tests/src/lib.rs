@@ -19,6 +19,7 @@ pub mod origin;
 pub mod postgres;
 #[path = "redis_server.rs"]
 pub mod redis_server;
+pub mod redis_tls_certs;
 pub mod sentinel;
 pub mod shop_path;
 pub mod tls;

@@ -29,6 +29,85 @@ pub struct RedisOptions {
     pub appendonly: bool,
     /// Extra `--name value` arguments, passed as given.
     pub extra_args: Vec<String>,
+    /// Serve TLS only (no plain port), with these files.
+    pub tls: Option<ServerTls>,
+}
+
+/// The files of a TLS `redis-server` (made by the test, e.g. with
+/// `sluice_tests::redis_tls_certs`), and whether it requires clients to
+/// present a certificate.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// The server's certificate (also its client certificate when it
+    /// replicates or speaks on the cluster bus).
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+    /// The CA that signed the certificates, peers' included.
+    pub ca: PathBuf,
+    /// A client certificate the CA signed, for `redis-cli`.
+    pub client_cert: PathBuf,
+    /// Its key.
+    pub client_key: PathBuf,
+    /// `--tls-auth-clients yes` (a client certificate is required).
+    pub auth_clients: bool,
+}
+
+impl ServerTls {
+    /// `redis-server` arguments serving TLS on `port` only (`--port 0`),
+    /// replicating over TLS too.
+    pub fn server_args(&self, port: u16) -> Vec<String> {
+        let mut args: Vec<String> = ["--port", "0", "--tls-port"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        args.push(port.to_string());
+        for (flag, path) in [
+            ("--tls-cert-file", &self.cert),
+            ("--tls-key-file", &self.key),
+            ("--tls-ca-cert-file", &self.ca),
+        ] {
+            args.push(flag.to_owned());
+            args.push(path.display().to_string());
+        }
+        let auth = if self.auth_clients { "yes" } else { "no" };
+        args.extend(["--tls-auth-clients", auth, "--tls-replication", "yes"].map(String::from));
+        args
+    }
+
+    /// The same as lines of a config file (`name value`).
+    pub fn config_lines(&self, port: u16) -> String {
+        self.server_args(port)
+            .chunks(2)
+            .map(|kv| format!("{} {}\n", kv[0].trim_start_matches('-'), kv[1]))
+            .collect()
+    }
+
+    /// `redis-cli` arguments for this server: TLS, its CA, the client
+    /// certificate.
+    pub fn cli_args(&self) -> Vec<String> {
+        let mut args = vec!["--tls".to_owned()];
+        for (flag, path) in [
+            ("--cacert", &self.ca),
+            ("--cert", &self.client_cert),
+            ("--key", &self.client_key),
+        ] {
+            args.push(flag.to_owned());
+            args.push(path.display().to_string());
+        }
+        args
+    }
+}
+
+/// `redis-cli -p PORT [TLS args] args…`; stdout.
+pub fn cli(port: u16, tls: Option<&ServerTls>, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(tls.map(ServerTls::cli_args).unwrap_or_default())
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A running `redis-server` child process.
@@ -48,7 +127,11 @@ impl RedisServer {
     /// Starts a server with the given options, or returns `None` (loudly)
     /// when `redis-server` is missing outside CI.
     pub fn start_with(options: RedisOptions) -> Option<Self> {
-        if !tools_or_skip(&["redis-server"], "this test needs a real Redis and") {
+        let tools: &[&str] = match options.tls {
+            Some(_) => &["redis-server", "redis-cli"],
+            None => &["redis-server"],
+        };
+        if !tools_or_skip(tools, "this test needs a real Redis and") {
             return None;
         }
         let port = free_port();
@@ -66,9 +149,11 @@ impl RedisServer {
 
     fn spawn(&mut self) {
         let mut cmd = Command::new("redis-server");
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
+        match &self.options.tls {
+            Some(tls) => cmd.args(tls.server_args(self.port)),
+            None => cmd.arg("--port").arg(self.port.to_string()),
+        };
+        cmd.arg("--bind")
             .arg("127.0.0.1")
             .arg("--save")
             .arg("")
@@ -87,7 +172,10 @@ impl RedisServer {
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
         let child = cmd.spawn().expect("spawn redis-server");
         self.child = Some(child);
-        wait_ready(self.port);
+        match &self.options.tls {
+            Some(tls) => wait_ready_tls(self.port, tls),
+            None => wait_ready(self.port),
+        }
     }
 
     /// The port the server listens on.
@@ -100,9 +188,24 @@ impl RedisServer {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// A `redis://` URL for clients.
+    /// A `redis://` URL for clients (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.options.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// Its TLS files, for a TLS server.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.options.tls.as_ref()
+    }
+
+    /// Replaces the TLS files a restart will use (a certificate rotated).
+    pub fn set_tls(&mut self, tls: ServerTls) {
+        self.options.tls = Some(tls);
     }
 
     /// The working directory (AOF files live here).
@@ -137,6 +240,10 @@ impl RedisServer {
     /// Sends one inline command and returns the raw reply (for test setup
     /// such as `DEBUG SLEEP` or `CLIENT PAUSE`).
     pub fn command(&self, line: &str) -> String {
+        if let Some(tls) = &self.options.tls {
+            let args: Vec<&str> = line.split_whitespace().collect();
+            return cli(self.port, Some(tls), &args);
+        }
         let mut stream = TcpStream::connect(self.addr()).expect("connect redis");
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -192,6 +299,17 @@ pub fn tools_or_skip(tools: &[&str], what: &str) -> bool {
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
     listener.local_addr().expect("local addr").port()
+}
+
+fn wait_ready_tls(port: u16, tls: &ServerTls) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cli(port, Some(tls), &["PING"]).contains("PONG") {
+        assert!(
+            Instant::now() < deadline,
+            "TLS redis-server on port {port} did not become ready in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn wait_ready(port: u16) {

@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::redis_server::free_port;
+use crate::redis_server::{ServerTls, free_port};
 
 /// A running sentinel.
 pub struct Sentinel {
@@ -15,6 +15,7 @@ pub struct Sentinel {
     pub port: u16,
     /// The service name it monitors.
     pub service: String,
+    tls: Option<ServerTls>,
     child: Option<Child>,
     dir: std::path::PathBuf,
 }
@@ -24,6 +25,16 @@ impl Sentinel {
     /// It declares the primary down after 400 ms without an answer and
     /// promotes a replica on its own (quorum 1).
     pub fn start(service: &str, primary_port: u16) -> Option<Sentinel> {
+        Self::start_with(service, primary_port, None)
+    }
+
+    /// [`Sentinel::start`], serving TLS only (and speaking TLS to the
+    /// primary and replicas, `tls-replication yes`) when `tls` is given.
+    pub fn start_with(
+        service: &str,
+        primary_port: u16,
+        tls: Option<&ServerTls>,
+    ) -> Option<Sentinel> {
         if !crate::redis_server::tools_or_skip(&["redis-server", "redis-cli"], "this sentinel test")
         {
             return None;
@@ -35,10 +46,14 @@ impl Sentinel {
         // Sentinel rewrites its config file as it learns the topology, so it
         // must be a file of its own.
         let conf = dir.join("sentinel.conf");
+        let listen = match tls {
+            Some(tls) => tls.config_lines(port),
+            None => format!("port {port}\n"),
+        };
         std::fs::write(
             &conf,
             format!(
-                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+                "{listen}bind 127.0.0.1\nprotected-mode no\ndir {}\n\
                  sentinel monitor {service} 127.0.0.1 {primary_port} 1\n\
                  sentinel down-after-milliseconds {service} 400\n\
                  sentinel failover-timeout {service} 4000\n\
@@ -57,6 +72,7 @@ impl Sentinel {
         let s = Sentinel {
             port,
             service: service.to_owned(),
+            tls: tls.cloned(),
             child: Some(child),
             dir,
         };
@@ -68,19 +84,20 @@ impl Sentinel {
         Some(s)
     }
 
-    /// `redis+sentinel://127.0.0.1:PORT/SERVICE`.
+    /// `redis+sentinel://127.0.0.1:PORT/SERVICE` (`rediss+sentinel://`
+    /// over TLS).
     pub fn url(&self) -> String {
-        format!("redis+sentinel://127.0.0.1:{}/{}", self.port, self.service)
+        let scheme = if self.tls.is_some() {
+            "rediss+sentinel"
+        } else {
+            "redis+sentinel"
+        };
+        format!("{scheme}://127.0.0.1:{}/{}", self.port, self.service)
     }
 
     /// Runs `redis-cli -p PORT args…` against the sentinel; stdout.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        crate::redis_server::cli(self.port, self.tls.as_ref(), args)
     }
 
     /// The port of the primary the sentinel names now.

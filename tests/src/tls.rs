@@ -69,6 +69,13 @@ fn temp_dir(what: &str) -> PathBuf {
     dir
 }
 
+impl Drop for TestCa {
+    /// The CA's files and its leaves' go with it.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Default for TestCa {
     fn default() -> Self {
         Self::new()
@@ -109,7 +116,23 @@ impl TestCa {
             names,
             now - days(1),
             now + days(7),
-            ExtendedKeyUsagePurpose::ServerAuth,
+            &[ExtendedKeyUsagePurpose::ServerAuth],
+        )
+    }
+
+    /// A certificate for `names` usable as a server's and as a client's: a
+    /// server that also connects to its peers with it (a Redis replica to
+    /// its primary, a Cluster node on the bus).
+    pub fn peer_leaf(&self, names: &[&str]) -> Leaf {
+        let now = time_now();
+        self.issue(
+            names,
+            now - days(1),
+            now + days(7),
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
         )
     }
 
@@ -120,7 +143,7 @@ impl TestCa {
             names,
             now - days(30),
             now - days(1),
-            ExtendedKeyUsagePurpose::ServerAuth,
+            &[ExtendedKeyUsagePurpose::ServerAuth],
         )
     }
 
@@ -131,7 +154,7 @@ impl TestCa {
             &[name],
             now - days(1),
             now + days(7),
-            ExtendedKeyUsagePurpose::ClientAuth,
+            &[ExtendedKeyUsagePurpose::ClientAuth],
         )
     }
 
@@ -140,12 +163,12 @@ impl TestCa {
         names: &[&str],
         not_before: time::OffsetDateTime,
         not_after: time::OffsetDateTime,
-        usage: ExtendedKeyUsagePurpose,
+        usages: &[ExtendedKeyUsagePurpose],
     ) -> Leaf {
         let mut params = leaf_params(names);
         params.not_before = not_before;
         params.not_after = not_after;
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages.to_vec();
         let key = KeyPair::generate().expect("leaf key");
         let cert = params
             .signed_by(&key, &self.issuer)

@@ -1,6 +1,7 @@
 //! The concrete stores, picked once at start-up: in memory (one gateway,
 //! the embedded default) or Redis (`redis://`, `redis+cluster://` or
-//! `redis+sentinel://`, shared by every gateway; one parser and one
+//! `redis+sentinel://`, each also over TLS as `rediss…`, shared by every
+//! gateway; one parser and one
 //! connection type for the three stores, `sluice_redis`). Generics stop
 //! here: the rest of the gateway holds the backend enums of the domain
 //! crates.
@@ -38,6 +39,8 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
             ),
         });
     };
+    // `validate` read the TLS files already; read again here, the same way.
+    let tls = config.redis_tls()?;
     let queue = RedisQueueStore::connect(
         url,
         RedisConfig {
@@ -46,6 +49,7 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
             // could lose is never handed out
             wait_replicas: config.replication.wait_replicas,
             wait_timeout: config.replication.wait_timeout,
+            tls: tls.clone(),
             ..RedisConfig::default()
         },
     )
@@ -55,12 +59,13 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     inventory_config.wait_replicas = config.replication.wait_replicas;
     inventory_config.wait_timeout = config.replication.wait_timeout;
     inventory_config.retention = config.reservation.retention();
+    inventory_config.tls = tls.clone();
     let inventory = RedisInventory::connect(&inventory_config)
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
     // `validate` parsed the URL already; parsed again here, the same way.
     let replay_guard = sluice_redis::RedisUrl::parse(url)?
-        .connect(STORE_TIMEOUT)
+        .connect_with(STORE_TIMEOUT, &tls)
         .await
         .map_err(|e| anyhow::anyhow!("replay guard at {url}: {e}"))?;
     let replay_guard = ReplayGuard::Redis(RedisReplayGuard::new(replay_guard));

@@ -84,6 +84,17 @@ pub struct Config {
     /// `redis+sentinel://host:port[,host:port…]/service`. None: in-memory
     /// stores.
     pub redis: Option<String>,
+    /// PEM CA certificates a `rediss…` server's certificate must chain to
+    /// (`--redis-ca`, `SLUICE_REDIS_CA`). None: the system roots. Refused
+    /// with a plain `redis…` URL (it would not be used).
+    pub redis_ca: Option<PathBuf>,
+    /// PEM client certificate (chain) for a server that asks for one
+    /// (`tls-auth-clients yes`; `--redis-client-cert`,
+    /// `SLUICE_REDIS_CLIENT_CERT`), with [`Config::redis_client_key`].
+    pub redis_client_cert: Option<PathBuf>,
+    /// PEM private key of [`Config::redis_client_cert`]
+    /// (`--redis-client-key`, `SLUICE_REDIS_CLIENT_KEY`).
+    pub redis_client_key: Option<PathBuf>,
     /// How holds and confirmations wait for Redis replicas (`[replication]`).
     pub replication: Replication,
     /// Load each configured event's `total` into a store that never had the
@@ -147,6 +158,9 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             origin: None,
             redis: None,
+            redis_ca: None,
+            redis_client_cert: None,
+            redis_client_key: None,
             replication: Replication::default(),
             ledger: LedgerConfig::default(),
             load_stock: None,
@@ -250,6 +264,7 @@ impl Config {
             sluice_redis::RedisUrl::parse(redis)
                 .map_err(|e| ConfigError::invalid("redis", e.to_string()))?;
         }
+        self.redis_tls()?;
         // The keys `serve` signs with, loaded as it loads them: a missing
         // directory, an empty one or a key that does not parse is refused
         // here too.
@@ -281,6 +296,43 @@ impl Config {
         self.proxy.validate()?;
         self.validate_rooms()?;
         self.validate_events()
+    }
+
+    /// The TLS files of `rediss…` connections, read and checked as the
+    /// stores will use them (a missing file, a PEM without a certificate, a
+    /// key that does not fit its certificate names its setting). Set beside
+    /// a plain `redis…` URL they are refused rather than ignored: whoever
+    /// set a CA expects the connection verified, and a plain URL would send
+    /// everything (passwords included) in the clear.
+    pub fn redis_tls(&self) -> Result<sluice_redis::RedisTls, ConfigError> {
+        let tls = sluice_redis::RedisTls::load(
+            self.redis_ca.as_deref(),
+            self.redis_client_cert.as_deref(),
+            self.redis_client_key.as_deref(),
+        )
+        .map_err(|e| {
+            let field = match e.file() {
+                sluice_redis::TlsFile::Ca => "redis_ca",
+                sluice_redis::TlsFile::ClientCert => "redis_client_cert",
+                sluice_redis::TlsFile::ClientKey => "redis_client_key",
+            };
+            ConfigError::invalid(field, e.to_string())
+        })?;
+        let plain = match &self.redis {
+            Some(url) => sluice_redis::RedisUrl::parse(url).is_ok_and(|u| !u.is_tls()),
+            None => true,
+        };
+        if tls.is_set() && plain {
+            let field = match self.redis_ca {
+                Some(_) => "redis_ca",
+                None => "redis_client_cert",
+            };
+            return Err(ConfigError::invalid(
+                field,
+                "is for TLS: set redis to a rediss://, rediss+cluster:// or rediss+sentinel:// URL",
+            ));
+        }
+        Ok(tls)
     }
 
     /// `origin`: an `http://` URL with a host.
@@ -556,7 +608,7 @@ mod tests {
         for url in [
             "redis://127.0.0.1:99999/",
             "redis://127.0.0.1:6379/notadb",
-            "rediss://127.0.0.1:6379/",
+            "rediss://127.0.0.1:99999/",
         ] {
             let c = Config {
                 redis: Some(url.into()),
@@ -569,6 +621,9 @@ mod tests {
             "redis://127.0.0.1:6379/",
             "redis://:pw@10.0.0.1:6380/2",
             "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
+            "rediss://cache.example:6380/",
+            "rediss+cluster://10.0.0.1:7000,10.0.0.2:7000",
+            "rediss+sentinel://10.0.0.1:26379/shop",
         ] {
             let c = Config {
                 redis: Some(url.into()),

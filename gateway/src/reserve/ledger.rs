@@ -29,7 +29,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use serde_json::{Value, json};
 use sluice_ledger::{Lag, Ledger, LedgerError};
-use sluice_redis::{RedisConn, RedisUrl};
+use sluice_redis::{RedisConn, RedisTls, RedisUrl};
 use sluice_reservation::{EventId, Inventory, RestoreOutcome, StockSpec};
 
 use crate::app::problem::Problem;
@@ -49,6 +49,8 @@ const FLOORS_EVERY: Duration = Duration::from_secs(5);
 pub struct LedgerLink {
     config: LedgerConfig,
     redis: Option<RedisUrl>,
+    /// The TLS files of a `rediss…` store (validated with the config).
+    redis_tls: RedisTls,
     lag: RwLock<BTreeMap<String, Lag>>,
     /// Each event's drift as the ledger last reconciled it (ledger − store
     /// available units; 0: they agreed), read with the floors.
@@ -130,6 +132,7 @@ impl LedgerLink {
                 .redis
                 .as_deref()
                 .and_then(|u| RedisUrl::parse(u).ok()),
+            redis_tls: config.redis_tls().unwrap_or_default(),
             lag: RwLock::new(BTreeMap::new()),
             drift: RwLock::new(BTreeMap::new()),
             pg: tokio::sync::Mutex::new(None),
@@ -379,7 +382,12 @@ pub async fn run_lag_watch(link: Arc<LedgerLink>, events: Events, telemetry: Tel
     loop {
         interval.tick().await;
         if conn.is_none() {
-            match tokio::time::timeout(CALL_TIMEOUT, url.connect(CALL_TIMEOUT)).await {
+            match tokio::time::timeout(
+                CALL_TIMEOUT,
+                url.connect_with(CALL_TIMEOUT, &link.redis_tls),
+            )
+            .await
+            {
                 Ok(Ok(c)) => conn = Some(c),
                 _ => continue,
             }
@@ -481,6 +489,7 @@ pub async fn run_consumer(config: &Config) {
         return;
     };
     let mut c = sluice_ledger::ConsumerConfig::new(redis.clone(), pg.clone());
+    c.redis_tls = config.redis_tls().unwrap_or_default();
     c.batch = config.ledger.batch;
     c.flush = config.ledger.flush_interval;
     let metrics = Arc::new(sluice_ledger::Metrics::default());

@@ -79,9 +79,11 @@ pub struct ServeArgs {
     /// Origin base URL [default: the built-in demo shop].
     #[arg(long, env = "SLUICE_ORIGIN")]
     pub origin: Option<String>,
-    /// Redis URL: redis://, redis+cluster:// or redis+sentinel://host:port,…/service [default: in-memory stores].
+    /// Redis URL: redis://, redis+cluster:// or redis+sentinel://host:port,…/service; rediss… for TLS [default: in-memory stores].
     #[arg(long, env = "SLUICE_REDIS_URL")]
     pub redis: Option<String>,
+    #[command(flatten)]
+    pub redis_tls: RedisTlsArgs,
     /// Redis replicas that must acknowledge each hold and payment
     /// confirmation (`WAIT`) [default: 0, asynchronous].
     #[arg(long, env = "SLUICE_REDIS_WAIT_REPLICAS")]
@@ -134,6 +136,37 @@ pub struct ServeArgs {
     pub io_threads: Option<usize>,
 }
 
+/// The TLS files of a `rediss…` store, for `serve` and `ledger` alike.
+#[derive(Debug, Args, Default, Clone)]
+pub struct RedisTlsArgs {
+    /// PEM CA certificates the Redis servers' certificates must chain to
+    /// (`redis_ca`) [default: the system roots].
+    #[arg(long, env = "SLUICE_REDIS_CA")]
+    pub redis_ca: Option<PathBuf>,
+    /// PEM client certificate for Redis servers that require one
+    /// (`tls-auth-clients yes`; `redis_client_cert`), with --redis-client-key.
+    #[arg(long, env = "SLUICE_REDIS_CLIENT_CERT")]
+    pub redis_client_cert: Option<PathBuf>,
+    /// PEM private key of --redis-client-cert (`redis_client_key`).
+    #[arg(long, env = "SLUICE_REDIS_CLIENT_KEY")]
+    pub redis_client_key: Option<PathBuf>,
+}
+
+impl RedisTlsArgs {
+    /// Puts the flags given over the config file's settings.
+    pub fn apply(&self, c: &mut Config) {
+        if let Some(v) = &self.redis_ca {
+            c.redis_ca = Some(v.clone());
+        }
+        if let Some(v) = &self.redis_client_cert {
+            c.redis_client_cert = Some(v.clone());
+        }
+        if let Some(v) = &self.redis_client_key {
+            c.redis_client_key = Some(v.clone());
+        }
+    }
+}
+
 impl ServeArgs {
     /// The effective configuration: file, then flags and environment on top,
     /// then the embedded default's room and event, validated.
@@ -160,6 +193,7 @@ impl ServeArgs {
                 tls.key = v.clone();
             }
         }
+        self.redis_tls.apply(&mut c);
         if let Some(v) = self.io_threads {
             c.server.io_threads = v;
         }

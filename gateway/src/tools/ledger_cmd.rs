@@ -34,6 +34,9 @@ pub struct LedgerArgs {
     /// The store's URL (as `sluice serve --redis`).
     #[arg(long, env = "SLUICE_REDIS_URL")]
     pub redis: Option<String>,
+    /// Its TLS files (as `sluice serve`).
+    #[command(flatten)]
+    pub redis_tls: crate::tools::cli::RedisTlsArgs,
     /// The ledger database: postgres://user[:password]@host:port/db.
     #[arg(long, env = "SLUICE_POSTGRES_URL", hide_env_values = true)]
     pub postgres: Option<String>,
@@ -94,13 +97,28 @@ impl LedgerArgs {
             .postgres
             .clone()
             .ok_or("--postgres (or SLUICE_POSTGRES_URL) is required")?;
+        let tls = self.tls(&redis)?;
         let mut c = ConsumerConfig::new(redis, postgres);
+        c.redis_tls = tls;
         c.batch = self.batch;
         c.flush = Duration::from_millis(self.flush_ms);
         c.claim_idle = Duration::from_millis(self.claim_idle_ms);
         c.consumer = self.consumer.clone();
         c.validate().map_err(|e| e.to_string())?;
         Ok(c)
+    }
+}
+
+impl LedgerArgs {
+    /// The TLS files, checked as `serve` checks them (the words name the
+    /// config keys `serve` reads; the flags are spelled alike).
+    fn tls(&self, redis: &str) -> Result<sluice_redis::RedisTls, String> {
+        let mut c = crate::config::Config {
+            redis: Some(redis.to_owned()),
+            ..crate::config::Config::default()
+        };
+        self.redis_tls.apply(&mut c);
+        c.redis_tls().map_err(|e| e.to_string())
     }
 }
 
