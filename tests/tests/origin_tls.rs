@@ -1,0 +1,524 @@
+//! https origins (issue 19): the real `sluice serve` in front of Debian's
+//! real nginx serving HTTPS, with certificates made here by rcgen (a test
+//! CA, a good leaf, an expired one, one for another host name, a
+//! self-signed one) and one nginx server per case, each on its own
+//! loopback port, logging `$server_port $connection $server_protocol
+//! $ssl_server_name $host` per request.
+//!
+//! Under `CI=true` a missing nginx fails the test; elsewhere the nginx
+//! tests say loudly that they were skipped.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use sluice_tests::client::{TestClient, body};
+use sluice_tests::redis_server::free_port;
+use sluice_tests::{GatewayProcess, metric, sluice_bin, temp_file};
+
+const NGINX: &str = "/usr/sbin/nginx";
+
+/// The body every nginx server answers with.
+const HELLO: &str = "hello from the https origin";
+
+/// Certificates and keys, as PEM files in `dir`.
+struct Certs {
+    dir: PathBuf,
+}
+
+impl Certs {
+    /// A CA, and leaves for `localhost`: `good` (signed by the CA),
+    /// `expired` (signed by the CA, ended yesterday), `wronghost` (signed
+    /// by the CA for `other.example` only), `selfsigned` (its own issuer).
+    fn make(dir: &Path) -> Certs {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "sluice test CA");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+        let ca = Issuer::new(ca_params, ca_key);
+
+        let now = time::OffsetDateTime::now_utc();
+        let leaf = |names: &[&str], from: time::OffsetDateTime, to: time::OffsetDateTime| {
+            let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+            let mut p = CertificateParams::new(names).unwrap();
+            p.not_before = from;
+            p.not_after = to;
+            p
+        };
+        let write = |name: &str, params: CertificateParams, by_ca: bool| {
+            let key = KeyPair::generate().unwrap();
+            let cert = if by_ca {
+                params.signed_by(&key, &ca).unwrap()
+            } else {
+                params.self_signed(&key).unwrap()
+            };
+            std::fs::write(dir.join(format!("{name}.crt")), cert.pem()).unwrap();
+            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+        };
+        let day = time::Duration::days(1);
+        write(
+            "good",
+            leaf(&["localhost", "127.0.0.1"], now - day, now + 30 * day),
+            true,
+        );
+        write(
+            "expired",
+            leaf(&["localhost", "127.0.0.1"], now - 30 * day, now - day),
+            true,
+        );
+        write(
+            "wronghost",
+            leaf(&["other.example"], now - day, now + 30 * day),
+            true,
+        );
+        write(
+            "selfsigned",
+            leaf(&["localhost", "127.0.0.1"], now - day, now + 30 * day),
+            false,
+        );
+        Certs {
+            dir: dir.to_owned(),
+        }
+    }
+
+    fn ca(&self) -> String {
+        self.dir.join("ca.pem").to_str().unwrap().to_owned()
+    }
+}
+
+/// The servers of the test nginx, one port each.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Site {
+    /// The good certificate, HTTP/2 offered by ALPN.
+    H2,
+    /// The good certificate, HTTP/1.1 only.
+    H1,
+    Expired,
+    WrongHost,
+    SelfSigned,
+    /// Plain HTTP on the port an `https://` URL names.
+    PlainHttp,
+}
+
+const SITES: [Site; 6] = [
+    Site::H2,
+    Site::H1,
+    Site::Expired,
+    Site::WrongHost,
+    Site::SelfSigned,
+    Site::PlainHttp,
+];
+
+/// nginx as a child process with its own prefix and logs; stopped when
+/// dropped.
+struct Nginx {
+    child: Child,
+    ports: Vec<(Site, u16)>,
+    dir: PathBuf,
+}
+
+impl Nginx {
+    /// Starts it, or `None` (a loud SKIPPED line) when nginx is missing
+    /// outside CI.
+    fn start(test: &str) -> Option<Nginx> {
+        if !Path::new(NGINX).exists() {
+            let msg = format!("{NGINX} not found");
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{msg}: CI=true requires it (apt-get install nginx-light)");
+            }
+            eprintln!("\n*** SKIPPED: {msg}; the https origin test {test} did not run ***\n");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-origin-tls-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(dir.join("logs")).unwrap();
+        let certs = Certs::make(&dir.join("certs"));
+        let ports: Vec<(Site, u16)> = SITES.iter().map(|s| (*s, free_port())).collect();
+        let servers: String = ports
+            .iter()
+            .map(|(site, port)| server_block(*site, *port, &certs.dir))
+            .collect();
+        let d = dir.display();
+        let conf = format!(
+            "worker_processes 1;\n\
+             pid {d}/nginx.pid;\n\
+             error_log {d}/logs/error.log warn;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n\
+               log_format probe '$server_port $connection $server_protocol $ssl_server_name $host';\n\
+               access_log {d}/logs/access.log probe;\n\
+               client_body_temp_path {d}/client_body;\n\
+               proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi;\n\
+               uwsgi_temp_path {d}/uwsgi;\n\
+               scgi_temp_path {d}/scgi;\n\
+               keepalive_requests 1000;\n\
+               {servers}\n\
+             }}\n"
+        );
+        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+        let child = Command::new(NGINX)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-c")
+            .arg(dir.join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start nginx");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (_, port) in &ports {
+            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "nginx did not listen: {}",
+                    std::fs::read_to_string(dir.join("logs/error.log")).unwrap_or_default()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Some(Nginx { child, ports, dir })
+    }
+
+    fn port(&self, site: Site) -> u16 {
+        self.ports.iter().find(|(s, _)| *s == site).unwrap().1
+    }
+
+    /// `https://localhost:PORT` of a site.
+    fn url(&self, site: Site) -> String {
+        format!("https://localhost:{}", self.port(site))
+    }
+
+    fn ca(&self) -> String {
+        self.dir.join("certs/ca.pem").to_str().unwrap().to_owned()
+    }
+
+    /// The access log lines of a site: (connection number, protocol, SNI,
+    /// host asked for).
+    fn requests(&self, site: Site) -> Vec<(u64, String, String, String)> {
+        let port = self.port(site).to_string();
+        std::fs::read_to_string(self.dir.join("logs/access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f.len() == 5 && f[0] == port).then(|| {
+                    (
+                        f[1].parse().unwrap(),
+                        f[2].to_owned(),
+                        f[3].to_owned(),
+                        f[4].to_owned(),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// One nginx `server` of a site.
+fn server_block(site: Site, port: u16, certs: &Path) -> String {
+    let c = certs.display();
+    let (listen, cert) = match site {
+        Site::H2 => (format!("listen 127.0.0.1:{port} ssl http2;"), "good"),
+        Site::H1 => (format!("listen 127.0.0.1:{port} ssl;"), "good"),
+        Site::Expired => (format!("listen 127.0.0.1:{port} ssl;"), "expired"),
+        Site::WrongHost => (format!("listen 127.0.0.1:{port} ssl;"), "wronghost"),
+        Site::SelfSigned => (format!("listen 127.0.0.1:{port} ssl;"), "selfsigned"),
+        Site::PlainHttp => (format!("listen 127.0.0.1:{port};"), ""),
+    };
+    let tls = if cert.is_empty() {
+        String::new()
+    } else {
+        format!("ssl_certificate {c}/{cert}.crt; ssl_certificate_key {c}/{cert}.key;")
+    };
+    format!(
+        "server {{ {listen} server_name localhost; {tls} \
+           location / {{ default_type text/plain; return 200 \"{HELLO}\\n\"; }} }}\n"
+    )
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A config whose only room guards `/queue`: every other path is proxied.
+fn unguarded_config(extra: &str) -> PathBuf {
+    temp_file(
+        "sluice.toml",
+        &format!("[[rooms]]\nid = \"default\"\npaths = [\"/queue\"]\n{extra}"),
+    )
+}
+
+/// `sluice serve` in front of `origin`, its JSON log kept (warn and up).
+fn gateway(origin: &str, extra_args: &[&str], config_extra: &str) -> GatewayProcess {
+    let config = unguarded_config(config_extra);
+    let mut args = vec![
+        "--origin",
+        origin,
+        "--config",
+        config.to_str().unwrap(),
+        "--admin-token",
+        sluice_tests::ADMIN_TOKEN,
+    ];
+    args.extend_from_slice(extra_args);
+    GatewayProcess::start_logged(&args, "warn")
+}
+
+/// The log lines of handshake failures.
+fn tls_failure_lines(gw: &GatewayProcess) -> Vec<String> {
+    gw.log_lines()
+        .into_iter()
+        .filter(|l| l.contains("\"code\":\"origin_tls_failed\""))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_verified_origin_is_proxied_over_h2_and_h1_and_its_connections_are_reused() {
+    let Some(nginx) = Nginx::start("a_verified_origin_is_proxied") else {
+        return;
+    };
+    let ca = nginx.ca();
+    let client = TestClient::new();
+    for (site, protocol) in [(Site::H2, "HTTP/2.0"), (Site::H1, "HTTP/1.1")] {
+        let gw = gateway(&nginx.url(site), &["--origin-ca", &ca], "");
+        for i in 0..10 {
+            let res = client.get(&format!("{}/page/{i}?q=1", gw.url()), &[]).await;
+            assert_eq!(res.status, 200, "{site:?}: {}", res.text());
+            assert_eq!(res.text().trim(), HELLO);
+        }
+        // A request with a body takes the same connections.
+        let res = client
+            .call(
+                http::Method::POST,
+                &format!("{}/form", gw.url()),
+                &[("content-type", "text/plain")],
+                body("a body"),
+            )
+            .await;
+        assert_eq!(res.status, 200, "{site:?}: {}", res.text());
+        assert_eq!(res.text().trim(), HELLO);
+
+        // nginx writes its access log line after each answer.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let seen = nginx.requests(site);
+        assert_eq!(seen.len(), 11, "{site:?}: {seen:?}");
+        // The client's Host is kept (`proxy.preserve_host`), as `Host`
+        // over HTTP/1.1 and as `:authority` over HTTP/2; SNI is the
+        // origin URL's host (`localhost`; nginx's `$host` drops the port).
+        let host = gw.addr.ip().to_string();
+        assert!(
+            seen.iter()
+                .all(|(_, p, sni, h)| p == protocol && sni == "localhost" && *h == host),
+            "{site:?}: every request over {protocol}, SNI localhost, host {host}: {seen:?}"
+        );
+        let mut connections: Vec<u64> = seen.iter().map(|(c, _, _, _)| *c).collect();
+        connections.sort_unstable();
+        connections.dedup();
+        // One client connection lands on one I/O thread, whose pool
+        // carries the requests; at most one more for its first races.
+        assert!(
+            connections.len() <= 2,
+            "{site:?}: 11 requests took {} TLS connections: {seen:?}",
+            connections.len()
+        );
+        assert_eq!(
+            metric(&gw.url(), "sluice_upstream_errors_total{kind=\"tls\"}").await,
+            0.0
+        );
+        assert!(tls_failure_lines(&gw).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn bad_certificates_and_a_plain_peer_are_502_origin_tls_failed_logged_once_each() {
+    let Some(nginx) = Nginx::start("bad_certificates_are_502_origin_tls_failed") else {
+        return;
+    };
+    let ca = nginx.ca();
+    let client = TestClient::new();
+    for (site, cause) in [
+        (Site::Expired, "certificate expired"),
+        (Site::WrongHost, "not valid for the origin's host name"),
+        (Site::SelfSigned, "unknown issuer"),
+        (Site::PlainHttp, "protocol error"),
+    ] {
+        let gw = gateway(&nginx.url(site), &["--origin-ca", &ca], "");
+        let n = 12;
+        for i in 0..n {
+            let res = client.get(&format!("{}/x/{i}", gw.url()), &[]).await;
+            assert_eq!(res.status, 502, "{site:?}: {}", res.text());
+            assert_eq!(res.json()["code"], "origin_tls_failed", "{site:?}");
+            assert!(
+                res.header("content-type")
+                    .unwrap()
+                    .starts_with("application/problem+json")
+            );
+        }
+        assert_eq!(
+            metric(&gw.url(), "sluice_upstream_errors_total{kind=\"tls\"}").await,
+            f64::from(n),
+            "{site:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let lines = tls_failure_lines(&gw);
+        assert_eq!(lines.len(), 1, "{site:?}: one line per cause: {lines:#?}");
+        assert!(lines[0].contains(cause), "{site:?}: {}", lines[0]);
+        assert!(nginx.requests(site).is_empty() || site == Site::PlainHttp);
+    }
+
+    // A TCP failure on an https URL keeps its own code.
+    let closed = format!("https://localhost:{}", free_port());
+    let gw = gateway(&closed, &["--origin-ca", &ca], "");
+    let res = client.get(&format!("{}/x", gw.url()), &[]).await;
+    assert_eq!(res.status, 502, "{}", res.text());
+    assert_eq!(res.json()["code"], "origin_unreachable");
+    assert!(tls_failure_lines(&gw).is_empty());
+}
+
+#[tokio::test]
+async fn the_system_roots_do_not_trust_a_private_ca() {
+    let Some(nginx) = Nginx::start("the_system_roots_do_not_trust_a_private_ca") else {
+        return;
+    };
+    // No --origin-ca: verified against the system's roots, which do not
+    // know the test CA.
+    let gw = gateway(&nginx.url(Site::H2), &[], "");
+    let res = TestClient::new().get(&format!("{}/x", gw.url()), &[]).await;
+    assert_eq!(res.status, 502, "{}", res.text());
+    assert_eq!(res.json()["code"], "origin_tls_failed");
+}
+
+#[tokio::test]
+async fn insecure_skip_verify_passes_a_self_signed_origin_and_says_so() {
+    let Some(nginx) = Nginx::start("insecure_skip_verify") else {
+        return;
+    };
+    let gw = gateway(
+        &nginx.url(Site::SelfSigned),
+        &[],
+        "[proxy]\ninsecure_skip_verify = true\n",
+    );
+    let res = TestClient::new().get(&format!("{}/x", gw.url()), &[]).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.text().trim(), HELLO);
+    assert_eq!(metric(&gw.url(), "sluice_origin_tls_insecure").await, 1.0);
+    let warned: Vec<String> = gw
+        .log_lines()
+        .into_iter()
+        .filter(|l| l.contains("\"level\":\"WARN\"") && l.contains("insecure_skip_verify"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{:#?}", gw.log_lines());
+    assert!(warned[0].contains("NOT verified"), "{}", warned[0]);
+}
+
+/// `sluice serve` with `args`: its exit code and stderr, within 20 s.
+fn serve_fails(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(sluice_bin())
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .args(args)
+        .env_remove("SLUICE_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status.code(), err);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (None, "still running after 20 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_missing_or_garbage_origin_ca_is_refused_before_listening() {
+    let dir = std::env::temp_dir().join(format!(
+        "sluice-origin-ca-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("missing.pem");
+    let garbage = dir.join("garbage.pem");
+    std::fs::write(&garbage, "this is no certificate\n").unwrap();
+    for ca in [&missing, &garbage] {
+        let (code, err) = serve_fails(&[
+            "--origin",
+            "https://localhost:1",
+            "--origin-ca",
+            ca.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(64), "{err}");
+        assert!(
+            err.contains("proxy.origin_ca") && err.contains("--origin-ca"),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+
+        // check-config reads the same key from the file.
+        let config = temp_file(
+            "sluice.toml",
+            &format!(
+                "origin = \"https://localhost:1\"\n[proxy]\norigin_ca = \"{}\"\n",
+                ca.display()
+            ),
+        );
+        let out = Command::new(sluice_bin())
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{err}");
+        assert!(err.contains("proxy.origin_ca"), "{err}");
+    }
+    // Verifying against a CA and verifying nothing: which one was meant?
+    let certs = Certs::make(&dir.join("certs"));
+    let config = temp_file(
+        "sluice.toml",
+        &format!(
+            "origin = \"https://localhost:1\"\n[proxy]\norigin_ca = \"{}\"\ninsecure_skip_verify = true\n",
+            certs.ca()
+        ),
+    );
+    let out = Command::new(sluice_bin())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("proxy.insecure_skip_verify"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
