@@ -128,13 +128,11 @@ fn client_config(ca: Option<&Path>, insecure: bool) -> anyhow::Result<ClientConf
 pub fn load_ca_bundle(path: &Path) -> Result<RootCertStore, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut roots = RootCertStore::empty();
-    let mut found = 0usize;
-    for cert in CertificateDer::pem_slice_iter(&bytes) {
+    for (i, cert) in CertificateDer::pem_slice_iter(&bytes).enumerate() {
         let cert = cert.map_err(|e| format!("{}: not a PEM bundle: {e}", path.display()))?;
-        found += 1;
         roots
             .add(cert)
-            .map_err(|e| format!("{}: certificate {found}: {e}", path.display()))?;
+            .map_err(|e| format!("{}: certificate {}: {e}", path.display(), i + 1))?;
     }
     if roots.is_empty() {
         return Err(format!(
