@@ -21,6 +21,11 @@ use sluice_tests::{GatewayProcess, metric, sluice_bin, temp_file};
 
 const NGINX: &str = "/usr/sbin/nginx";
 
+/// The tests of this file one at a time: each picks free ports for nginx
+/// and gateways before they bind them, and two tests picking at once
+/// could pick alike.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The body every nginx server answers with.
 const HELLO: &str = "hello from the https origin";
 
@@ -106,15 +111,19 @@ enum Site {
     SelfSigned,
     /// Plain HTTP on the port an `https://` URL names.
     PlainHttp,
+    /// The good certificate, HTTP/2 offered, in front of a test origin
+    /// (its echo, its bytes, its WebSocket).
+    Front,
 }
 
-const SITES: [Site; 6] = [
+const SITES: [Site; 7] = [
     Site::H2,
     Site::H1,
     Site::Expired,
     Site::WrongHost,
     Site::SelfSigned,
     Site::PlainHttp,
+    Site::Front,
 ];
 
 /// nginx as a child process with its own prefix and logs; stopped when
@@ -127,8 +136,9 @@ struct Nginx {
 
 impl Nginx {
     /// Starts it, or `None` (a loud SKIPPED line) when nginx is missing
-    /// outside CI.
-    fn start(test: &str) -> Option<Nginx> {
+    /// outside CI. `backend` (`host:port`) is the origin behind
+    /// [`Site::Front`].
+    fn start(test: &str, backend: Option<std::net::SocketAddr>) -> Option<Nginx> {
         if !Path::new(NGINX).exists() {
             let msg = format!("{NGINX} not found");
             if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -144,52 +154,48 @@ impl Nginx {
         ));
         std::fs::create_dir_all(dir.join("logs")).unwrap();
         let certs = Certs::make(&dir.join("certs"));
-        let ports: Vec<(Site, u16)> = SITES.iter().map(|s| (*s, free_port())).collect();
-        let servers: String = ports
-            .iter()
-            .map(|(site, port)| server_block(*site, *port, &certs.dir))
-            .collect();
-        let d = dir.display();
-        let conf = format!(
-            "worker_processes 1;\n\
-             pid {d}/nginx.pid;\n\
-             error_log {d}/logs/error.log warn;\n\
-             events {{ worker_connections 256; }}\n\
-             http {{\n\
-               log_format probe '$server_port $connection $server_protocol $ssl_server_name $host';\n\
-               access_log {d}/logs/access.log probe;\n\
-               client_body_temp_path {d}/client_body;\n\
-               proxy_temp_path {d}/proxy;\n\
-               fastcgi_temp_path {d}/fastcgi;\n\
-               uwsgi_temp_path {d}/uwsgi;\n\
-               scgi_temp_path {d}/scgi;\n\
-               keepalive_requests 1000;\n\
-               {servers}\n\
-             }}\n"
-        );
-        std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new(NGINX)
-            .arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(dir.join("nginx.conf"))
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start nginx");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for (_, port) in &ports {
-            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
+        // A port picked free may be taken by another test's server before
+        // nginx binds it: nginx then exits without its pid file (written
+        // once every socket is bound), and is started again on others.
+        for _ in 0..5 {
+            let ports = distinct_ports();
+            let servers: String = ports
+                .iter()
+                .map(|(site, port)| server_block(*site, *port, &certs.dir, backend))
+                .collect();
+            std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, &servers)).unwrap();
+            let _ = std::fs::remove_file(dir.join("nginx.pid"));
+            let mut child = Command::new(NGINX)
+                .arg("-p")
+                .arg(&dir)
+                .arg("-c")
+                .arg(dir.join("nginx.conf"))
+                .args(["-g", "daemon off;"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("start nginx");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !dir.join("nginx.pid").exists() {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
                 assert!(
                     Instant::now() < deadline,
-                    "nginx did not listen: {}",
+                    "nginx did not start: {}",
                     std::fs::read_to_string(dir.join("logs/error.log")).unwrap_or_default()
                 );
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(20));
             }
+            if child.try_wait().unwrap().is_none() {
+                return Some(Nginx { child, ports, dir });
+            }
+            eprintln!("nginx could not bind its ports; again on others");
         }
-        Some(Nginx { child, ports, dir })
+        panic!(
+            "nginx did not start: {}",
+            std::fs::read_to_string(dir.join("logs/error.log")).unwrap_or_default()
+        );
     }
 
     fn port(&self, site: Site) -> u16 {
@@ -227,8 +233,50 @@ impl Nginx {
     }
 }
 
+/// A free port for each site, no two alike.
+fn distinct_ports() -> Vec<(Site, u16)> {
+    let mut ports: Vec<(Site, u16)> = Vec::new();
+    for site in SITES {
+        let port = loop {
+            let p = free_port();
+            if ports.iter().all(|(_, q)| *q != p) {
+                break p;
+            }
+        };
+        ports.push((site, port));
+    }
+    ports
+}
+
+/// The whole nginx configuration, its files under `dir`.
+fn nginx_conf(dir: &Path, servers: &str) -> String {
+    let d = dir.display();
+    format!(
+        "worker_processes 1;\n\
+         pid {d}/nginx.pid;\n\
+         error_log {d}/logs/error.log warn;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n\
+           log_format probe '$server_port $connection $server_protocol $ssl_server_name $host';\n\
+           access_log {d}/logs/access.log probe;\n\
+           client_body_temp_path {d}/client_body;\n\
+           proxy_temp_path {d}/proxy;\n\
+           fastcgi_temp_path {d}/fastcgi;\n\
+           uwsgi_temp_path {d}/uwsgi;\n\
+           scgi_temp_path {d}/scgi;\n\
+           keepalive_requests 1000;\n\
+           {servers}\n\
+         }}\n"
+    )
+}
+
 /// One nginx `server` of a site.
-fn server_block(site: Site, port: u16, certs: &Path) -> String {
+fn server_block(
+    site: Site,
+    port: u16,
+    certs: &Path,
+    backend: Option<std::net::SocketAddr>,
+) -> String {
     let c = certs.display();
     let (listen, cert) = match site {
         Site::H2 => (format!("listen 127.0.0.1:{port} ssl http2;"), "good"),
@@ -237,16 +285,23 @@ fn server_block(site: Site, port: u16, certs: &Path) -> String {
         Site::WrongHost => (format!("listen 127.0.0.1:{port} ssl;"), "wronghost"),
         Site::SelfSigned => (format!("listen 127.0.0.1:{port} ssl;"), "selfsigned"),
         Site::PlainHttp => (format!("listen 127.0.0.1:{port};"), ""),
+        Site::Front => (format!("listen 127.0.0.1:{port} ssl http2;"), "good"),
     };
     let tls = if cert.is_empty() {
         String::new()
     } else {
         format!("ssl_certificate {c}/{cert}.crt; ssl_certificate_key {c}/{cert}.key;")
     };
-    format!(
-        "server {{ {listen} server_name localhost; {tls} \
-           location / {{ default_type text/plain; return 200 \"{HELLO}\\n\"; }} }}\n"
-    )
+    let locations = match (site, backend) {
+        (Site::Front, Some(b)) => format!(
+            "client_max_body_size 0; proxy_request_buffering off; proxy_buffering off; \
+             location /ws {{ proxy_pass http://{b}; proxy_http_version 1.1; \
+               proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection upgrade; }} \
+             location / {{ proxy_pass http://{b}; proxy_http_version 1.1; }}"
+        ),
+        _ => format!("location / {{ default_type text/plain; return 200 \"{HELLO}\\n\"; }}"),
+    };
+    format!("server {{ {listen} server_name localhost; {tls} {locations} }}\n")
 }
 
 impl Drop for Nginx {
@@ -290,7 +345,8 @@ fn tls_failure_lines(gw: &GatewayProcess) -> Vec<String> {
 
 #[tokio::test]
 async fn a_verified_origin_is_proxied_over_h2_and_h1_and_its_connections_are_reused() {
-    let Some(nginx) = Nginx::start("a_verified_origin_is_proxied") else {
+    let _serial = SERIAL.lock().await;
+    let Some(nginx) = Nginx::start("a_verified_origin_is_proxied", None) else {
         return;
     };
     let ca = nginx.ca();
@@ -347,7 +403,8 @@ async fn a_verified_origin_is_proxied_over_h2_and_h1_and_its_connections_are_reu
 
 #[tokio::test]
 async fn bad_certificates_and_a_plain_peer_are_502_origin_tls_failed_logged_once_each() {
-    let Some(nginx) = Nginx::start("bad_certificates_are_502_origin_tls_failed") else {
+    let _serial = SERIAL.lock().await;
+    let Some(nginx) = Nginx::start("bad_certificates_are_502_origin_tls_failed", None) else {
         return;
     };
     let ca = nginx.ca();
@@ -382,8 +439,11 @@ async fn bad_certificates_and_a_plain_peer_are_502_origin_tls_failed_logged_once
         assert!(nginx.requests(site).is_empty() || site == Site::PlainHttp);
     }
 
-    // A TCP failure on an https URL keeps its own code.
-    let closed = format!("https://localhost:{}", free_port());
+    // A TCP failure on an https URL keeps its own code: a port bound
+    // without listening (refused, and held so no other test takes it).
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = format!("https://127.0.0.1:{}", held.local_addr().unwrap().port());
     let gw = gateway(&closed, &["--origin-ca", &ca], "");
     let res = client.get(&format!("{}/x", gw.url()), &[]).await;
     assert_eq!(res.status, 502, "{}", res.text());
@@ -393,7 +453,8 @@ async fn bad_certificates_and_a_plain_peer_are_502_origin_tls_failed_logged_once
 
 #[tokio::test]
 async fn the_system_roots_do_not_trust_a_private_ca() {
-    let Some(nginx) = Nginx::start("the_system_roots_do_not_trust_a_private_ca") else {
+    let _serial = SERIAL.lock().await;
+    let Some(nginx) = Nginx::start("the_system_roots_do_not_trust_a_private_ca", None) else {
         return;
     };
     // No --origin-ca: verified against the system's roots, which do not
@@ -406,7 +467,8 @@ async fn the_system_roots_do_not_trust_a_private_ca() {
 
 #[tokio::test]
 async fn insecure_skip_verify_passes_a_self_signed_origin_and_says_so() {
-    let Some(nginx) = Nginx::start("insecure_skip_verify") else {
+    let _serial = SERIAL.lock().await;
+    let Some(nginx) = Nginx::start("insecure_skip_verify", None) else {
         return;
     };
     let gw = gateway(
@@ -425,6 +487,81 @@ async fn insecure_skip_verify_passes_a_self_signed_origin_and_says_so() {
         .collect();
     assert_eq!(warned.len(), 1, "{:#?}", gw.log_lines());
     assert!(warned[0].contains("NOT verified"), "{}", warned[0]);
+}
+
+/// Through an HTTP/2 origin: a streamed upload and download arrive whole,
+/// the forwarding headers arrive, and a WebSocket (which takes an
+/// HTTP/1.1 connection of its own) echoes.
+#[tokio::test]
+async fn an_https_origin_carries_bodies_headers_and_websockets() {
+    let _serial = SERIAL.lock().await;
+    let origin = sluice_tests::origin::TestOrigin::start().await;
+    let Some(nginx) = Nginx::start("an_https_origin_carries", Some(origin.addr)) else {
+        return;
+    };
+    let gw = gateway(&nginx.url(Site::Front), &["--origin-ca", &nginx.ca()], "");
+    let client = TestClient::new();
+
+    let res = client
+        .get(&format!("{}/echo/a?b=1", gw.url()), &[("x-custom", "kept")])
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let echo = res.json();
+    assert_eq!(echo["path"], "/echo/a");
+    assert_eq!(echo["headers"]["x-custom"][0], "kept", "{echo}");
+    assert_eq!(echo["headers"]["x-forwarded-proto"][0], "http", "{echo}");
+
+    let upload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let sha = sluice_tests::hex(&<sha2::Sha256 as sha2::Digest>::digest(&upload));
+    let res = client
+        .call(
+            http::Method::POST,
+            &format!("{}/echo/upload", gw.url()),
+            &[("content-type", "application/octet-stream")],
+            body(upload),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["body_bytes"], 3_000_000);
+    assert_eq!(res.json()["body_sha256"], sha.as_str());
+
+    let res = client
+        .get(&format!("{}/bytes/2000000", gw.url()), &[])
+        .await;
+    assert_eq!(res.status, 200);
+    assert_eq!(res.body.len(), 2_000_000);
+    let got = sluice_tests::hex(&<sha2::Sha256 as sha2::Digest>::digest(&res.body));
+    assert_eq!(Some(got.as_str()), res.header("x-body-sha256"));
+
+    {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let (mut ws, res) = tokio_tungstenite::connect_async(format!("ws://{}/ws", gw.addr))
+            .await
+            .expect("websocket handshake through the gateway and nginx");
+        assert_eq!(res.status(), 101);
+        for i in 0..3 {
+            let msg = format!("hello {i}");
+            ws.send(Message::text(msg.clone())).await.unwrap();
+            let echoed = tokio::time::timeout(Duration::from_secs(5), ws.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(echoed.into_text().unwrap().as_str(), msg);
+        }
+        ws.close(None).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = nginx.requests(Site::Front);
+    assert!(
+        seen.iter().filter(|r| r.1 == "HTTP/2.0").count() >= 3,
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|r| r.1 == "HTTP/1.1"),
+        "the WebSocket over HTTP/1.1: {seen:?}"
+    );
 }
 
 /// `sluice serve` with `args`: its exit code and stderr, within 20 s.
@@ -463,6 +600,7 @@ fn serve_fails(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn a_missing_or_garbage_origin_ca_is_refused_before_listening() {
+    let _serial = SERIAL.blocking_lock();
     let dir = std::env::temp_dir().join(format!(
         "sluice-origin-ca-{}-{}",
         std::process::id(),
