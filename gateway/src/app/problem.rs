@@ -155,6 +155,18 @@ impl Problem {
         .retry_after(5)
     }
 
+    /// 502 `origin_tls_failed`: the TLS handshake with an `https://`
+    /// origin failed (an expired or wrong-host certificate, one from an
+    /// untrusted issuer, a peer that does not speak TLS).
+    pub fn origin_tls_failed() -> Problem {
+        Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "origin_tls_failed",
+            "The origin's TLS connection could not be verified",
+        )
+        .retry_after(5)
+    }
+
     /// 504 `origin_timeout`.
     pub fn origin_timeout() -> Problem {
         Problem::new(

@@ -25,7 +25,8 @@
 //! | `sluice_rate_limited_total` | counter | room, limit | requests refused by a rate limit: `network` (challenges and joins per client network, `join_limit_per_prefix_per_min`), `holds` (hold requests per admitted visitor, `limits.holds_per_visitor_per_min`; `room` is the room selling the event) |
 //! | `sluice_waiting_room_served_total` | counter | room, kind | waiting answers (`page` or `json`) |
 //! | `sluice_upstream_request_duration_seconds` | histogram | status_class | time to the origin's response headers |
-//! | `sluice_upstream_errors_total` | counter | kind | `unreachable` or `timeout` |
+//! | `sluice_upstream_errors_total` | counter | kind | `unreachable`, `timeout` or `tls` (a failed handshake with an https origin) |
+//! | `sluice_origin_tls_insecure` | gauge | | 1 when `proxy.insecure_skip_verify` leaves the https origin's certificate unchecked |
 //! | `sluice_holds_total` | counter | outcome | hold attempts by outcome |
 //! | `sluice_hold_replication_lagged_total` | counter | op | holds (`hold`) and payment confirmations (`confirm`) fewer Redis replicas acknowledged than `replication.wait_replicas` asks (answered 503; the hold released again) |
 //! | `sluice_adaptive_rate_per_second` | gauge | room | the rate adaptive admission set (steering gateway) |
@@ -232,6 +233,13 @@ impl Telemetry {
             "sluice_open_connections",
             &[("io_thread", thread.to_string())],
         )
+    }
+
+    /// Whether the https origin's certificate goes unchecked
+    /// (`proxy.insecure_skip_verify`).
+    pub fn origin_tls_insecure(&self, insecure: bool) {
+        self.gauge("sluice_origin_tls_insecure", &[])
+            .set(if insecure { 1.0 } else { 0.0 });
     }
 
     /// A request was refused by a rate limit: `network` (challenges, joins

@@ -335,7 +335,7 @@ impl Config {
         Ok(tls)
     }
 
-    /// `origin`: an `http://` URL with a host.
+    /// `origin`: an `http://` or `https://` URL with a host.
     fn validate_origin(&self) -> Result<(), ConfigError> {
         let Some(origin) = &self.origin else {
             return Ok(());
@@ -344,14 +344,19 @@ impl Config {
             .parse()
             .map_err(|e| ConfigError::invalid("origin", format!("{e}")))?;
         match uri.scheme_str() {
-            Some("http") => {}
+            Some("http" | "https") => {}
             Some(other) => {
                 return Err(ConfigError::invalid(
                     "origin",
-                    format!("scheme `{other}` is not supported (use http://)"),
+                    format!("scheme `{other}` is not supported (use http:// or https://)"),
                 ));
             }
-            None => return Err(ConfigError::invalid("origin", "needs http://host:port")),
+            None => {
+                return Err(ConfigError::invalid(
+                    "origin",
+                    "needs http://host:port or https://host[:port]",
+                ));
+            }
         }
         if uri.host().is_none() {
             return Err(ConfigError::invalid("origin", "has no host"));

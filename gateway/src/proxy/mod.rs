@@ -22,11 +22,18 @@
 //!   gateway speaks in that namespace (`Sluice-Admission`).
 //! - Failures are problem+json: 502 `origin_unreachable` when the origin
 //!   cannot be reached, 504 `origin_timeout` when its response headers do not
-//!   arrive in time, 400 `malformed_request` when the downstream body itself
+//!   arrive in time, 502 `origin_tls_failed` when the TLS handshake with an
+//!   `https://` origin fails (logged once per cause, [`tls::CauseLog`]),
+//!   400 `malformed_request` when the downstream body itself
 //!   failed (a bad chunk size, a body cut short): the client's fault is
 //!   never reported as the origin's.
+//! - **https origins** ([`tls`]): verified against the system roots or
+//!   `proxy.origin_ca`, SNI, ALPN `h2`/`http/1.1`; every request goes
+//!   through hyper's connections. `proxy.insecure_skip_verify` is warned
+//!   about at startup and shown by the `sluice_origin_tls_insecure` gauge.
 
 pub mod headers;
+pub mod tls;
 pub mod upstream;
 
 use std::net::IpAddr;
@@ -75,10 +82,14 @@ pub struct Proxy {
     /// Permits of the requests waiting for the origin
     /// (`limits.max_origin_requests`).
     slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// A plain `http://` origin: bodiless requests take the native path.
+    plain: bool,
+    /// Failed TLS handshakes, each cause logged once.
+    tls_failures: std::sync::Arc<tls::CauseLog>,
 }
 
 impl Proxy {
-    /// A proxy to `origin` (an `http://host:port[/base]` URL) with at most
+    /// A proxy to `origin` (an `http://` or `https://host:port[/base]` URL) with at most
     /// `max_in_flight` requests waiting for it at once, for a server of
     /// `io_threads` I/O threads.
     pub fn new(
@@ -93,16 +104,28 @@ impl Proxy {
         let authority = origin
             .authority()
             .ok_or_else(|| anyhow::anyhow!("origin {origin} has no host"))?;
-        let port = authority.port_u16().unwrap_or(80);
-        let upstream = Upstream::new(
+        let https = origin.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let mut upstream = Upstream::new(
             format!("{}:{port}", authority.host()),
             timeouts.upstream_connect,
             timeouts.upstream_idle,
             cfg.pool_max_idle_per_host,
             io_threads,
         );
+        if https {
+            upstream = upstream.with_tls(origin_tls(authority.host(), cfg)?);
+        } else if cfg.origin_ca.is_some() || cfg.insecure_skip_verify {
+            tracing::warn!(
+                %origin,
+                "proxy.origin_ca and proxy.insecure_skip_verify apply to an https:// origin only; this one is plain http (no TLS, nothing verified)"
+            );
+        }
+        telemetry.origin_tls_insecure(https && cfg.insecure_skip_verify);
         let origin_host = HeaderValue::from_str(authority.as_str())?;
         Ok(Proxy {
+            plain: !https,
+            tls_failures: std::sync::Arc::default(),
             upstream: std::sync::Arc::new(upstream),
             origin,
             origin_host,
@@ -185,7 +208,8 @@ impl Proxy {
         // written straight from its parts ([`sluice_wire::h1`]); any other is
         // edited in place (never taken apart and put together again, each a
         // copy of its head) and goes through hyper's client.
-        let native = upgrade.is_none()
+        let native = self.plain
+            && upgrade.is_none()
             && *req.method() != http::Method::CONNECT
             && http_body::Body::is_end_stream(req.body());
         let (result, body_failed) = if native {
@@ -289,7 +313,9 @@ impl Proxy {
 
     /// The answer when the origin could not be asked or did not answer:
     /// 400 when it was the client's body that failed (not the origin's
-    /// fault), else 502 `origin_unreachable`, the cause logged once.
+    /// fault), 502 `origin_tls_failed` for a failed TLS handshake (its
+    /// cause logged once, not at each request), else 502
+    /// `origin_unreachable`, the cause logged.
     fn upstream_failed(
         &self,
         e: UpstreamError,
@@ -299,6 +325,11 @@ impl Proxy {
             return Problem::malformed("the request body could not be read")
                 .log_cause(&error_chain(&e))
                 .into_response();
+        }
+        if let UpstreamError::Tls { failure, .. } = &e {
+            self.telemetry.upstream_error("tls");
+            self.tls_failures.failed(&self.origin.to_string(), failure);
+            return Problem::origin_tls_failed().into_response();
         }
         self.telemetry.upstream_error("unreachable");
         let cause = error_chain(&e);
@@ -391,6 +422,20 @@ impl Proxy {
         }
         .build()
     }
+}
+
+/// The TLS side of an `https://` origin at `host`, as `[proxy]` says; a
+/// loud warning when nothing is verified.
+fn origin_tls(host: &str, cfg: &ProxyConfig) -> anyhow::Result<tls::OriginTls> {
+    if cfg.insecure_skip_verify {
+        tracing::warn!(
+            host,
+            "proxy.insecure_skip_verify = true: the origin's TLS certificate is NOT verified; \
+             anyone on the path to the origin can read and change every request, cookie and \
+             answer (a test setting, never for production)"
+        );
+    }
+    tls::OriginTls::new(host, cfg.origin_ca.as_deref(), cfg.insecure_skip_verify)
 }
 
 /// The protocol asked for in an HTTP/1.1 `Upgrade` handshake that names

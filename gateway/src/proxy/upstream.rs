@@ -33,18 +33,29 @@
 //!   driven and reused on the thread of the requests it carries, so no
 //!   request wakes another thread's event loop on its way to the origin and
 //!   back. Other threads share one more pool.
+//!
+//! An `https://` origin ([`Upstream::with_tls`]) takes neither the native
+//! path nor plain sockets: every request goes through hyper's connections
+//! over TLS ([`crate::proxy::tls`]). The origin's ALPN pick decides the
+//! kind: HTTP/1.1 connections share the pool above (the same bounds, idle
+//! timeout and safe retry); an HTTP/2 connection is kept one per shard and
+//! carries every request of that shard at once, until it closes or idles
+//! out. A WebSocket handshake takes an HTTP/1.1 connection (offering
+//! `http/1.1` alone). A plain `http://` origin's path is unchanged.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use http::{Method, Request, Response};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use sluice_wire::h1::{self, WireError};
 use sluice_wire::origin::{self, Conn};
 use tokio::net::TcpStream;
+
+use crate::proxy::tls::{self, OriginTls, TlsFailure};
 
 /// Why a request got no response from the origin.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +69,15 @@ pub enum UpstreamError {
         reason: String,
         /// The connect timeout ran out.
         timed_out: bool,
+    },
+    /// The TCP connection was made, the TLS handshake on it failed (an
+    /// `https://` origin).
+    #[error("TLS handshake with {addr}: {}", failure.detail)]
+    Tls {
+        /// Where to.
+        addr: String,
+        /// Why, and the key of its cause.
+        failure: TlsFailure,
     },
     /// The exchange failed once the connection was there (hyper's client).
     #[error(transparent)]
@@ -77,6 +97,8 @@ pub struct Upstream {
     max_idle: usize,
     /// One shard per I/O thread, then one for every other thread.
     shards: Box<[Mutex<Shard>]>,
+    /// Set for an `https://` origin.
+    tls: Option<OriginTls>,
 }
 
 /// The idle connections of one shard, the most recently used last.
@@ -84,6 +106,22 @@ pub struct Upstream {
 struct Shard {
     hyper: Vec<Pooled>,
     native: Vec<Idle>,
+    /// The HTTP/2 connection to an `https://` origin that picked `h2`.
+    h2: Option<Shared>,
+}
+
+/// An HTTP/2 connection, shared by the requests of its shard.
+struct Shared {
+    tx: http2::SendRequest<Body>,
+    /// When a request last took it.
+    since: Instant,
+}
+
+/// A fresh connection to an `https://` origin, of the kind its ALPN pick
+/// made.
+enum Fresh {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
 }
 
 struct Pooled {
@@ -178,7 +216,19 @@ impl Upstream {
             idle_timeout,
             max_idle,
             shards: (0..=io_threads).map(|_| Mutex::default()).collect(),
+            tls: None,
         }
+    }
+
+    /// The same pool to an `https://` origin: every connection speaks TLS.
+    pub fn with_tls(mut self, tls: OriginTls) -> Upstream {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Whether the origin is reached over TLS (no native path then).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The shard of the calling thread.
@@ -197,6 +247,9 @@ impl Upstream {
         self: &Arc<Self>,
         req: Request<Body>,
     ) -> Result<Response<Body>, UpstreamError> {
+        if let Some(tls) = &self.tls {
+            return self.send_tls(tls, req).await;
+        }
         let native = http_body::Body::is_end_stream(req.body())
             && *req.method() != Method::CONNECT
             && !req.headers().contains_key(http::header::UPGRADE);
@@ -214,7 +267,7 @@ impl Upstream {
             .iter()
             .map(|s| {
                 let s = s.lock();
-                s.hyper.len() + s.native.len()
+                s.hyper.len() + s.native.len() + usize::from(s.h2.is_some())
             })
             .sum()
     }
@@ -388,6 +441,175 @@ impl Upstream {
             }
         });
         Ok(tx)
+    }
+}
+
+/// An `https://` origin's requests (see the module doc).
+impl Upstream {
+    async fn send_tls(
+        &self,
+        tls: &OriginTls,
+        mut req: Request<Body>,
+    ) -> Result<Response<Body>, UpstreamError> {
+        let upgrade = req.headers().contains_key(http::header::UPGRADE);
+        if !upgrade {
+            if let Some(mut tx) = self.checkout_h2() {
+                for_h2(&mut req);
+                match tx.try_send_request(req).await {
+                    Ok(res) => return Ok(res.map(Body::new)),
+                    Err(mut e) => match e.take_message() {
+                        // Never sent: the connection is gone; a fresh one.
+                        Some(r) => {
+                            self.forget_h2(&tx);
+                            req = r;
+                        }
+                        None => return Err(e.into_error().into()),
+                    },
+                }
+            }
+            if let Some(mut tx) = self.checkout_hyper() {
+                for_h1(&mut req);
+                match tx.try_send_request(req).await {
+                    Ok(res) => {
+                        self.checkin_hyper(tx, &res);
+                        return Ok(res.map(Body::new));
+                    }
+                    Err(mut e) => match e.take_message() {
+                        Some(r) => req = r,
+                        None => return Err(e.into_error().into()),
+                    },
+                }
+            }
+        }
+        match self.connect_tls(tls, upgrade).await? {
+            Fresh::H1(mut tx) => {
+                for_h1(&mut req);
+                let res = tx.send_request(req).await?;
+                self.checkin_hyper(tx, &res);
+                Ok(res.map(Body::new))
+            }
+            Fresh::H2(mut tx) => {
+                self.keep_h2(tx.clone());
+                for_h2(&mut req);
+                Ok(tx.send_request(req).await?.map(Body::new))
+            }
+        }
+    }
+
+    /// This shard's HTTP/2 connection, while it is open and has not idled
+    /// out.
+    fn checkout_h2(&self) -> Option<http2::SendRequest<Body>> {
+        let now = Instant::now();
+        let mut shard = self.shard().lock();
+        let shared = shard.h2.as_mut()?;
+        if shared.tx.is_closed() || now.duration_since(shared.since) >= self.idle_timeout {
+            // Dropping the last sender closes the connection once its
+            // streams are over.
+            shard.h2 = None;
+            return None;
+        }
+        shared.since = now;
+        Some(shared.tx.clone())
+    }
+
+    /// Keeps a fresh HTTP/2 connection for this shard's next requests.
+    fn keep_h2(&self, tx: http2::SendRequest<Body>) {
+        if self.max_idle == 0 {
+            return;
+        }
+        self.shard().lock().h2 = Some(Shared {
+            tx,
+            since: Instant::now(),
+        });
+    }
+
+    /// Drops this shard's HTTP/2 connection if it is `tx`'s (closed).
+    fn forget_h2(&self, tx: &http2::SendRequest<Body>) {
+        let mut shard = self.shard().lock();
+        if shard.h2.as_ref().is_some_and(|s| s.tx.is_closed()) || tx.is_closed() {
+            shard.h2 = None;
+        }
+    }
+
+    /// A TCP connection, then the TLS handshake on it, then HTTP/2 or
+    /// HTTP/1.1 as the origin picked (HTTP/1.1 alone for an upgrade).
+    async fn connect_tls(&self, tls: &OriginTls, h1_only: bool) -> Result<Fresh, UpstreamError> {
+        let tcp = self.connect_stream().await?;
+        let stream = tls
+            .handshake(tcp, h1_only, self.connect_timeout)
+            .await
+            .map_err(|failure| UpstreamError::Tls {
+                addr: self.addr.clone(),
+                failure,
+            })?;
+        if tls::is_h2(&stream) {
+            let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+                .handshake(TokioIo::new(stream))
+                .await?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "upstream h2 connection ended with an error");
+                }
+            });
+            return Ok(Fresh::H2(tx));
+        }
+        let (tx, conn) = http1::Builder::new()
+            .writev(false)
+            .handshake(TokioIo::new(stream))
+            .await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        Ok(Fresh::H1(tx))
+    }
+}
+
+/// An origin-form request for an HTTP/1.1 connection: its target
+/// `/path?query`, the authority (if an HTTP/2 attempt put it there) back in
+/// `Host`.
+fn for_h1(req: &mut Request<Body>) {
+    *req.version_mut() = http::Version::HTTP_11;
+    if let Some(authority) = req.uri().authority().cloned() {
+        if !req.headers().contains_key(http::header::HOST)
+            && let Ok(v) = http::HeaderValue::from_str(authority.as_str())
+        {
+            req.headers_mut().insert(http::header::HOST, v);
+        }
+        let mut parts = req.uri().clone().into_parts();
+        parts.scheme = None;
+        parts.authority = None;
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *req.uri_mut() = uri;
+        }
+    }
+}
+
+/// The same request for an HTTP/2 connection: `https://{Host}/path?query`
+/// (HTTP/2 carries the host as `:authority`, which must not differ from a
+/// `Host` header: RFC 9113 §8.3.1, so `Host` is taken out).
+fn for_h2(req: &mut Request<Body>) {
+    *req.version_mut() = http::Version::HTTP_2;
+    if req.uri().authority().is_some() {
+        return;
+    }
+    let Some(host) = req.headers().get(http::header::HOST) else {
+        return;
+    };
+    let Ok(authority) = http::uri::Authority::try_from(host.as_bytes()) else {
+        // A Host that is no authority goes on as a header.
+        return;
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.scheme = Some(http::uri::Scheme::HTTPS);
+    parts.authority = Some(authority);
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+    }
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+        req.headers_mut().remove(http::header::HOST);
     }
 }
 

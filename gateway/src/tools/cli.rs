@@ -76,9 +76,13 @@ pub struct ServeArgs {
     /// PEM private key of `--tls-cert` (`server.tls.key`).
     #[arg(long, env = "SLUICE_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// Origin base URL [default: the built-in demo shop].
+    /// Origin base URL, http:// or https:// [default: the built-in demo shop].
     #[arg(long, env = "SLUICE_ORIGIN")]
     pub origin: Option<String>,
+    /// PEM bundle of the CAs an https:// origin's certificate must chain
+    /// to (`proxy.origin_ca`) [default: the system's roots].
+    #[arg(long, env = "SLUICE_ORIGIN_CA")]
+    pub origin_ca: Option<PathBuf>,
     /// Redis URL: redis://, redis+cluster:// or redis+sentinel://host:port,…/service; rediss… for TLS [default: in-memory stores].
     #[arg(long, env = "SLUICE_REDIS_URL")]
     pub redis: Option<String>,
@@ -180,6 +184,9 @@ impl ServeArgs {
         }
         if let Some(v) = &self.origin {
             c.origin = Some(v.clone());
+        }
+        if let Some(v) = &self.origin_ca {
+            c.proxy.origin_ca = Some(v.clone());
         }
         if let Some(v) = &self.redis {
             c.redis = Some(v.clone());
