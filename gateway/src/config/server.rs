@@ -59,8 +59,9 @@ pub struct TlsConfig {
     /// None: only HTTPS.
     pub http_listen: Option<SocketAddr>,
     /// On `http_listen`: answer every request with 308 to the same URL over
-    /// https (the health probes `/_sluice/healthz`, `/_sluice/readyz` and
-    /// `/metrics` excepted). `false`: serve plain HTTP there as usual.
+    /// https (the probes `/_sluice/healthz`, `/_sluice/readyz`,
+    /// `/_sluice/serving` and `/metrics` excepted). `false`: serve plain HTTP
+    /// there as usual.
     pub redirect_to_https: bool,
 }
 
