@@ -22,7 +22,7 @@ async fn setup() -> (TestOrigin, TestGateway) {
 async fn health_and_readiness() {
     let (origin, gw) = setup().await;
     let c = TestClient::new();
-    for path in ["healthz", "readyz"] {
+    for path in ["healthz", "readyz", "serving"] {
         let res = c.get(&format!("{}/_sluice/{path}", gw.url()), &[]).await;
         assert_eq!(res.status, 200);
         assert_eq!(res.header("cache-control"), Some("no-store"));
@@ -474,7 +474,7 @@ async fn the_openapi_document_lists_every_status_each_route_can_give() {
         for s in responses.keys() {
             if s.starts_with('4') || s.starts_with('5') {
                 assert!(
-                    s == "503" && path == "/_sluice/readyz"
+                    s == "503" && (path == "/_sluice/readyz" || path == "/_sluice/serving")
                         || !documented_codes(&doc, &responses[s]).is_empty(),
                     "{what} {s}: no codes"
                 );
