@@ -386,7 +386,7 @@ async fn load_configured(
     ledger: &crate::reserve::ledger::LedgerLink,
 ) -> bool {
     for ec in configured {
-        if ec.total == 0 {
+        if ec.effective_total() == 0 {
             continue;
         }
         let Some(event) = EventId::parse(&ec.id) else {
@@ -448,15 +448,18 @@ async fn load_configured(
             }
         }
         let spec = StockSpec {
-            total: ec.total,
+            total: ec.effective_total(),
             cart_limit: ec.cart_limit,
             hold_ttl: ec.hold_ttl,
             version: 1,
             room: ec.room.clone(),
         };
-        match inventory.load_if_new(&event, &spec).await {
+        match inventory
+            .load_if_new_with_categories(&event, &spec, &ec.category_specs())
+            .await
+        {
             Ok(LoadOutcome::Loaded { .. }) => {
-                tracing::info!(event = %ec.id, total = ec.total, "stock loaded from the configuration");
+                tracing::info!(event = %ec.id, total = ec.effective_total(), "stock loaded from the configuration");
                 guard.saw(&ec.id, spec.version);
             }
             Ok(LoadOutcome::Present) => guard.saw(&ec.id, spec.version),
