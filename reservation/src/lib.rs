@@ -415,11 +415,11 @@ pub(crate) fn with_category_total(spec: &StockSpec, cats: &[CategorySpec]) -> St
 
 /// Checks of an item list every store makes before its atomic step: the
 /// refusal, if any, and otherwise the units asked in all.
-pub(crate) fn items_precheck(items: &[Item]) -> std::result::Result<u32, HoldOutcome> {
+pub(crate) fn items_precheck(items: &[Item]) -> std::result::Result<u32, Box<HoldOutcome>> {
     if let Some(c) = types::duplicate_category(items) {
-        return Err(HoldOutcome::DuplicateCategory {
+        return Err(Box::new(HoldOutcome::DuplicateCategory {
             category: c.to_string(),
-        });
+        }));
     }
     let sum: u64 = items.iter().map(|i| u64::from(i.qty)).sum();
     // Above u32 is above any cart limit: the store answers InvalidQuantity.

@@ -907,7 +907,7 @@ impl Inventory for MemoryInventory {
         idempotency_key: Option<&str>,
     ) -> Result<HoldOutcome> {
         Ok(match crate::items_precheck(items) {
-            Err(refused) => refused,
+            Err(refused) => *refused,
             Ok(qty) => self.hold_locked(event, visitor, qty, Some(items), idempotency_key),
         })
     }

@@ -863,7 +863,7 @@ impl Inventory for RedisInventory {
         idempotency_key: Option<&str>,
     ) -> Result<HoldOutcome> {
         match crate::items_precheck(items) {
-            Err(refused) => Ok(refused),
+            Err(refused) => Ok(*refused),
             Ok(qty) => {
                 self.hold_any(event, visitor, qty, Some(items), idempotency_key)
                     .await
