@@ -35,6 +35,8 @@ struct Site {
     pg: PgServer,
     origin: TestOrigin,
     keys: PathBuf,
+    /// Extra configuration appended (another event).
+    extra: String,
 }
 
 impl Site {
@@ -46,6 +48,7 @@ impl Site {
             pg,
             origin: TestOrigin::start().await,
             keys: temp_keys(),
+            extra: String::new(),
         })
     }
 
@@ -55,7 +58,8 @@ impl Site {
              difficulty_floor_bits = 1\ndifficulty_ceiling_bits = 2\njoin_limit_per_prefix_per_min = 0\n\
              attack_min_solve = \"0s\"\n\n\
              [[events]]\nid = \"gig\"\nroom = \"hall\"\ntotal = {TOTAL}\ncart_limit = {CART}\nhold_ttl = \"300s\"\n\n\
-             [ledger]\nauto_rebuild = {auto_rebuild}\nflush_interval = \"50ms\"\n"
+             [ledger]\nauto_rebuild = {auto_rebuild}\nflush_interval = \"50ms\"\n\n{}",
+            self.extra
         );
         temp_file("rebuild.toml", &text)
     }
@@ -481,4 +485,340 @@ async fn an_operator_rebuilds_a_lost_event_and_never_overwrites_live_counters() 
 
     assert_rebuilt(&site, &base, &answers).await;
     sell_out(&site, &base, &answers).await;
+}
+
+// === An event with categories ===
+
+/// `tiers` in room `hall`: floor 8 (at most 3 each), vip 4, balcony 6 (at
+/// most 2 each), at most 4 units per visitor across them.
+const TIERS: &str = "[[events]]\nid = \"tiers\"\nroom = \"hall\"\ncart_limit = 4\nhold_ttl = \"300s\"\n\n\
+     [[events.categories]]\nid = \"floor\"\ntotal = 8\ncart_limit = 3\n\n\
+     [[events.categories]]\nid = \"vip\"\ntotal = 4\n\n\
+     [[events.categories]]\nid = \"balcony\"\ntotal = 6\ncart_limit = 2\n";
+
+/// The categories' stock text the ledger keeps (`events.categories`).
+const TIERS_LEDGER: &str = "floor:8:3,vip:4:0,balcony:6:2";
+
+async fn hold_items(v: &Visitor, items: &[(&str, u64)]) -> Answer {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(c, q)| json!({"category": c, "qty": q}))
+        .collect();
+    v.call_admitted(
+        Method::POST,
+        "/_sluice/events/tiers/holds",
+        Some(json!({ "items": items })),
+        &[],
+    )
+    .await
+}
+
+async fn tiers_view(base: &str) -> Value {
+    admin(base, Method::GET, "/_sluice/admin/events/tiers")
+        .await
+        .json()
+}
+
+/// `{category: [total, available, held, confirmed]}` of the admin view.
+fn tier_counts(view: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for c in view["categories"].as_array().expect("categories") {
+        out.insert(
+            c["id"].as_str().unwrap().to_owned(),
+            json!([c["total"], c["available"], c["held"], c["confirmed"]]),
+        );
+    }
+    Value::Object(out)
+}
+
+/// A hold of `tiers` the sale made, with what it was told.
+struct TierHold {
+    owner: Visitor,
+    id: String,
+    items: Vec<(&'static str, u64)>,
+}
+
+/// The sale: paid, open and released holds across the three categories.
+/// Floor ends 2 held, 4 sold; vip 2 held, 2 sold (none left); balcony 1
+/// held, 3 sold.
+async fn tiers_sale(site: &Site, base: &str) -> (Vec<TierHold>, Vec<TierHold>) {
+    let plan: [(&[(&'static str, u64)], &str); 7] = [
+        (&[("floor", 3)], "pay"),
+        (&[("floor", 2), ("vip", 1)], "open"),
+        (&[("vip", 1), ("balcony", 2)], "pay"),
+        (&[("balcony", 1)], "open"),
+        (&[("floor", 1), ("balcony", 1)], "release"),
+        (&[("vip", 1)], "open"),
+        (&[("floor", 1), ("vip", 1), ("balcony", 1)], "pay"),
+    ];
+    let (mut open, mut paid) = (Vec::new(), Vec::new());
+    for (items, then) in plan {
+        let v = site.buyer(base);
+        let res = hold_items(&v, items).await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        let id = res.json()["hold_id"].as_str().unwrap().to_owned();
+        let h = TierHold {
+            owner: v,
+            id,
+            items: items.to_vec(),
+        };
+        match then {
+            "pay" => {
+                let res = pay(base, &h.id).await;
+                assert_eq!(res.json()["status"], "confirmed", "{}", res.text());
+                paid.push(h);
+            }
+            "release" => {
+                let res = h
+                    .owner
+                    .call_admitted(
+                        Method::DELETE,
+                        &format!("/_sluice/holds/{}", h.id),
+                        None,
+                        &[],
+                    )
+                    .await;
+                assert!(res.status.is_success(), "{}", res.text());
+            }
+            _ => open.push(h),
+        }
+    }
+    (open, paid)
+}
+
+/// Waits until the ledger has written every entry of `tiers`, reconciled
+/// with no drift, and returns the admin view.
+async fn tiers_caught_up(base: &str) -> Value {
+    until(
+        "the ledger catches up on tiers",
+        Duration::from_secs(30),
+        async || {
+            let behind =
+                sluice_tests::metric(base, "sluice_ledger_lag_entries{event=\"tiers\"}").await;
+            let e = tiers_view(base).await;
+            let l = &e["ledger"];
+            (behind == 0.0 && l["read"] == true && l["lag_entries"] == 0 && l["drift_units"] == 0)
+                .then_some(e)
+        },
+    )
+    .await
+}
+
+/// The ledger's per-category balance (`category_balance`), as the admin
+/// view's [`tier_counts`].
+fn ledger_tier_counts(pg: &PgServer) -> Value {
+    let rows = pg.psql(
+        "SELECT category, total, available, held_units, confirmed_units
+         FROM category_balance WHERE event = 'tiers' ORDER BY position",
+    );
+    let mut out = serde_json::Map::new();
+    for line in rows.lines() {
+        let f: Vec<&str> = line.split('|').collect();
+        let n = |i: usize| -> u64 { f[i].parse().unwrap() };
+        out.insert(f[0].to_owned(), json!([n(1), n(2), n(3), n(4)]));
+    }
+    Value::Object(out)
+}
+
+/// POST rebuild of `tiers`.
+async fn rebuild_tiers(base: &str) -> Answer {
+    admin(base, Method::POST, "/_sluice/admin/events/tiers/rebuild").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_with_categories_is_rebuilt_per_category_and_never_as_a_plain_one() {
+    let Some(mut site) = Site::start().await else {
+        return;
+    };
+    site.extra = TIERS.to_owned();
+    let gw = site.gateway(true, false, true);
+    let base = gw.url();
+    until("tiers loaded", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["available"] == 18).then_some(e)
+    })
+    .await;
+    let (open, paid) = tiers_sale(&site, &base).await;
+    let before = tiers_caught_up(&base).await;
+    let expected = json!({
+        "floor": [8, 2, 2, 4],
+        "vip": [4, 0, 2, 2],
+        "balcony": [6, 2, 1, 3],
+    });
+    assert_eq!(tier_counts(&before), expected, "{before}");
+    // The ledger keeps the same per category.
+    assert_eq!(ledger_tier_counts(&site.pg), expected);
+    assert_eq!(
+        site.pg
+            .psql("SELECT categories FROM events WHERE event = 'tiers'"),
+        TIERS_LEDGER
+    );
+    let items = site.pg.psql(&format!(
+        "SELECT string_agg(category || '=' || qty, '/' ORDER BY category)
+         FROM hold_items WHERE hold_id = '{}'",
+        paid[2].id
+    ));
+    assert_eq!(items, "balcony=1/floor=1/vip=1");
+
+    // The store loses everything behind the running gateway.
+    assert!(site.redis.command("FLUSHALL").contains("OK"));
+    until("the loss is seen", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["ready"] == false).then_some(e)
+    })
+    .await;
+
+    // Safety net: a ledger that lost the categories (or never had them)
+    // cannot rebuild the event, as plain or otherwise.
+    site.pg
+        .psql("UPDATE events SET categories = NULL WHERE event = 'tiers'");
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 422, "{}", res.text());
+    assert!(res.text().contains("categor"), "{}", res.text());
+    site.pg.psql(
+        "CREATE TABLE hold_items_aside AS SELECT * FROM hold_items WHERE event = 'tiers';
+         DELETE FROM hold_items WHERE event = 'tiers'",
+    );
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 422, "{}", res.text());
+    assert!(
+        res.text().contains("knows the event with categories"),
+        "{}",
+        res.text()
+    );
+    // Categories back but a hold's breakdown missing: refused too.
+    site.pg.psql(&format!(
+        "UPDATE events SET categories = '{TIERS_LEDGER}' WHERE event = 'tiers';
+         INSERT INTO hold_items SELECT * FROM hold_items_aside WHERE hold_id <> '{}'",
+        open[0].id
+    ));
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 422, "{}", res.text());
+    assert!(res.text().contains("breakdown"), "{}", res.text());
+    assert_eq!(tiers_view(&base).await["ready"], false, "nothing restored");
+    site.pg.psql(&format!(
+        "INSERT INTO hold_items SELECT * FROM hold_items_aside WHERE hold_id = '{}'",
+        open[0].id
+    ));
+
+    // The ledger whole: the rebuild restores each category.
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let v = res.json();
+    assert_eq!(
+        (&v["outcome"], &v["categories"], &v["held"], &v["confirmed"]),
+        (&json!("restored"), &json!(3), &json!(5), &json!(9)),
+        "{v}"
+    );
+    let after = until("rebuilt", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["ready"] == true).then_some(e)
+    })
+    .await;
+    assert_eq!(tier_counts(&after), expected, "{after}");
+    assert_eq!(after["categories"], before["categories"], "{after}");
+    assert_eq!(after["invariant_holds"], true, "{after}");
+
+    // Open holds keep their owner and breakdown; paid ones stay sold.
+    for (h, status) in open
+        .iter()
+        .map(|h| (h, "held"))
+        .chain(paid.iter().map(|h| (h, "confirmed")))
+    {
+        let res = h
+            .owner
+            .call_admitted(Method::GET, &format!("/_sluice/holds/{}", h.id), None, &[])
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        let got = res.json();
+        assert_eq!(got["status"], status, "{got}");
+        let want: Vec<Value> = h
+            .items
+            .iter()
+            .map(|(c, q)| json!({"category": c, "qty": q}))
+            .collect();
+        let mut have = got["items"].as_array().cloned().unwrap_or_default();
+        have.sort_by_key(|i| i["category"].as_str().unwrap().to_owned());
+        let mut want = want;
+        want.sort_by_key(|i| i["category"].as_str().unwrap().to_owned());
+        assert_eq!(have, want, "{got}");
+    }
+
+    // Carts per category and across them are still counted.
+    let refused = |res: &Answer, category: Option<&str>| {
+        assert_eq!(res.status, 409, "{}", res.text());
+        let p = res.json();
+        assert_eq!(p["code"], "cart_limit_exceeded", "{p}");
+        assert_eq!(p["category"].as_str(), category, "{p}");
+    };
+    // paid[0] bought floor 3 of 3; paid[1] balcony 2 of 2; open[0] holds
+    // 3 of 4 across categories.
+    refused(
+        &hold_items(&paid[0].owner, &[("floor", 1)]).await,
+        Some("floor"),
+    );
+    refused(
+        &hold_items(&paid[1].owner, &[("balcony", 1)]).await,
+        Some("balcony"),
+    );
+    refused(&hold_items(&open[0].owner, &[("balcony", 2)]).await, None);
+    // All or nothing: vip is gone, so floor is not taken either.
+    let v = site.buyer(&base);
+    let res = hold_items(&v, &[("floor", 1), ("vip", 1)]).await;
+    assert_eq!(res.status, 409, "{}", res.text());
+    assert_eq!(
+        (&res.json()["code"], &res.json()["category"]),
+        (&json!("sold_out"), &json!("vip"))
+    );
+    assert_eq!(tier_counts(&tiers_view(&base).await), expected);
+
+    // No tier sells past what it has left.
+    for (category, left) in [("floor", 2), ("vip", 0), ("balcony", 2)] {
+        let mut taken = 0;
+        loop {
+            let v = site.buyer(&base);
+            let res = hold_items(&v, &[(category, 1)]).await;
+            if res.status != 201 {
+                let p = res.json();
+                assert_eq!(
+                    (&p["code"], &p["category"]),
+                    (&json!("sold_out"), &json!(category)),
+                    "{p}"
+                );
+                break;
+            }
+            let id = res.json()["hold_id"].as_str().unwrap().to_owned();
+            assert_eq!(pay(&base, &id).await.json()["status"], "confirmed");
+            taken += 1;
+            assert!(taken <= left, "{category} oversold");
+        }
+        assert_eq!(taken, left, "{category}: units left after the rebuild");
+    }
+    // The restored holds are paid: every unit of every tier sold once.
+    for h in &open {
+        let res = pay(&base, &h.id).await;
+        assert_eq!(res.json()["status"], "confirmed", "{}", res.text());
+    }
+    let end = tiers_view(&base).await;
+    assert_eq!(
+        tier_counts(&end),
+        json!({
+            "floor": [8, 0, 0, 8],
+            "vip": [4, 0, 0, 4],
+            "balcony": [6, 0, 0, 6],
+        }),
+        "{end}"
+    );
+    // The ledger followed the rebuild (its `restored` entry) and the sales
+    // after it, and agrees.
+    let end = tiers_caught_up(&base).await;
+    assert_eq!(end["confirmed"], 18, "{end}");
+    assert_eq!(ledger_tier_counts(&site.pg), tier_counts(&end));
+    assert_eq!(
+        site.pg.psql(
+            "SELECT count(*) FROM hold_transitions
+             WHERE event = 'tiers' AND kind = 'restored' AND categories = 'floor:8:3,vip:4:0,balcony:6:2'"
+        ),
+        "1"
+    );
 }
