@@ -336,3 +336,47 @@ async fn categories_on_redis() {
         .await
         .expect("bounded");
 }
+
+/// The served OpenAPI document names every category code where it is
+/// answered: `duplicate_category` (400) and `category_not_found` (404) and
+/// `items_required` (422) on a hold, `category_below_committed` (409) on a
+/// stock `PUT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_openapi_names_the_category_codes() {
+    let origin = TestOrigin::start().await;
+    let gw = gateway(&origin, None).await;
+    let res = TestClient::new()
+        .call(
+            Method::GET,
+            &format!("{}/_sluice/openapi.json", gw.url()),
+            &[],
+            body(""),
+        )
+        .await;
+    assert_eq!(res.status, 200);
+    let doc = res.json();
+    let codes_of = |path: &str, method: &str, status: &str| -> Vec<String> {
+        let resp = &doc["paths"][path][method]["responses"][status];
+        let text = resp.to_string();
+        assert!(!resp.is_null(), "{method} {path} {status} undocumented");
+        [
+            "duplicate_category",
+            "category_not_found",
+            "items_required",
+            "category_below_committed",
+        ]
+        .iter()
+        .filter(|c| text.contains(*c))
+        .map(|c| (*c).to_owned())
+        .collect()
+    };
+    let holds = "/_sluice/events/{event}/holds";
+    assert_eq!(codes_of(holds, "post", "400"), ["duplicate_category"]);
+    assert_eq!(codes_of(holds, "post", "404"), ["category_not_found"]);
+    assert_eq!(codes_of(holds, "post", "422"), ["items_required"]);
+    assert_eq!(
+        codes_of("/_sluice/admin/events/{event}", "put", "409"),
+        ["category_below_committed"]
+    );
+    gw.shutdown().await;
+}
