@@ -822,3 +822,316 @@ async fn an_event_with_categories_is_rebuilt_per_category_and_never_as_a_plain_o
         "1"
     );
 }
+
+// === Property: random sales of an event with categories ===
+
+/// One hold the random sale took: its owner, units per category, and how
+/// it ended (`None`: still held).
+struct Taken {
+    id: sluice_reservation::HoldId,
+    visitor: String,
+    items: Vec<sluice_reservation::Item>,
+    end: Option<&'static str>,
+}
+
+/// A seeded random sale of an event with 1 to 3 categories: holds over
+/// random categories by 4 visitors (refusals included), releases, paid
+/// and failed payments.
+async fn random_sale(
+    inv: &sluice_reservation::RedisInventory,
+    ev: &sluice_reservation::EventId,
+    seed: u64,
+) -> (sluice_reservation::StockSpec, Vec<Taken>) {
+    use rand::{RngExt as _, SeedableRng as _};
+    use sluice_reservation::{CategoryId, CategorySpec, HoldOutcome, Inventory, Item};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let cats: Vec<CategorySpec> = (0..rng.random_range(1..4usize))
+        .map(|i| CategorySpec {
+            id: CategoryId::parse(&format!("c{i}")).unwrap(),
+            total: rng.random_range(0..16u64),
+            cart_limit: rng.random_bool(0.5).then(|| rng.random_range(1..4u32)),
+        })
+        .collect();
+    let spec = sluice_reservation::StockSpec {
+        total: 0,
+        cart_limit: rng.random_range(1..7u32),
+        hold_ttl: Duration::from_secs(600),
+        version: 1,
+        room: "hall".into(),
+    };
+    let out = inv
+        .set_stock_with_categories(ev, &spec, &cats)
+        .await
+        .unwrap();
+    assert!(
+        matches!(out, sluice_reservation::SetStockOutcome::Created { .. }),
+        "{out:?}"
+    );
+    let mut taken: Vec<Taken> = Vec::new();
+    for n in 0..40 {
+        let open: Vec<usize> = (0..taken.len())
+            .filter(|i| taken[*i].end.is_none())
+            .collect();
+        let roll = rng.random_range(0..10u32);
+        if roll < 7 || open.is_empty() {
+            let visitor = format!("v{}", rng.random_range(0..4u32));
+            let mut items: Vec<Item> = Vec::new();
+            for c in &cats {
+                if rng.random_bool(0.6) {
+                    items.push(Item {
+                        category: c.id.clone(),
+                        qty: rng.random_range(1..4u32),
+                    });
+                }
+            }
+            if items.is_empty() {
+                continue;
+            }
+            if let HoldOutcome::Held(view) =
+                inv.hold_items(ev, &visitor, &items, None).await.unwrap()
+            {
+                taken.push(Taken {
+                    id: view.hold_id,
+                    visitor,
+                    items,
+                    end: None,
+                });
+            }
+        } else {
+            let i = open[rng.random_range(0..open.len())];
+            let t = &mut taken[i];
+            match roll {
+                7 => {
+                    inv.confirm(&t.id, &format!("pay-{seed}-{n}"), true)
+                        .await
+                        .unwrap();
+                    t.end = Some("confirmed");
+                }
+                8 => {
+                    inv.confirm(&t.id, &format!("fail-{seed}-{n}"), false)
+                        .await
+                        .unwrap();
+                    t.end = Some("released");
+                }
+                _ => {
+                    inv.release(&t.id, &t.visitor).await.unwrap();
+                    t.end = Some("released");
+                }
+            }
+        }
+    }
+    (spec, taken)
+}
+
+/// Seeded random sales of events with categories, recorded by an
+/// in-process ledger into PostgreSQL; each event is then lost (a
+/// `FLUSHALL`: every key, its stream too) and restored from the ledger's record. After the
+/// rebuild each category's total, available, held, confirmed and cart
+/// limit equal the store's before the loss, every open or paid hold reads
+/// the same (status, qty, breakdown), every visitor's cart counts the same
+/// (across categories and per category: the next unit past the limit is
+/// refused with the same count), and no category sells one unit past
+/// what it had left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_category_sales_come_back_exactly_from_the_ledger() {
+    use sluice_reservation::{HoldOutcome, Inventory, Item};
+    let (Some(redis), Some(pg)) = (RedisServer::start(), PgServer::new()) else {
+        return;
+    };
+    let inv = sluice_reservation::RedisInventory::connect(&sluice_reservation::RedisConfig::new(
+        redis.url(),
+    ))
+    .await
+    .unwrap();
+    let mut c = sluice_ledger::ConsumerConfig::new(redis.url(), pg.url());
+    c.batch = 100;
+    c.flush = Duration::from_millis(50);
+    c.rescan = Duration::from_millis(200);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let consumer = tokio::spawn(sluice_ledger::run(
+        c,
+        std::sync::Arc::new(sluice_ledger::Metrics::default()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let mut ledger = sluice_ledger::Ledger::connect(&pg.url(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    for seed in 0..16u64 {
+        let ev = sluice_reservation::EventId::parse(&format!("prop{seed}")).unwrap();
+        let (spec, taken) = random_sale(&inv, &ev, seed).await;
+        let before = inv.read(&ev).await.unwrap().unwrap();
+        eprintln!(
+            "seed {seed}: {} holds ({} open, {} paid), {:?}",
+            taken.len(),
+            taken.iter().filter(|t| t.end.is_none()).count(),
+            taken.iter().filter(|t| t.end == Some("confirmed")).count(),
+            before
+                .categories
+                .iter()
+                .map(|c| (c.total, c.available, c.held, c.confirmed, c.cart_limit))
+                .collect::<Vec<_>>()
+        );
+        let stream_len: String = redis
+            .command(&format!("XLEN sluice:{{{ev}}}:stream"))
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
+        assert!(
+            stream_len.parse::<u64>().unwrap() > 1,
+            "seed {seed}: no sale"
+        );
+        until(
+            "the ledger records the sale",
+            Duration::from_secs(30),
+            async || {
+                let n = pg.psql(&format!(
+                    "SELECT count(*) FROM hold_transitions WHERE event = '{ev}'"
+                ));
+                (stream_len == n).then_some(json!(n))
+            },
+        )
+        .await;
+        assert!(redis.command("FLUSHALL").contains("OK"));
+        assert_eq!(inv.read(&ev).await.unwrap(), None);
+        let (record, cats) = ledger
+            .event_record_with_categories(&ev)
+            .await
+            .unwrap()
+            .expect("a record");
+        let out = inv
+            .restore_with_categories(&ev, &spec, &record, &cats)
+            .await
+            .unwrap();
+        assert!(
+            matches!(out, sluice_reservation::RestoreOutcome::Restored { .. }),
+            "seed {seed}: {out:?}"
+        );
+        let after = inv.read(&ev).await.unwrap().unwrap();
+        assert_eq!(after.categories, before.categories, "seed {seed}");
+        assert_eq!(
+            (after.total, after.available, after.held, after.confirmed),
+            (
+                before.total,
+                before.available,
+                before.held,
+                before.confirmed
+            ),
+            "seed {seed}"
+        );
+        assert!(after.invariant_holds, "seed {seed}");
+
+        // Holds read the same.
+        let sorted = |mut v: Vec<Item>| {
+            v.sort();
+            v
+        };
+        for t in &taken {
+            let view = inv.get_hold(&t.id, &t.visitor).await.unwrap();
+            match t.end {
+                Some("released") => assert_eq!(
+                    view, None,
+                    "seed {seed}: records of ended holds are not restored"
+                ),
+                end => {
+                    let view = view.expect("restored");
+                    assert_eq!(
+                        (
+                            format!("{:?}", view.status).to_lowercase(),
+                            view.qty,
+                            sorted(view.items)
+                        ),
+                        (
+                            end.unwrap_or("held").to_owned(),
+                            t.items.iter().map(|i| i.qty).sum::<u32>(),
+                            sorted(t.items.clone())
+                        ),
+                        "seed {seed}"
+                    );
+                }
+            }
+        }
+
+        // Carts: per visitor across categories, and per category.
+        let mut have: std::collections::BTreeMap<&str, u32> = Default::default();
+        let mut have_cat: std::collections::BTreeMap<(&str, String), u32> = Default::default();
+        for t in taken.iter().filter(|t| t.end != Some("released")) {
+            for i in &t.items {
+                *have.entry(&t.visitor).or_default() += i.qty;
+                *have_cat
+                    .entry((&t.visitor, i.category.to_string()))
+                    .or_default() += i.qty;
+            }
+        }
+        let limit = spec.cart_limit;
+        let first = &before.categories[0].id;
+        for (v, h) in &have {
+            let item = Item {
+                category: first.clone(),
+                qty: limit - h + 1,
+            };
+            assert_eq!(
+                inv.hold_items(&ev, v, &[item], None).await.unwrap(),
+                HoldOutcome::CartLimitExceeded { limit, held: *h },
+                "seed {seed}: cart of {v}"
+            );
+        }
+        for ((v, c), ch) in &have_cat {
+            let cat = before
+                .categories
+                .iter()
+                .find(|k| k.id.as_str() == c)
+                .unwrap();
+            let Some(climit) = cat.cart_limit else {
+                continue;
+            };
+            let q = climit - ch + 1;
+            if have[v] + q > limit {
+                continue;
+            }
+            let item = Item {
+                category: cat.id.clone(),
+                qty: q,
+            };
+            assert_eq!(
+                inv.hold_items(&ev, v, &[item], None).await.unwrap(),
+                HoldOutcome::CategoryCartLimitExceeded {
+                    category: c.clone(),
+                    limit: climit,
+                    held: *ch
+                },
+                "seed {seed}: cart of {v} in {c}"
+            );
+        }
+        // No category sells past what it has left: a new buyer asking one
+        // more than is left (within every cart limit) is refused.
+        for cat in &after.categories {
+            let most = cat.cart_limit.unwrap_or(limit).min(limit);
+            let ask = cat.available + 1;
+            if ask > u64::from(most) {
+                continue;
+            }
+            let item = Item {
+                category: cat.id.clone(),
+                qty: u32::try_from(ask).unwrap(),
+            };
+            assert_eq!(
+                inv.hold_items(&ev, "newcomer", &[item], None)
+                    .await
+                    .unwrap(),
+                HoldOutcome::CategorySoldOut {
+                    category: cat.id.to_string(),
+                    available: cat.available
+                },
+                "seed {seed}"
+            );
+        }
+    }
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), consumer)
+        .await
+        .expect("the ledger stops")
+        .unwrap()
+        .unwrap();
+}
