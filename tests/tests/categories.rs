@@ -26,6 +26,11 @@ const WEBHOOK_SECRET: &str = "whsec-categories-0123456789";
 /// `tiers`: floor 5 (at most 2 per visitor) and vip 2, at most 3 units per
 /// visitor across both; `demo`: the plain event of 100 units.
 async fn gateway(origin: &TestOrigin, redis: Option<&RedisServer>) -> TestGateway {
+    gateway_at(origin.url(), redis).await
+}
+
+/// [`gateway`] in front of the origin at `origin`.
+async fn gateway_at(origin: String, redis: Option<&RedisServer>) -> TestGateway {
     let room = RoomConfig {
         id: "default".into(),
         rate_per_sec: 10_000.0,
@@ -54,13 +59,11 @@ async fn gateway(origin: &TestOrigin, redis: Option<&RedisServer>) -> TestGatewa
         ],
         ..EventConfig::default()
     };
-    let mut b = TestGateway::builder()
-        .origin(origin.url())
-        .config(move |c| {
-            c.webhook_secret = Some(WEBHOOK_SECRET.into());
-            c.rooms = vec![room];
-            c.events = vec![tiers, EventConfig::default()];
-        });
+    let mut b = TestGateway::builder().origin(origin).config(move |c| {
+        c.webhook_secret = Some(WEBHOOK_SECRET.into());
+        c.rooms = vec![room];
+        c.events = vec![tiers, EventConfig::default()];
+    });
     if let Some(r) = redis {
         b = b.redis(r.url());
     }
@@ -377,6 +380,68 @@ async fn the_served_openapi_names_the_category_codes() {
     assert_eq!(
         codes_of("/_sluice/admin/events/{event}", "put", "409"),
         ["category_below_committed"]
+    );
+    gw.shutdown().await;
+}
+
+/// The demo shop in a real headless Chromium on an event with categories:
+/// the page shows each category with what is left, the visitor picks 2
+/// floor and 1 vip, holds them in one request, sees the breakdown, pays
+/// through the demo provider and sees it on the confirmation; the admin
+/// view counts the units per category. Skips loudly without chromium
+/// (a failure under `CI=true`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_shop_sells_categories_in_a_browser() {
+    use sluice_gateway::tools::demo_origin::{self, DemoOptions};
+    use sluice_tests::browser::wait_for;
+    use sluice_tests::shop_path::Page as _;
+    let Some(mut b) = sluice_tests::chromium::Browser::start("categories", (412, 915)).await else {
+        return;
+    };
+    let shop = demo_origin::spawn(DemoOptions {
+        webhook_secret: Some(WEBHOOK_SECRET.into()),
+        gateway: None,
+    })
+    .await
+    .expect("demo shop");
+    let gw = gateway_at(shop.url(), None).await;
+    shop.set_gateway(gw.url());
+    let base = gw.url();
+    b.c()
+        .goto(&format!("{base}/shop/tiers"))
+        .await
+        .expect("open the shop");
+    wait_for(Duration::from_secs(30), "the categories", || async {
+        (b.visible("#tiers").await && b.text("#tiers").await.contains("5 of 5")).then_some(())
+    })
+    .await;
+    assert!(!b.visible("#single").await, "no bare quantity");
+    b.select("#qty-floor", "2").await;
+    b.select("#qty-vip", "1").await;
+    b.shot("tiers").await;
+    b.click("#hold-btn").await;
+    wait_for(Duration::from_secs(10), "the hold", || async {
+        (b.visible("#hold").await && b.text("#hold-qty").await == "3").then_some(())
+    })
+    .await;
+    assert_eq!(b.text("#hold-items").await, "floor × 2, vip × 1");
+    b.click("#pay").await;
+    wait_for(Duration::from_secs(10), "the payment page", || async {
+        b.url().await.contains("/demo-pay/").then_some(())
+    })
+    .await;
+    assert_eq!(b.text("#order-items").await, "floor × 2, vip × 1");
+    b.click("#pay-confirm").await;
+    wait_for(Duration::from_secs(10), "the confirmation", || async {
+        (b.text("#order-status").await == "confirmed").then_some(())
+    })
+    .await;
+    assert_eq!(b.text("#order-items").await, "floor × 2, vip × 1");
+    b.shot("confirmed").await;
+    b.close().await;
+    assert_eq!(
+        counters(&base).await,
+        vec![("floor".to_owned(), 3, 0, 2), ("vip".to_owned(), 1, 0, 1)]
     );
     gw.shutdown().await;
 }
