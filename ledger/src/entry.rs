@@ -5,11 +5,17 @@
 //! Parsing is total: any bytes give an [`Entry`] or a [`DeadLetter`], never
 //! a panic (the property test below feeds it garbage). The rules are the
 //! fields of `reservation/STREAM.md`, plus `restored` (a store rebuilt from
-//! the ledger: `qty` = total, `version`, `available`).
+//! the ledger: `qty` = total, `version`, `available`). Categories ride
+//! along: a hold's `items` (its breakdown, adding up to `qty`) and a
+//! `stock`/`restored` entry's `categories` (their totals adding up to
+//! `qty`); either malformed parks the entry.
 
 use std::fmt;
 
-use sluice_reservation::{EventId, HoldId, MAX_TOTAL};
+use sluice_reservation::types::{
+    categories_problem, duplicate_category, parse_categories, parse_items,
+};
+use sluice_reservation::{CategorySpec, EventId, HoldId, Item, MAX_TOTAL};
 
 /// A stream entry id, `ms-seq`, ordered as Redis orders them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -97,6 +103,11 @@ pub struct Entry {
     pub payment_event_id: Option<String>,
     /// The stock version (`stock`, `restored`).
     pub version: Option<u64>,
+    /// A hold's breakdown per category (empty: an event without
+    /// categories).
+    pub items: Vec<Item>,
+    /// The categories a `stock`/`restored` entry loaded (empty: none).
+    pub categories: Vec<CategorySpec>,
 }
 
 /// An entry the ledger could not understand, parked with the reason.
@@ -192,6 +203,8 @@ fn parse_entry(event: &EventId, raw: &RawEntry) -> Result<Entry, String> {
         reason: text("reason"),
         payment_event_id: text("payment_event_id"),
         version: None,
+        items: Vec::new(),
+        categories: Vec::new(),
     };
     if kind.is_hold() {
         let hold = need("hold_id")?;
@@ -208,6 +221,7 @@ fn parse_entry(event: &EventId, raw: &RawEntry) -> Result<Entry, String> {
         }
         e.hold_id = Some(hold.to_owned());
         e.visitor = Some(visitor.to_owned());
+        e.items = items_of(get("items").unwrap_or(""), qty)?;
         if kind == Kind::Held {
             e.expires_at_ms = Some(number("expires_at_ms")?);
         }
@@ -220,8 +234,51 @@ fn parse_entry(event: &EventId, raw: &RawEntry) -> Result<Entry, String> {
         }
         e.version = Some(number("version")?);
         e.payment_event_id = None;
+        if get("items").is_some_and(|i| !i.is_empty()) {
+            return Err(format!("{} entry with items", kind.as_str()));
+        }
+        e.categories = categories_of(get("categories").unwrap_or(""), qty)?;
     }
     Ok(e)
+}
+
+/// A hold's `items` field: each `{category}={qty}` with qty ≥ 1, no
+/// category twice, adding up to the hold's `qty`.
+fn items_of(text: &str, qty: u64) -> Result<Vec<Item>, String> {
+    let items = parse_items(text).ok_or_else(|| format!("bad items {text:?}"))?;
+    if items.is_empty() {
+        return Ok(items);
+    }
+    if items.iter().any(|i| i.qty == 0) {
+        return Err(format!("items {text:?} with qty 0"));
+    }
+    if let Some(c) = duplicate_category(&items) {
+        return Err(format!("items {text:?} list {c} twice"));
+    }
+    let sum: u64 = items.iter().map(|i| u64::from(i.qty)).sum();
+    if sum != qty {
+        return Err(format!("items {text:?} add up to {sum}, not qty {qty}"));
+    }
+    Ok(items)
+}
+
+/// A `stock`/`restored` entry's `categories` field: well formed, each
+/// category once, totals adding up to the entry's `qty`.
+fn categories_of(text: &str, qty: u64) -> Result<Vec<CategorySpec>, String> {
+    let cats = parse_categories(text).ok_or_else(|| format!("bad categories {text:?}"))?;
+    if cats.is_empty() {
+        return Ok(cats);
+    }
+    if let Some(why) = categories_problem(&cats) {
+        return Err(format!("categories {text:?}: {why}"));
+    }
+    let sum = cats.iter().fold(0u64, |a, c| a.saturating_add(c.total));
+    if sum != qty {
+        return Err(format!(
+            "categories {text:?} add up to {sum}, not the total {qty}"
+        ));
+    }
+    Ok(cats)
 }
 
 #[cfg(test)]
@@ -296,6 +353,89 @@ mod tests {
             (e.kind, e.qty, e.version, e.hold_id),
             (Kind::Restored, 10, Some(3), None)
         );
+    }
+
+    fn held_with_items(items: &str) -> RawEntry {
+        raw(
+            "9-0",
+            &[
+                ("type", "held"),
+                ("event", "demo"),
+                ("hold_id", HOLD),
+                ("visitor", "v1"),
+                ("qty", "3"),
+                ("available", "8"),
+                ("ts_ms", "9"),
+                ("expires_at_ms", "99"),
+                ("items", items),
+            ],
+        )
+    }
+
+    fn stock_with_categories(cats: &str) -> RawEntry {
+        raw(
+            "9-1",
+            &[
+                ("type", "stock"),
+                ("event", "demo"),
+                ("qty", "12"),
+                ("version", "1"),
+                ("available", "12"),
+                ("ts_ms", "9"),
+                ("categories", cats),
+            ],
+        )
+    }
+
+    #[test]
+    fn items_and_categories_parse() {
+        let Parsed::Entry(e) = parse(&ev(), &held_with_items("floor=2/vip=1")) else {
+            panic!("dead letter");
+        };
+        assert_eq!(
+            sluice_reservation::types::items_text(&e.items),
+            "floor=2/vip=1"
+        );
+        let Parsed::Entry(e) = parse(&ev(), &stock_with_categories("floor:10:4,vip:2:0")) else {
+            panic!("dead letter");
+        };
+        assert_eq!(e.categories.len(), 2);
+        assert_eq!(e.categories[0].cart_limit, Some(4));
+        assert_eq!(e.categories[1].cart_limit, None);
+        // No field, or an empty one: an event without categories.
+        let Parsed::Entry(e) = parse(&ev(), &held_with_items("")) else {
+            panic!("dead letter");
+        };
+        assert!(e.items.is_empty());
+    }
+
+    #[test]
+    fn malformed_items_and_categories_are_parked() {
+        for items in [
+            "floor=2/vip=2",
+            "floor=3/floor=0",
+            "floor=1/floor=2",
+            "floor",
+            "fl:or=3",
+            "floor=x",
+        ] {
+            match parse(&ev(), &held_with_items(items)) {
+                Parsed::Dead(d) => assert!(d.error.contains("items"), "{items}: {}", d.error),
+                Parsed::Entry(e) => panic!("{items} parsed as {e:?}"),
+            }
+        }
+        for cats in [
+            "floor:10:4",
+            "floor:6:0,floor:6:0",
+            "floor:12:x",
+            "floor:12",
+            "a:12:0,",
+        ] {
+            match parse(&ev(), &stock_with_categories(cats)) {
+                Parsed::Dead(d) => assert!(d.error.contains("categories"), "{cats}: {}", d.error),
+                Parsed::Entry(e) => panic!("{cats} parsed as {e:?}"),
+            }
+        }
     }
 
     #[test]

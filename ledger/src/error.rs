@@ -22,6 +22,10 @@ pub enum LedgerError {
     /// A URL or an option is unusable.
     #[error("config: {0}")]
     Config(String),
+    /// The event has categories: a record without them would restore it
+    /// as a plain event (read it with `Ledger::event_record_with_categories`).
+    #[error("event {0} has categories: its record must be read with them")]
+    Categorized(String),
     /// A call took longer than its bound.
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),

@@ -94,6 +94,6 @@ pub use entry::{DeadLetter, Entry, Kind, Parsed, RawEntry, StreamId};
 pub use error::{LedgerError, Result};
 pub use metrics::{EventStats, Metrics, serve_metrics};
 pub use payments::{Finding, ProviderPayment};
-pub use sluice_reservation::{EventRecord, OpenHold};
+pub use sluice_reservation::{CategoryRecord, EventRecord, OpenHold};
 pub use store::{Applied, Check, EventSummary, Ledger, RoomFloors};
 pub use stream::{Lag, stream_lag};

@@ -14,8 +14,14 @@ use crate::error::Result;
 const MIGRATION_LOCK: i64 = 0x736c_7569_6365_4c47;
 
 /// The migrations, in order: (version, name, SQL).
-pub const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "initial", include_str!("../migrations/0001_initial.sql"))];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "initial", include_str!("../migrations/0001_initial.sql")),
+    (
+        2,
+        "categories",
+        include_str!("../migrations/0002_categories.sql"),
+    ),
+];
 
 /// The newest schema version this binary knows.
 pub fn latest_version() -> i32 {

@@ -8,12 +8,15 @@
 //! holds, the payments and the event's counters. A replayed batch
 //! therefore changes nothing, whoever replays it and however often.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_reservation::{EventId, EventRecord, HoldId, OpenHold, SoldHold};
+use sluice_reservation::types::{categories_text, items_text, parse_categories};
+use sluice_reservation::{
+    CategoryId, CategoryRecord, EventId, EventRecord, HoldId, Item, OpenHold, SoldHold,
+};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
 
@@ -113,12 +116,14 @@ const DRIFT: usize = 7;
 const CHECKED: usize = 8;
 /// Index in [`BATCH_SQL`]: the event's counters.
 const COUNTERS: usize = 9;
+/// Index in [`BATCH_SQL`]: holds' units per category.
+const ITEMS: usize = 10;
 
 /// The statements of [`Ledger::apply_batch`], prepared once per connection.
-const BATCH_SQL: [&str; 10] = [
+const BATCH_SQL: [&str; 11] = [
     "INSERT INTO events (event) VALUES ($1) ON CONFLICT DO NOTHING",
     "SELECT total, version, stock_ms, stock_seq, held_units, confirmed_units,
-                        last_ms, last_seq
+                        last_ms, last_seq, categories
                  FROM events WHERE event = $1 FOR UPDATE",
     "INSERT INTO dead_letters (event, stream_id, fields, error)
                      SELECT $1, t.id, t.f, t.e
@@ -126,15 +131,15 @@ const BATCH_SQL: [&str; 10] = [
                      ON CONFLICT DO NOTHING",
     "INSERT INTO hold_transitions (event, stream_id, stream_ms, stream_seq, hold_id,
                          kind, visitor, qty, available_after, ts, expires_at, reason,
-                         payment_event_id, version)
+                         payment_event_id, version, items, categories)
                      SELECT $1, t.id, t.ms, t.seq, t.hold, t.kind, t.visitor, t.qty, t.avail,
                             to_timestamp(t.ts / 1000.0), to_timestamp(t.exp / 1000.0), t.reason,
-                            t.pay, t.ver
+                            t.pay, t.ver, t.items, t.cats
                      FROM unnest($2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
                                  $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[],
-                                 $12::text[], $13::text[], $14::int8[])
+                                 $12::text[], $13::text[], $14::int8[], $15::text[], $16::text[])
                           WITH ORDINALITY AS t(id, ms, seq, hold, kind, visitor, qty, avail, ts,
-                                               exp, reason, pay, ver, n)
+                                               exp, reason, pay, ver, items, cats, n)
                      ORDER BY t.n
                      ON CONFLICT DO NOTHING
                      RETURNING stream_id",
@@ -173,9 +178,65 @@ const BATCH_SQL: [&str; 10] = [
     "UPDATE events SET total = $2, version = $3, stock_ms = $4, stock_seq = $5,
                                held_units = $6, confirmed_units = $7, last_ms = $8,
                                last_seq = $9, entries = entries + $10,
-                               dead_letters = dead_letters + $11, updated_at = now()
+                               dead_letters = dead_letters + $11, categories = $12,
+                               updated_at = now()
              WHERE event = $1",
+    "INSERT INTO hold_items (hold_id, event, category, qty)
+                 SELECT t.h, $1, t.c, t.q
+                 FROM unnest($2::text[], $3::text[], $4::int8[]) AS t(h, c, q)
+                 ON CONFLICT DO NOTHING",
 ];
+
+/// The per-category part of a record: the categories as the latest stock
+/// entry gave them, the holds' breakdowns, and the units sold per visitor
+/// and category (from the sold holds' breakdowns).
+fn categories_record(
+    field: Option<&str>,
+    record: &EventRecord,
+    hold_items: HashMap<String, Vec<Item>>,
+) -> Result<CategoryRecord> {
+    let text = field.unwrap_or("");
+    let categories = parse_categories(text)
+        .ok_or_else(|| LedgerError::Protocol(format!("events.categories unreadable: {text:?}")))?;
+    let mut sold: BTreeMap<(String, CategoryId), u64> = BTreeMap::new();
+    for h in &record.confirmed_holds {
+        for i in hold_items.get(h.hold_id.as_str()).into_iter().flatten() {
+            *sold
+                .entry((h.visitor.clone(), i.category.clone()))
+                .or_default() += u64::from(i.qty);
+        }
+    }
+    Ok(CategoryRecord {
+        categories,
+        hold_items,
+        confirmed: sold.into_iter().map(|((v, c), q)| (v, c, q)).collect(),
+    })
+}
+
+/// Inserts the units per category of `fresh`'s hold entries (a hold's
+/// second entry finds its rows there and adds nothing).
+async fn record_items(
+    tx: &tokio_postgres::Transaction<'_>,
+    statement: &Statement,
+    ev: &str,
+    fresh: &[&Entry],
+) -> Result<()> {
+    let (mut hold, mut cat, mut qty) = (Vec::new(), Vec::new(), Vec::new());
+    for e in fresh {
+        let Some(h) = e.hold_id.as_deref() else {
+            continue;
+        };
+        for i in &e.items {
+            hold.push(h);
+            cat.push(i.category.as_str());
+            qty.push(i64::from(i.qty));
+        }
+    }
+    if !hold.is_empty() {
+        tx.execute(statement, &[&ev, &hold, &cat, &qty]).await?;
+    }
+    Ok(())
+}
 
 // === impl Ledger ===
 
@@ -276,6 +337,7 @@ impl Ledger {
         let mut held: i64 = row.get(4);
         let mut confirmed: i64 = row.get(5);
         let prev_last: (i64, i64) = (row.get(6), row.get(7));
+        let mut categories: Option<String> = row.get(8);
 
         // Dead letters: parked in the same transaction, acknowledged with
         // the batch.
@@ -317,9 +379,17 @@ impl Ledger {
                 .map(|e| e.payment_event_id.as_deref())
                 .collect();
             let ver: Vec<Option<i64>> = entries.iter().map(|e| e.version.map(to_i64)).collect();
-            let params: [&(dyn ToSql + Sync); 14] = [
+            let items: Vec<Option<String>> = entries
+                .iter()
+                .map(|e| (!e.items.is_empty()).then(|| items_text(&e.items)))
+                .collect();
+            let cats: Vec<Option<String>> = entries
+                .iter()
+                .map(|e| (!e.categories.is_empty()).then(|| categories_text(&e.categories)))
+                .collect();
+            let params: [&(dyn ToSql + Sync); 16] = [
                 &ev, &ids, &ms, &seq, &hold, &kind, &visitor, &qty, &avail, &ts, &exp, &reason,
-                &pay, &ver,
+                &pay, &ver, &items, &cats,
             ];
             let rows = tx.query(&st[RECORD], &params).await?;
             new_ids = rows.iter().map(|r| r.get::<_, String>(0)).collect();
@@ -330,6 +400,10 @@ impl Ledger {
             .copied()
             .filter(|e| new_ids.remove(&e.id.to_string()))
             .collect();
+
+        // Units per category: from a hold's first entry recorded, whichever
+        // kind it is (both carry the same breakdown).
+        record_items(&tx, &st[ITEMS], ev, &fresh).await?;
 
         // Holds taken: a row, or the held half of a row a terminal entry
         // made first (two consumers may commit out of order). The status
@@ -416,6 +490,7 @@ impl Ledger {
                 stock_pos = e.id.as_i64();
                 total = to_i64(e.qty);
                 version = e.version.map(to_i64).unwrap_or(version);
+                categories = (!e.categories.is_empty()).then(|| categories_text(&e.categories));
             }
         }
 
@@ -485,6 +560,7 @@ impl Ledger {
                 &last.1,
                 &n_new,
                 &new_dead,
+                &categories,
             ],
         )
         .await?;
@@ -498,8 +574,27 @@ impl Ledger {
     }
 
     /// What the ledger knows of `event`, to rebuild a store that lost it:
-    /// `None` when it has no stock entry of it. Read in one snapshot.
+    /// `None` when it has no stock entry of it. An event with categories
+    /// is refused ([`LedgerError::Categorized`]): restoring it without them
+    /// would sell each tier's units as the event's; use
+    /// [`Ledger::event_record_with_categories`].
     pub async fn event_record(&mut self, event: &EventId) -> Result<Option<EventRecord>> {
+        match self.event_record_with_categories(event).await? {
+            Some((_, cats)) if !cats.categories.is_empty() || !cats.hold_items.is_empty() => {
+                Err(LedgerError::Categorized(event.to_string()))
+            }
+            other => Ok(other.map(|(record, _)| record)),
+        }
+    }
+
+    /// [`Ledger::event_record`] with its per-category part: the
+    /// categories of the latest stock entry, each open or sold hold's
+    /// units per category, and the units sold per visitor and category
+    /// (all empty for an event without categories). Read in one snapshot.
+    pub async fn event_record_with_categories(
+        &mut self,
+        event: &EventId,
+    ) -> Result<Option<(EventRecord, CategoryRecord)>> {
         let ev = event.as_str();
         let tx = self
             .client
@@ -510,7 +605,8 @@ impl Ledger {
             .await?;
         let Some(row) = tx
             .query_opt(
-                "SELECT total, version FROM events WHERE event = $1 AND stock_ms > 0",
+                "SELECT total, version, categories FROM events
+                 WHERE event = $1 AND stock_ms > 0",
                 &[&ev],
             )
             .await?
@@ -519,6 +615,7 @@ impl Ledger {
         };
         let total: i64 = row.get(0);
         let version: i64 = row.get(1);
+        let categories_field: Option<String> = row.get(2);
         let confirmed = tx
             .query(
                 "SELECT visitor, sum(qty)::int8 FROM holds
@@ -574,14 +671,41 @@ impl Ledger {
                 qty: u32::try_from(r.get::<_, i64>(2)).unwrap_or(0),
             });
         }
+        let mut hold_items: HashMap<String, Vec<Item>> = HashMap::new();
+        for r in tx
+            .query(
+                "SELECT i.hold_id, i.category, i.qty FROM hold_items i JOIN holds h USING (hold_id)
+                 WHERE i.event = $1 AND h.status IN ('held', 'confirmed')
+                 ORDER BY i.hold_id, i.category",
+                &[&ev],
+            )
+            .await?
+        {
+            let (id, cat): (String, String) = (r.get(0), r.get(1));
+            // Written from parsed entries: a row that does not parse back
+            // is left out, and the store then refuses the hold's missing
+            // breakdown rather than guess it.
+            let (Some(category), Ok(qty)) =
+                (CategoryId::parse(&cat), u32::try_from(r.get::<_, i64>(2)))
+            else {
+                tracing::warn!(hold_id = %id, category = %cat, "ledger: unusable hold item left out of a record");
+                continue;
+            };
+            hold_items
+                .entry(id)
+                .or_default()
+                .push(Item { category, qty });
+        }
         tx.commit().await?;
-        Ok(Some(EventRecord {
+        let record = EventRecord {
             total: to_u64(total),
             version: to_u64(version),
             confirmed,
             open_holds,
             confirmed_holds,
-        }))
+        };
+        let categories = categories_record(categories_field.as_deref(), &record, hold_items)?;
+        Ok(Some((record, categories)))
     }
 
     /// The `events` row of `event`.

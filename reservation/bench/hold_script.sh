@@ -10,8 +10,8 @@
 # the sold-out path, as in a real sale. Every request is a hold of qty 1 by
 # a random visitor (`visitor-` + 12 digits) with a random hold suffix
 # (`AAAAAAAAAA` + 12 digits: 22 base64url characters, the shape of a real
-# one). hold.lua reads the suffix from the hold key (KEYS[7]) and the
-# visitor from the visitor key (KEYS[8]), so each is one `__rand_int__` and
+# one). hold.lua reads the suffix from the hold key (KEYS[8]) and the
+# visitor from the visitor key (KEYS[9]), so each is one `__rand_int__` and
 # they cannot disagree (redis-benchmark draws every placeholder on its own).
 #
 # Prints redis-benchmark's CSV on stdout, then on stderr one line
@@ -27,24 +27,26 @@ STOCK=${6:-$((N / 2))}
 LUA="$(cd "$(dirname "$0")/../lua" && pwd)"
 CLI=(redis-cli -h "$HOST" -p "$PORT")
 EV=bench
-K=("sluice:{$EV}:stock" "sluice:{$EV}:meta" "sluice:{$EV}:deadlines" "sluice:{$EV}:visitors" "sluice:{$EV}:stream" "sluice:{$EV}:ledgered")
+K=("sluice:{$EV}:stock" "sluice:{$EV}:meta" "sluice:{$EV}:deadlines" "sluice:{$EV}:visitors" "sluice:{$EV}:stream" "sluice:{$EV}:ledgered" "sluice:{$EV}:vcats")
 
 "${CLI[@]}" DEL "${K[@]}" "sluice:loaded:{$EV}" >/dev/null
-# Stock: $STOCK units, cart limit 4, hold TTL 10 min, version now.
-"${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/set_stock.lua")" 7 "${K[@]}" "sluice:loaded:{$EV}" \
-  100000 "$EV" "$STOCK" 4 600000 "$(date +%s)" default 0 0 >/dev/null
+# Stock: $STOCK units, cart limit 4, hold TTL 10 min, version now, no
+# categories.
+"${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/set_stock.lua")" 8 "${K[@]}" "sluice:loaded:{$EV}" \
+  100000 "$EV" "$STOCK" 4 600000 "$(date +%s)" default 0 0 0 >/dev/null
 SHA=$("${CLI[@]}" SCRIPT LOAD "$(cat "$LUA/common.lua" "$LUA/hold.lua")")
 echo "hold.lua sha1 $SHA" >&2
 
-# KEYS: the six event keys (common.lua's), the hold hash, the visitor's hold index
+# KEYS: the seven event keys (common.lua's), the hold hash, the visitor's hold index
 # (`vholds:{len}:{visitor}`, len 20 = "visitor-" + 12 digits); ARGV:
-# maxlen, event, qty, lazy-reap max, idempotency TTL ms, retention ms.
+# maxlen, event, qty, lazy-reap max, idempotency TTL ms, retention ms, 'q'
+# (a bare qty: the event has no categories).
 redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
-  EVALSHA "$SHA" 8 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
+  EVALSHA "$SHA" 9 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
   "sluice:{$EV}:vholds:20:visitor-__rand_int__" \
-  100000 "$EV" 1 64 86400000 604800000
+  100000 "$EV" 1 64 86400000 604800000 q
 
-STATE=$("${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 6 "${K[@]}" 100000 "$EV" 1000000)
+STATE=$("${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 7 "${K[@]}" 100000 "$EV" 1000000)
 python3 - "$STATE" >&2 <<'PY'
 import sys
 # redis-cli prints one array element per line: STATE total cart ttl version room held confirmed available

@@ -16,13 +16,25 @@
 --                                  then never trims by length; the ledger
 --                                  trims (XTRIM MINID) below what it
 --                                  acknowledged
+--   KEYS[7] sluice:{ev}:vcats      hash: "{category}:{visitor}" -> held +
+--                                  confirmed units in that category
+--                                  (events with categories only)
+--
+-- Categories: meta holds `cats` (the ids, comma-separated, in load order)
+-- and per category `c:{id}:total`, `c:{id}:avail`, `c:{id}:held`,
+-- `c:{id}:confirmed`, `c:{id}:limit` (0 = none); the event's own counters
+-- (stock, held, confirmed, total) stay the sums, so every path of an event
+-- without categories is unchanged. A hold with categories carries its
+-- breakdown in its deadline member, "{suffix}/{cat}={qty}/...:{qty}:{visitor}":
+-- whoever removes the member returns (or books) each category's units,
+-- once, with no other key to read.
 -- Shared ARGV:
 --   ARGV[1] stream MAXLEN (approximate cap, `MAXLEN ~`, when no ledger)
 --   ARGV[2] the event id (hold ids are "{event}.{suffix}")
 -- The only clock is redis.call('TIME').
 
 local K_STOCK, K_META, K_DEADLINES, K_VISITORS, K_STREAM = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local K_LEDGERED = KEYS[6]
+local K_LEDGERED, K_VCATS = KEYS[6], KEYS[7]
 local MAXLEN, EVENT = ARGV[1], ARGV[2]
 
 -- Integers as decimal text. Never tostring(): it prints 14 significant
@@ -80,6 +92,47 @@ local function give_back(qty)
   return available
 end
 
+-- A member's head "{suffix}" or "{suffix}/{items}" -> suffix, items ('' when
+-- none). Items are "{cat}={qty}" joined by '/'.
+local function split_head(head)
+  local suffix, items = string.match(head, '^([^/]*)/?(.*)$')
+  return suffix, items
+end
+
+-- Appends the `items` field to a stream entry's extra fields, when any.
+local function with_items(extra, items)
+  if items ~= '' then
+    extra[#extra + 1] = 'items'; extra[#extra + 1] = items
+  end
+  return extra
+end
+
+-- A hold's units of each category go back on sale (capped as give_back
+-- caps the event) and leave the visitor's category counts.
+local function give_back_items(items, visitor)
+  for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+    q = tonumber(q)
+    local p = 'c:' .. c .. ':'
+    redis.call('HINCRBY', K_META, p .. 'held', -q)
+    local avail = redis.call('HINCRBY', K_META, p .. 'avail', q)
+    local m = redis.call('HMGET', K_META, p .. 'total', p .. 'held', p .. 'confirmed')
+    local room = tonumber(m[1] or '0') - tonumber(m[2] or '0') - tonumber(m[3] or '0')
+    if room < 0 then room = 0 end
+    if avail > room then redis.call('HSET', K_META, p .. 'avail', int(room)) end
+    local f = c .. ':' .. visitor
+    if redis.call('HINCRBY', K_VCATS, f, -q) <= 0 then redis.call('HDEL', K_VCATS, f) end
+  end
+end
+
+-- A hold's units of each category are sold.
+local function confirm_items(items)
+  for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+    q = tonumber(q)
+    redis.call('HINCRBY', K_META, 'c:' .. c .. ':held', -q)
+    redis.call('HINCRBY', K_META, 'c:' .. c .. ':confirmed', q)
+  end
+end
+
 local function visitor_sub(visitor, qty)
   if redis.call('HINCRBY', K_VISITORS, visitor, -qty) <= 0 then
     redis.call('HDEL', K_VISITORS, visitor)
@@ -90,11 +143,13 @@ end
 -- True when this call returned them (and logged `expired`).
 local function expire_member(member, now)
   if redis.call('ZREM', K_DEADLINES, member) == 0 then return false end
-  local suffix, qty, visitor = string.match(member, '^([^:]*):(%d+):(.*)$')
+  local head, qty, visitor = string.match(member, '^([^:]*):(%d+):(.*)$')
+  local suffix, items = split_head(head)
   qty = tonumber(qty)
   local available = give_back(qty)
+  give_back_items(items, visitor)
   visitor_sub(visitor, qty)
-  emit('expired', suffix, visitor, qty, available, now, {'reason', 'deadline'})
+  emit('expired', suffix, visitor, qty, available, now, with_items({'reason', 'deadline'}, items))
   return true
 end
 

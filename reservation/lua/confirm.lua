@@ -1,8 +1,8 @@
 -- confirm.lua: apply a payment outcome to a hold (common.lua prepended).
 --
--- KEYS[1..6] as in common.lua
--- KEYS[7] sluice:{ev}:hold:{suffix}
--- KEYS[8] sluice:{ev}:pay:{len(payment_event_id)}:{payment_event_id}
+-- KEYS[1..7] as in common.lua
+-- KEYS[8] sluice:{ev}:hold:{suffix}
+-- KEYS[9] sluice:{ev}:pay:{len(payment_event_id)}:{payment_event_id}
 --         "{suffix}:{answer}": the hold this payment event was applied to
 --         and the answer it got
 -- ARGV[1..2] as in common.lua
@@ -21,7 +21,7 @@
 -- A failed payment releases a held hold. 'not_found' and 'not_ready' are
 -- not recorded.
 -- Writes: the hold's status, counters, XADD type=confirmed|released|expired.
-local K_HOLD, K_PAY = KEYS[7], KEYS[8]
+local K_HOLD, K_PAY = KEYS[8], KEYS[9]
 local this = string.match(K_HOLD, ':hold:(.*)$')
 local prior = redis.call('GET', K_PAY)
 if prior then
@@ -37,22 +37,24 @@ if answer == 'held' then
   if not redis.call('GET', K_STOCK) then return {'not_ready'} end
   local now = now_ms()
   local qty, deadline, member = tonumber(h[2]), tonumber(h[4]), h[5]
-  local suffix = string.match(member, '^([^:]*)')
+  local suffix, items = split_head(string.match(member, '^([^:]*)'))
   if deadline <= now or redis.call('ZREM', K_DEADLINES, member) == 0 then
     expire_member(member, now)
     answer = 'expired'
   elseif ARGV[4] == '1' then
     redis.call('HINCRBY', K_META, 'held', -qty)
     redis.call('HINCRBY', K_META, 'confirmed', qty)
+    confirm_items(items)
     answer = 'confirmed'
     emit('confirmed', suffix, h[1], qty, tonumber(redis.call('GET', K_STOCK)), now,
-      {'payment_event_id', ARGV[3]})
+      with_items({'payment_event_id', ARGV[3]}, items))
   else
     local available = give_back(qty)
+    give_back_items(items, h[1])
     visitor_sub(h[1], qty)
     answer = 'released'
     emit('released', suffix, h[1], qty, available, now,
-      {'reason', 'payment_failed', 'payment_event_id', ARGV[3]})
+      with_items({'reason', 'payment_failed', 'payment_event_id', ARGV[3]}, items))
   end
   redis.call('HSET', K_HOLD, 'status', answer, 'ended_ms', int(now))
   if answer == 'confirmed' then

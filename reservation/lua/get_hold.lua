@@ -7,11 +7,12 @@
 --
 -- Returns one of:
 --   {'NOT_FOUND'}
---   {'FOUND', qty, status, deadline_ms, available}
+--   {'FOUND', qty, status, deadline_ms, available, items}
 --     status is 'expired' for a held hold past its deadline (by TIME),
 --     even before a reaper visited it; available is -1 when the stock
---     counter is missing.
-local h = redis.call('HMGET', KEYS[2], 'visitor', 'qty', 'status', 'deadline_ms')
+--     counter is missing; items is "{cat}={qty}/..." ('' without categories),
+--     read from the hold's deadline member.
+local h = redis.call('HMGET', KEYS[2], 'visitor', 'qty', 'status', 'deadline_ms', 'member')
 if not h[1] or h[1] ~= ARGV[1] then return {'NOT_FOUND'} end
 local status, deadline = h[3], tonumber(h[4])
 if status == 'held' then
@@ -20,4 +21,5 @@ if status == 'held' then
   if deadline <= now then status = 'expired' end
 end
 local stock = redis.call('GET', KEYS[1])
-return {'FOUND', tonumber(h[2]), status, deadline, tonumber(stock or '-1')}
+local items = string.match(h[5] or '', '^[^/:]*/([^:]*):') or ''
+return {'FOUND', tonumber(h[2]), status, deadline, tonumber(stock or '-1'), items}

@@ -1,39 +1,53 @@
 -- hold.lua: take `qty` units for a visitor (common.lua prepended).
 --
--- KEYS[1..6] as in common.lua
--- KEYS[7] sluice:{ev}:hold:{suffix}   the new hold's hash, under a fresh
+-- KEYS[1..7] as in common.lua
+-- KEYS[8] sluice:{ev}:hold:{suffix}   the new hold's hash, under a fresh
 --         suffix (22 base64url chars) the Rust side generates. The suffix
 --         is read from this key, so the hash and the hold id can never
 --         disagree.
--- KEYS[8] sluice:{ev}:vholds:{len(visitor)}:{visitor}   zset: this visitor's
+-- KEYS[9] sluice:{ev}:vholds:{len(visitor)}:{visitor}   zset: this visitor's
 --         deadline-index members, score = deadline (see "Lapsed holds").
 --         The visitor is read from this key (its length must match).
--- KEYS[9] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
--- KEYS[10] (optional, with KEYS[9]) sluice:{ev}:hold:{suffix} of the hold
+-- KEYS[10] (optional) sluice:{ev}:idem:{len(visitor)}:{visitor}:{key}
+-- KEYS[11] (optional, with KEYS[10]) sluice:{ev}:hold:{suffix} of the hold
 --         the idempotency key named in an earlier REDIRECT
 -- ARGV[1..2] as in common.lua
--- ARGV[3] qty (integer)
+-- ARGV[3] qty (integer; with items, their sum)
 -- ARGV[4] how many expired holds to reap first, whoever's (LAZY_REAP_MAX)
 -- ARGV[5] idempotency key TTL, ms
 -- ARGV[6] retention of a released or expired hold, ms: the new hash
 --         expires this long after the deadline (release.lua and
 --         confirm.lua set it again when the hold ends)
+-- ARGV[7] 'q': a bare qty (an event without categories); 'i': items
+-- ARGV[8] (with 'i') the items, "{cat}={qty}" joined by '/', no category
+--         twice (the Rust side refuses duplicates before calling)
 --
 -- Returns one of:
 --   {'NOT_READY'}                      stock counter or settings missing
 --   {'REDIRECT', suffix}               the idempotency key names a hold
---                                      other than KEYS[10]: call again with
---                                      that hold as KEYS[10] (and a fresh
---                                      KEYS[7])
+--                                      other than KEYS[11]: call again with
+--                                      that hold as KEYS[11] (and a fresh
+--                                      KEYS[8])
 --   (a key naming a hold whose hash is gone, past its retention, takes a
---   new hold under KEYS[7]'s fresh suffix: a hold id is never reused, so
+--   new hold under KEYS[8]'s fresh suffix: a hold id is never reused, so
 --   a late webhook for the forgotten hold cannot confirm the new one)
---   {'REPLAYED', qty, status, deadline_ms, available}   the hold of KEYS[10]
---   {'INVALID_QTY', limit}             qty 0 or above the cart limit
---   {'CART_LIMIT', limit, have}        have + qty > limit
+--   {'REPLAYED', qty, status, deadline_ms, available, items}   the hold
+--                                      of KEYS[11]
+--   {'ITEMS_REQUIRED'}                 a bare qty on an event with categories
+--   {'CATEGORY_NOT_FOUND', cat}        first item naming an unknown category
+--                                      (any item, on an event without)
+--   {'INVALID_QTY', limit}             qty (or an item's) 0, or above the
+--                                      cart limit
+--   {'CART_LIMIT', limit, have}        have + qty > limit (all categories)
+--   {'CATEGORY_CART_LIMIT', cat, limit, have}   first item over its
+--                                      category's own limit
 --   {'SOLD_OUT', available}
---   {'HELD', qty, 'held', deadline_ms, available}
+--   {'CATEGORY_SOLD_OUT', cat, available}   first item short of units
+--   {'HELD', qty, 'held', deadline_ms, available, items}
+-- The checks run in this order; all or nothing: nothing is written before
+-- every item passed.
 -- Writes on HELD: DECRBY stock, meta.held += qty, visitors[visitor] += qty,
+-- per item c:{cat}:avail -= q, c:{cat}:held += q, vcats[cat:visitor] += q,
 -- the hold hash (PEXPIREAT deadline + retention), ZADD deadlines, ZADD the
 -- visitor's index, the idempotency key (PX ttl), XADD type=held.
 --
@@ -47,17 +61,19 @@
 --     holds a failed payment ended: a short list;
 --   * before answering SOLD_OUT, further lapsed holds oldest first until
 --     qty units are available: each returns at least one unit, so at most
---     qty (<= cart_limit) more.
+--     qty (<= cart_limit) more. With items, until every item's category
+--     has its units: a lapsed hold may free another category's, so this
+--     may expire every lapsed hold (the reaper keeps them few).
 -- So each call does O(LAZY_REAP_MAX + cart_limit + failed payments of the
 -- visitor within one TTL) work, and a refusal never stands where lapsed
 -- holds would have freed the units or the cart room.
 
 if not redis.call('GET', K_STOCK) then return {'NOT_READY'} end
-local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms')
+local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms', 'cats')
 if not meta[1] or not meta[2] then return {'NOT_READY'} end
 local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
 local now = now_ms()
-local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local suffix = string.match(K_HOLD, ':hold:([^:]*)$')
 local vlen, visitor = string.match(K_VHOLDS, ':vholds:(%d+):(.*)$')
 if not suffix or not visitor or #visitor ~= tonumber(vlen) then
@@ -77,28 +93,80 @@ if K_IDEM then
   if prior then
     local named = K_NAMED and string.match(K_NAMED, ':hold:([^:]*)$')
     if prior ~= named then return {'REDIRECT', prior} end
-    local h = redis.call('HMGET', K_NAMED, 'visitor', 'qty', 'status', 'deadline_ms')
+    local h = redis.call('HMGET', K_NAMED, 'visitor', 'qty', 'status', 'deadline_ms', 'member')
     if h[1] == visitor then
       local status, deadline = h[3], tonumber(h[4])
       if status == 'held' and deadline <= now then status = 'expired' end
-      return {'REPLAYED', tonumber(h[2]), status, deadline, tonumber(redis.call('GET', K_STOCK))}
+      local _, named_items = split_head(string.match(h[5] or '', '^([^:]*)') or '')
+      return {'REPLAYED', tonumber(h[2]), status, deadline, tonumber(redis.call('GET', K_STOCK)),
+        named_items}
     end
     -- The hold is gone (past its retention): the key takes a new hold,
-    -- under KEYS[7]'s fresh suffix (SET below), never the old id.
+    -- under KEYS[8]'s fresh suffix (SET below), never the old id.
   end
 end
 
+local cats = meta[3] or ''
+local items = ''
+if ARGV[7] == 'i' then
+  items = ARGV[8] or ''
+  local known = ',' .. cats .. ','
+  for c in string.gmatch(items, '([^=/]+)=%d+') do
+    if not string.find(known, ',' .. c .. ',', 1, true) then return {'CATEGORY_NOT_FOUND', c} end
+  end
+elseif cats ~= '' then
+  return {'ITEMS_REQUIRED'}
+end
+
 if qty < 1 or qty > limit then return {'INVALID_QTY', limit} end
+for _, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+  if tonumber(q) < 1 then return {'INVALID_QTY', limit} end
+end
 local have = tonumber(redis.call('HGET', K_VISITORS, visitor) or '0')
 if have + qty > limit then return {'CART_LIMIT', limit, have} end
-local available = reap_until_available(now, qty)
-if available < qty then return {'SOLD_OUT', available} end
+for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+  local climit = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':limit') or '0')
+  if climit > 0 then
+    local chave = tonumber(redis.call('HGET', K_VCATS, c .. ':' .. visitor) or '0')
+    if chave + tonumber(q) > climit then return {'CATEGORY_CART_LIMIT', c, climit, chave} end
+  end
+end
+
+-- The first item whose category lacks its units: cat, available.
+local function short_item()
+  for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+    local a = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':avail') or '0')
+    if a < tonumber(q) then return c, a end
+  end
+  return nil
+end
+
+local available
+if items == '' then
+  available = reap_until_available(now, qty)
+  if available < qty then return {'SOLD_OUT', available} end
+else
+  local c, a = short_item()
+  while c do
+    local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, 1)
+    if #due == 0 then return {'CATEGORY_SOLD_OUT', c, a} end
+    expire_member(due[1], now)
+    c, a = short_item()
+  end
+end
 
 available = redis.call('DECRBY', K_STOCK, qty)
 redis.call('HINCRBY', K_META, 'held', qty)
 redis.call('HINCRBY', K_VISITORS, visitor, qty)
+local head = suffix
+for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+  redis.call('HINCRBY', K_META, 'c:' .. c .. ':avail', -tonumber(q))
+  redis.call('HINCRBY', K_META, 'c:' .. c .. ':held', tonumber(q))
+  redis.call('HINCRBY', K_VCATS, c .. ':' .. visitor, tonumber(q))
+end
+if items ~= '' then head = suffix .. '/' .. items end
 local deadline = now + ttl
-local member = suffix .. ':' .. qty .. ':' .. visitor
+local member = head .. ':' .. qty .. ':' .. visitor
 redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', qty, 'status', 'held',
   'deadline_ms', int(deadline), 'created_ms', int(now), 'member', member)
 redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[6])))
@@ -109,5 +177,5 @@ if vttl < 0 or now + vttl < deadline then
   redis.call('PEXPIREAT', K_VHOLDS, int(deadline + 1000))
 end
 if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
-emit('held', suffix, visitor, qty, available, now, {'expires_at_ms', int(deadline)})
-return {'HELD', qty, 'held', deadline, available}
+emit('held', suffix, visitor, qty, available, now, with_items({'expires_at_ms', int(deadline)}, items))
+return {'HELD', qty, 'held', deadline, available, items}

@@ -1,6 +1,6 @@
 -- read.lua: an event's counters and settings (common.lua prepended).
 --
--- KEYS[1..6] as in common.lua
+-- KEYS[1..7] as in common.lua
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] how many expired holds to reap first (LAZY_REAP_MAX)
 --
@@ -11,8 +11,9 @@
 --                 the counters it finally reports count every lapsed hold
 --                 as expired)
 --   {'STATE', total, cart_limit, hold_ttl_ms, version, room, held,
---    confirmed, available}   available is nil (false) when the stock
---                            counter is missing: not ready
+--    confirmed, available, then per category: id, total, avail, held,
+--    confirmed, limit}   available is nil (false) when the stock
+--                        counter is missing: not ready
 -- All numbers as decimal strings.
 local m = redis.call('HMGET', K_META, 'total', 'cart_limit', 'hold_ttl_ms', 'version', 'room', 'held', 'confirmed')
 if not m[1] then return {'UNKNOWN'} end
@@ -23,4 +24,11 @@ if redis.call('GET', K_STOCK) then
 end
 m = redis.call('HMGET', K_META, 'total', 'cart_limit', 'hold_ttl_ms', 'version', 'room', 'held', 'confirmed')
 local stock = redis.call('GET', K_STOCK)
-return {'STATE', m[1], m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '', m[6] or '0', m[7] or '0', stock}
+local out = {'STATE', m[1], m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '', m[6] or '0', m[7] or '0', stock or false}
+for c in string.gmatch(redis.call('HGET', K_META, 'cats') or '', '[^,]+') do
+  local p = 'c:' .. c .. ':'
+  local f = redis.call('HMGET', K_META, p .. 'total', p .. 'avail', p .. 'held', p .. 'confirmed', p .. 'limit')
+  out[#out + 1] = c
+  for i = 1, 5 do out[#out + 1] = f[i] or '0' end
+end
+return out

@@ -1,6 +1,6 @@
 -- reap.lua: expire holds whose deadline passed (common.lua prepended).
 --
--- KEYS[1..6] as in common.lua (no hold hashes: a held hold past its
+-- KEYS[1..7] as in common.lua (no hold hashes: a held hold past its
 -- deadline reads as expired without being rewritten)
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] at most this many holds

@@ -1,8 +1,8 @@
 -- release.lua: the owner gives a hold back (common.lua prepended).
 --
--- KEYS[1..6] as in common.lua
--- KEYS[7] sluice:{ev}:hold:{suffix}
--- KEYS[8] sluice:{ev}:vholds:{len(visitor)}:{visitor} (see hold.lua)
+-- KEYS[1..7] as in common.lua
+-- KEYS[8] sluice:{ev}:hold:{suffix}
+-- KEYS[9] sluice:{ev}:vholds:{len(visitor)}:{visitor} (see hold.lua)
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] visitor (must own the hold)
 -- ARGV[4] retention of a released or expired hold, ms
@@ -15,7 +15,7 @@
 --   {'NOT_READY'}         stock counter missing: nothing changed
 --   {'RELEASED'}          units back to stock, XADD type=released
 -- A released or expired hold's member leaves the visitor's index.
-local K_HOLD, K_VHOLDS = KEYS[7], KEYS[8]
+local K_HOLD, K_VHOLDS = KEYS[8], KEYS[9]
 local h = redis.call('HMGET', K_HOLD, 'visitor', 'qty', 'status', 'deadline_ms', 'member')
 if not h[1] or h[1] ~= ARGV[3] then return {'NOT_FOUND'} end
 local status = h[3]
@@ -34,10 +34,12 @@ if deadline <= now or redis.call('ZREM', K_DEADLINES, member) == 0 then
   redis.call('PEXPIRE', K_HOLD, ARGV[4])
   return {'EXPIRED'}
 end
+local suffix, items = split_head(string.match(member, '^([^:]*)'))
 local available = give_back(qty)
+give_back_items(items, h[1])
 visitor_sub(h[1], qty)
 redis.call('ZREM', K_VHOLDS, member)
 redis.call('HSET', K_HOLD, 'status', 'released', 'ended_ms', int(now))
 redis.call('PEXPIRE', K_HOLD, ARGV[4])
-emit('released', string.match(member, '^([^:]*)'), h[1], qty, available, now, {'reason', 'visitor'})
+emit('released', suffix, h[1], qty, available, now, with_items({'reason', 'visitor'}, items))
 return {'RELEASED'}

@@ -4,7 +4,7 @@
 use crate::Inventory;
 use crate::error::Result;
 use crate::memory::MemoryInventory;
-use crate::record::{EventRecord, RestoreOutcome};
+use crate::record::{CategoryRecord, EventRecord, RestoreOutcome};
 use crate::redis::RedisInventory;
 use crate::types::*;
 
@@ -32,6 +32,44 @@ impl Inventory for InventoryBackend {
 
     async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
         delegate!(self, inv => inv.load_if_new(event, spec))
+    }
+
+    async fn set_stock_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        categories: &[CategorySpec],
+    ) -> Result<SetStockOutcome> {
+        delegate!(self, inv => inv.set_stock_with_categories(event, spec, categories))
+    }
+
+    async fn load_if_new_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        categories: &[CategorySpec],
+    ) -> Result<LoadOutcome> {
+        delegate!(self, inv => inv.load_if_new_with_categories(event, spec, categories))
+    }
+
+    async fn restore_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+        categories: &CategoryRecord,
+    ) -> Result<RestoreOutcome> {
+        delegate!(self, inv => inv.restore_with_categories(event, spec, record, categories))
+    }
+
+    async fn hold_items(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        items: &[Item],
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        delegate!(self, inv => inv.hold_items(event, visitor, items, idempotency_key))
     }
 
     async fn loaded_version(&self, event: &EventId) -> Result<Option<u64>> {

@@ -107,13 +107,14 @@ pub mod types;
 pub use backend::InventoryBackend;
 pub use error::{ReservationError, Result};
 pub use memory::MemoryInventory;
-pub use record::{EventRecord, OpenHold, RestoreOutcome, SoldHold};
+pub use record::{CategoryRecord, EventRecord, OpenHold, RestoreOutcome, SoldHold};
 pub use redis::{RedisConfig, RedisInventory};
 pub use retention::{Retention, RetentionError};
 pub use sluice_clock::{Clock, ManualClock, SystemClock};
 pub use types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, LoadOutcome,
-    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+    CategoryId, CategorySpec, CategoryState, ConfirmOutcome, EventId, EventState, HoldId,
+    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, SetStockOutcome,
+    StockSpec, Transition, TransitionKind,
 };
 
 use std::time::Duration;
@@ -191,6 +192,55 @@ pub trait Inventory: Send + Sync {
         spec: &StockSpec,
         record: &EventRecord,
     ) -> impl Future<Output = Result<RestoreOutcome>> + Send;
+
+    /// [`Inventory::set_stock`] of an event with categories (an empty
+    /// list: an event without). `spec.total` is ignored: the event's total
+    /// is the sum of the categories'. One atomic step: each category's
+    /// total must stay at or above what is held and sold in it (a category
+    /// left out counts as total 0), else
+    /// [`SetStockOutcome::CategoryBelowCommitted`]; an event changing shape
+    /// (categories to none or back) with units held or sold is
+    /// [`SetStockOutcome::BelowCommitted`] (those units have no place in
+    /// the new shape).
+    fn set_stock_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        categories: &[CategorySpec],
+    ) -> impl Future<Output = Result<SetStockOutcome>> + Send;
+
+    /// [`Inventory::load_if_new`] of an event with categories.
+    fn load_if_new_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        categories: &[CategorySpec],
+    ) -> impl Future<Output = Result<LoadOutcome>> + Send;
+
+    /// [`Inventory::restore`] of an event with categories: the record's
+    /// per-category part (`categories`) restores each category's counters,
+    /// the holds' breakdowns and the carts per category.
+    fn restore_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+        categories: &CategoryRecord,
+    ) -> impl Future<Output = Result<RestoreOutcome>> + Send;
+
+    /// Takes units of several categories for `visitor` in one atomic step,
+    /// all or nothing: every category must exist and have the units, the
+    /// event's cart limit holds across categories (held + confirmed +
+    /// asked, all categories) and each category's own limit within it.
+    /// Refusals name the first failing item in the order given; the
+    /// checks run in the order of [`HoldOutcome`]'s docs in `hold.lua`.
+    fn hold_items(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        items: &[Item],
+        idempotency_key: Option<&str>,
+    ) -> impl Future<Output = Result<HoldOutcome>> + Send;
 
     /// Takes `qty` units for `visitor`, checking stock and the cart limit.
     fn hold(
@@ -311,6 +361,69 @@ pub(crate) fn restore_problem(
         return Some("a visitor's cart above 2^32".into());
     }
     None
+}
+
+/// Validates the per-category part of a restore; `Some(reason)` when
+/// refused. Every hold of a categorized record has a breakdown adding up
+/// to its qty, over known categories.
+pub(crate) fn category_restore_problem(
+    record: &EventRecord,
+    cats: &CategoryRecord,
+) -> Option<String> {
+    if let Some(r) = types::categories_problem(&cats.categories) {
+        return Some(format!("categories: {r}"));
+    }
+    if cats.categories.is_empty() {
+        return None;
+    }
+    let sum: u64 = cats.categories.iter().map(|c| c.total).sum();
+    if sum != record.total {
+        return Some("categories' totals do not add up to the total".into());
+    }
+    let known: std::collections::HashSet<&str> =
+        cats.categories.iter().map(|c| c.id.as_str()).collect();
+    let holds = record
+        .open_holds
+        .iter()
+        .map(|h| (&h.hold_id, h.qty))
+        .chain(record.confirmed_holds.iter().map(|h| (&h.hold_id, h.qty)));
+    for (id, qty) in holds {
+        let Some(items) = cats.hold_items.get(id.as_str()) else {
+            return Some(format!("hold {id} has no category breakdown"));
+        };
+        let sum: u64 = items.iter().map(|i| u64::from(i.qty)).sum();
+        if sum != u64::from(qty) || items.iter().any(|i| !known.contains(i.category.as_str())) {
+            return Some(format!("hold {id}: breakdown does not match"));
+        }
+    }
+    for (_, c, _) in &cats.confirmed {
+        if !known.contains(c.as_str()) {
+            return Some(format!("confirmed units in unknown category {c}"));
+        }
+    }
+    None
+}
+
+/// The spec a store applies: with categories, the total is theirs.
+pub(crate) fn with_category_total(spec: &StockSpec, cats: &[CategorySpec]) -> StockSpec {
+    let mut spec = spec.clone();
+    if !cats.is_empty() {
+        spec.total = cats.iter().fold(0u64, |a, c| a.saturating_add(c.total));
+    }
+    spec
+}
+
+/// Checks of an item list every store makes before its atomic step: the
+/// refusal, if any, and otherwise the units asked in all.
+pub(crate) fn items_precheck(items: &[Item]) -> std::result::Result<u32, Box<HoldOutcome>> {
+    if let Some(c) = types::duplicate_category(items) {
+        return Err(Box::new(HoldOutcome::DuplicateCategory {
+            category: c.to_string(),
+        }));
+    }
+    let sum: u64 = items.iter().map(|i| u64::from(i.qty)).sum();
+    // Above u32 is above any cart limit: the store answers InvalidQuantity.
+    Ok(u32::try_from(sum).unwrap_or(u32::MAX))
 }
 
 /// Validates a spec before any store sees it; `Some(reason)` when refused.

@@ -19,14 +19,16 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::Result;
-use crate::record::{EventRecord, RestoreOutcome};
+use crate::record::{CategoryRecord, EventRecord, RestoreOutcome};
 use crate::retention::Retention;
 use crate::types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, LoadOutcome,
-    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+    CategoryId, CategorySpec, CategoryState, ConfirmOutcome, EventId, EventState, HoldId,
+    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, SetStockOutcome,
+    StockSpec, Transition, TransitionKind, categories_problem, items_text, parse_items,
 };
 use crate::{
-    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, restore_problem, spec_problem,
+    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, category_restore_problem,
+    restore_problem, spec_problem,
 };
 use sluice_clock::{Clock, SystemClock};
 
@@ -86,6 +88,21 @@ struct EventData {
     /// `sluice:{ev}:stream`, bounded.
     log: VecDeque<Transition>,
     last_purge_ms: u64,
+    /// The `c:{id}:*` fields of `sluice:{ev}:meta`, in the order loaded
+    /// (empty: no categories). Their counters add up to the event's.
+    cats: Vec<CatData>,
+    /// `sluice:{ev}:vcats`: (category, visitor) → held + confirmed units.
+    vcats: HashMap<(String, String), u32>,
+}
+
+/// One category's counters.
+struct CatData {
+    id: CategoryId,
+    total: u64,
+    available: u64,
+    held: u64,
+    confirmed: u64,
+    limit: Option<u32>,
 }
 
 struct HoldRec {
@@ -95,6 +112,8 @@ struct HoldRec {
     status: HoldStatus,
     deadline_ms: u64,
     member: String,
+    /// Units per category (empty without categories).
+    items: Vec<Item>,
     /// When the record is forgotten (the Redis hash's expiry): its deadline
     /// plus the released retention while held, then the retention of how
     /// it ended, counted from then.
@@ -111,8 +130,25 @@ impl HoldRec {
     }
 }
 
-fn member_of(suffix: &str, qty: u32, visitor: &str) -> String {
-    format!("{suffix}:{qty}:{visitor}")
+/// The deadline index member of a hold: `{head}:{qty}:{visitor}`, where
+/// the head is the suffix, followed by `/` and the items when the hold has
+/// categories (`{suffix}/floor=2/vip=1`). The member is the token whose
+/// removal returns the units, so it carries the breakdown: whoever removes
+/// it returns each category's units, once.
+fn member_of(suffix: &str, items: &[Item], qty: u32, visitor: &str) -> String {
+    if items.is_empty() {
+        format!("{suffix}:{qty}:{visitor}")
+    } else {
+        format!("{suffix}/{}:{qty}:{visitor}", items_text(items))
+    }
+}
+
+/// Splits a member's head into the hold's suffix and its items.
+fn split_head(head: &str) -> (String, Vec<Item>) {
+    match head.split_once('/') {
+        Some((suffix, items)) => (suffix.to_owned(), parse_items(items).unwrap_or_default()),
+        None => (head.to_owned(), Vec::new()),
+    }
 }
 
 impl MemoryInventory {
@@ -164,6 +200,7 @@ impl MemoryInventory {
         &self,
         event: &EventId,
         spec: &StockSpec,
+        cats: &[CategorySpec],
         only_new: bool,
     ) -> std::result::Result<SetStockOutcome, LoadOutcome> {
         let now = self.now();
@@ -188,6 +225,9 @@ impl MemoryInventory {
                     return Ok(SetStockOutcome::Stale {
                         current_version: e.version,
                     });
+                }
+                if let Some(refused) = e.refuse_categories(cats) {
+                    return Ok(refused);
                 }
                 if spec.total < e.held + e.confirmed {
                     return Ok(SetStockOutcome::BelowCommitted {
@@ -224,6 +264,7 @@ impl MemoryInventory {
         e.hold_ttl_ms = spec.hold_ttl_ms();
         e.version = spec.version;
         e.room = spec.room.clone();
+        e.set_categories(cats);
         let available = e.available;
         e.log(
             cap,
@@ -235,6 +276,8 @@ impl MemoryInventory {
                 available,
                 ts_ms: now,
                 payment_event_id: None,
+                items: Vec::new(),
+                categories: cats.to_vec(),
             },
         );
         let marker = markers.entry(event.clone()).or_insert(0);
@@ -250,6 +293,115 @@ impl MemoryInventory {
         events
             .get(event)
             .map(|e| (e.available, e.held, e.confirmed))
+    }
+
+    /// The one critical section of `hold` (`items` = `None`) and
+    /// `hold_items` (`qty` = the items' sum): hold.lua's steps, in its
+    /// order.
+    fn hold_locked(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        items: Option<&[Item]>,
+        idempotency_key: Option<&str>,
+    ) -> HoldOutcome {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(event) else {
+            return HoldOutcome::NotReady;
+        };
+        e.reap(event, cap, now, LAZY_REAP_MAX);
+        e.reap_visitor(event, cap, now, visitor);
+        let idem_key = idempotency_key.map(|k| (visitor.to_owned(), k.to_owned()));
+        // A key whose hold was forgotten takes a new hold under a new id
+        // (below), as on Redis.
+        if let Some(k) = &idem_key
+            && let Some((suffix, exp)) = e.idem.get(k)
+            && *exp > now
+            && let Some(h) = e.live_hold(suffix, now)
+            && h.visitor == visitor
+        {
+            return HoldOutcome::Replayed(e.view(event, suffix, h, now));
+        }
+        if let Some(refused) = e.check_hold(visitor, qty, items) {
+            return refused;
+        }
+        let q = u64::from(qty);
+        let items = items.unwrap_or_default();
+        if items.is_empty() {
+            e.reap_until_available(event, cap, now, q);
+            if e.available < q {
+                return HoldOutcome::SoldOut {
+                    available: e.available,
+                };
+            }
+        } else {
+            e.reap_until_items(event, cap, now, items);
+            if let Some(short) = e.short_category(items) {
+                return short;
+            }
+        }
+        let hold_id = HoldId::generate(event);
+        let suffix = hold_id.suffix().to_owned();
+        e.available -= q;
+        e.held += q;
+        *e.visitors.entry(visitor.to_owned()).or_insert(0) += qty;
+        for i in items {
+            if let Some(c) = e.cat_mut(&i.category) {
+                c.available -= u64::from(i.qty);
+                c.held += u64::from(i.qty);
+            }
+            *e.vcats
+                .entry((i.category.to_string(), visitor.to_owned()))
+                .or_insert(0) += i.qty;
+        }
+        let deadline = now.saturating_add(e.hold_ttl_ms);
+        let member = member_of(&suffix, items, qty, visitor);
+        e.deadlines.insert((deadline, member.clone()));
+        e.holds.insert(
+            suffix.clone(),
+            HoldRec {
+                visitor: visitor.to_owned(),
+                qty,
+                status: HoldStatus::Held,
+                deadline_ms: deadline,
+                member,
+                items: items.to_vec(),
+                purge_at_ms: deadline.saturating_add(self.retention.released_ms()),
+            },
+        );
+        if let Some(k) = idem_key {
+            e.idem
+                .insert(k, (suffix.clone(), now.saturating_add(ms(IDEMPOTENCY_TTL))));
+        }
+        let available = e.available;
+        e.log(
+            cap,
+            Transition {
+                kind: TransitionKind::Held,
+                hold_id: hold_id.to_string(),
+                visitor: visitor.to_owned(),
+                qty: q,
+                available,
+                ts_ms: now,
+                payment_event_id: None,
+                items: items.to_vec(),
+                categories: Vec::new(),
+            },
+        );
+        HoldOutcome::Held(HoldView {
+            hold_id,
+            event: event.clone(),
+            qty,
+            status: HoldStatus::Held,
+            expires_at: deadline / 1000,
+            expires_at_ms: deadline,
+            available,
+            visitor: visitor.to_owned(),
+            items: items.to_vec(),
+        })
     }
 }
 
@@ -280,7 +432,212 @@ impl EventData {
             payments: HashMap::new(),
             log: VecDeque::new(),
             last_purge_ms: now,
+            cats: Vec::new(),
+            vcats: HashMap::new(),
         }
+    }
+
+    fn cat_mut(&mut self, id: &CategoryId) -> Option<&mut CatData> {
+        self.cats.iter_mut().find(|c| &c.id == id)
+    }
+
+    fn cat(&self, id: &CategoryId) -> Option<&CatData> {
+        self.cats.iter().find(|c| &c.id == id)
+    }
+
+    /// The refusal of a stock change to `cats` (set_stock.lua's order): a
+    /// change of shape with units out, then each new category below what
+    /// is committed in it, then each dropped category with units in it.
+    fn refuse_categories(&self, cats: &[CategorySpec]) -> Option<SetStockOutcome> {
+        if self.cats.is_empty() != cats.is_empty() && self.held + self.confirmed > 0 {
+            return Some(SetStockOutcome::BelowCommitted {
+                held: self.held,
+                confirmed: self.confirmed,
+            });
+        }
+        let below = |c: &CatData| SetStockOutcome::CategoryBelowCommitted {
+            category: c.id.to_string(),
+            held: c.held,
+            confirmed: c.confirmed,
+        };
+        for spec in cats {
+            if let Some(c) = self.cat(&spec.id)
+                && spec.total < c.held + c.confirmed
+            {
+                return Some(below(c));
+            }
+        }
+        self.cats
+            .iter()
+            .find(|c| c.held + c.confirmed > 0 && !cats.iter().any(|s| s.id == c.id))
+            .map(below)
+    }
+
+    /// Replaces the categories (already checked by `refuse_categories`),
+    /// keeping what is held and sold in each.
+    fn set_categories(&mut self, cats: &[CategorySpec]) {
+        let next = cats
+            .iter()
+            .map(|spec| {
+                let (held, confirmed) = self
+                    .cat(&spec.id)
+                    .map(|c| (c.held, c.confirmed))
+                    .unwrap_or((0, 0));
+                CatData {
+                    id: spec.id.clone(),
+                    total: spec.total,
+                    available: spec.total.saturating_sub(held + confirmed),
+                    held,
+                    confirmed,
+                    limit: spec.cart_limit,
+                }
+            })
+            .collect();
+        self.cats = next;
+    }
+
+    /// A hold's per-category units go back on sale (each capped as
+    /// `give_back` caps the event), and leave the visitor's category carts.
+    fn give_back_items(&mut self, items: &[Item], visitor: &str) {
+        for i in items {
+            let q = u64::from(i.qty);
+            if let Some(c) = self.cat_mut(&i.category) {
+                c.held = c.held.saturating_sub(q);
+                let room = c.total.saturating_sub(c.held).saturating_sub(c.confirmed);
+                c.available = c.available.saturating_add(q).min(room);
+            }
+            self.vcat_sub(&i.category, visitor, i.qty);
+        }
+    }
+
+    /// A hold's per-category units are sold.
+    fn confirm_items(&mut self, items: &[Item]) {
+        for i in items {
+            let q = u64::from(i.qty);
+            if let Some(c) = self.cat_mut(&i.category) {
+                c.held = c.held.saturating_sub(q);
+                c.confirmed += q;
+            }
+        }
+    }
+
+    fn vcat_sub(&mut self, category: &CategoryId, visitor: &str, qty: u32) {
+        let key = (category.to_string(), visitor.to_owned());
+        if let Some(c) = self.vcats.get_mut(&key) {
+            *c = c.saturating_sub(qty);
+            if *c == 0 {
+                self.vcats.remove(&key);
+            }
+        }
+    }
+
+    fn vcat(&self, category: &CategoryId, visitor: &str) -> u32 {
+        self.vcats
+            .get(&(category.to_string(), visitor.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Expires lapsed holds oldest first until every item's category has
+    /// its units or none lapsed is left (an expiry may free units of
+    /// another category, so this may expire every lapsed hold: the reaper
+    /// keeps them few).
+    fn reap_until_items(&mut self, event: &EventId, cap: usize, now: u64, items: &[Item]) {
+        let short = |e: &Self| {
+            items.iter().any(|i| {
+                e.cat(&i.category)
+                    .is_some_and(|c| c.available < u64::from(i.qty))
+            })
+        };
+        while short(self) {
+            let Some((deadline, member)) =
+                self.deadlines.first().filter(|(d, _)| *d <= now).cloned()
+            else {
+                break;
+            };
+            self.expire_member(event, cap, deadline, &member, now);
+        }
+    }
+
+    /// The refusals before stock is looked at, in hold.lua's order: the
+    /// event's shape, unknown categories, the quantity, the event's cart,
+    /// each category's cart.
+    fn check_hold(&self, visitor: &str, qty: u32, items: Option<&[Item]>) -> Option<HoldOutcome> {
+        match items {
+            None if !self.cats.is_empty() => return Some(HoldOutcome::ItemsRequired),
+            Some(items) => {
+                if let Some(i) = items.iter().find(|i| self.cat(&i.category).is_none()) {
+                    return Some(HoldOutcome::CategoryNotFound {
+                        category: i.category.to_string(),
+                    });
+                }
+            }
+            None => {}
+        }
+        let limit = self.cart_limit;
+        let items = items.unwrap_or_default();
+        if qty == 0 || qty > limit || items.iter().any(|i| i.qty == 0) {
+            return Some(HoldOutcome::InvalidQuantity { limit });
+        }
+        let have = self.visitors.get(visitor).copied().unwrap_or(0);
+        if u64::from(have) + u64::from(qty) > u64::from(limit) {
+            return Some(HoldOutcome::CartLimitExceeded { limit, held: have });
+        }
+        for i in items {
+            let Some(climit) = self.cat(&i.category).and_then(|c| c.limit) else {
+                continue;
+            };
+            let have = self.vcat(&i.category, visitor);
+            if u64::from(have) + u64::from(i.qty) > u64::from(climit) {
+                return Some(HoldOutcome::CategoryCartLimitExceeded {
+                    category: i.category.to_string(),
+                    limit: climit,
+                    held: have,
+                });
+            }
+        }
+        None
+    }
+
+    /// The first item whose category lacks its units, as a refusal.
+    fn short_category(&self, items: &[Item]) -> Option<HoldOutcome> {
+        items.iter().find_map(|i| {
+            let c = self.cat(&i.category)?;
+            (c.available < u64::from(i.qty)).then(|| HoldOutcome::CategorySoldOut {
+                category: i.category.to_string(),
+                available: c.available,
+            })
+        })
+    }
+
+    /// Each category's counters add up to its total, and theirs to the
+    /// event's (true without categories).
+    fn categories_add_up(&self) -> bool {
+        if self.cats.is_empty() {
+            return true;
+        }
+        let sum = |f: fn(&CatData) -> u64| self.cats.iter().map(f).sum::<u64>();
+        self.cats
+            .iter()
+            .all(|c| c.available + c.held + c.confirmed == c.total)
+            && sum(|c| c.total) == self.total
+            && sum(|c| c.available) == self.available
+            && sum(|c| c.held) == self.held
+            && sum(|c| c.confirmed) == self.confirmed
+    }
+
+    fn category_states(&self) -> Vec<CategoryState> {
+        self.cats
+            .iter()
+            .map(|c| CategoryState {
+                id: c.id.clone(),
+                total: c.total,
+                available: c.available,
+                held: c.held,
+                confirmed: c.confirmed,
+                cart_limit: c.limit,
+            })
+            .collect()
     }
 
     fn log(&mut self, cap: usize, t: Transition) {
@@ -326,10 +683,11 @@ impl EventData {
             return false;
         }
         let mut parts = member.splitn(3, ':');
-        let suffix = parts.next().unwrap_or_default().to_owned();
+        let (suffix, items) = split_head(parts.next().unwrap_or_default());
         let qty: u32 = parts.next().and_then(|q| q.parse().ok()).unwrap_or(0);
         let visitor = parts.next().unwrap_or_default().to_owned();
         self.give_back(u64::from(qty));
+        self.give_back_items(&items, &visitor);
         self.visitor_sub(&visitor, qty);
         if let Some(h) = self.holds.get_mut(&suffix) {
             h.status = HoldStatus::Expired;
@@ -345,6 +703,8 @@ impl EventData {
                 available,
                 ts_ms: now,
                 payment_event_id: None,
+                items,
+                categories: Vec::new(),
             },
         );
         true
@@ -420,6 +780,7 @@ impl EventData {
             expires_at_ms: h.deadline_ms,
             available: self.available,
             visitor: h.visitor.clone(),
+            items: h.items.clone(),
         }
     }
 
@@ -439,16 +800,23 @@ impl EventData {
         let Some(h) = self.holds.get(suffix) else {
             return;
         };
-        let (qty, deadline, member, visitor) =
-            (h.qty, h.deadline_ms, h.member.clone(), h.visitor.clone());
+        let (qty, deadline, member, visitor, items) = (
+            h.qty,
+            h.deadline_ms,
+            h.member.clone(),
+            h.visitor.clone(),
+            h.items.clone(),
+        );
         self.deadlines.remove(&(deadline, member));
         let q = u64::from(qty);
         let kind = if to == HoldStatus::Confirmed {
             self.held = self.held.saturating_sub(q);
             self.confirmed += q;
+            self.confirm_items(&items);
             TransitionKind::Confirmed
         } else {
             self.give_back(q);
+            self.give_back_items(&items, &visitor);
             self.visitor_sub(&visitor, qty);
             TransitionKind::Released
         };
@@ -472,6 +840,8 @@ impl EventData {
                 available,
                 ts_ms: now,
                 payment_event_id: payment_event_id.map(str::to_owned),
+                items,
+                categories: Vec::new(),
             },
         );
     }
@@ -502,21 +872,74 @@ impl EventData {
 
 impl Inventory for MemoryInventory {
     async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
-        if let Some(reason) = spec_problem(spec) {
+        self.set_stock_with_categories(event, spec, &[]).await
+    }
+
+    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
+        self.load_if_new_with_categories(event, spec, &[]).await
+    }
+
+    async fn restore(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+    ) -> Result<RestoreOutcome> {
+        self.restore_with_categories(event, spec, record, &CategoryRecord::default())
+            .await
+    }
+
+    async fn hold(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        Ok(self.hold_locked(event, visitor, qty, None, idempotency_key))
+    }
+
+    async fn hold_items(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        items: &[Item],
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        Ok(match crate::items_precheck(items) {
+            Err(refused) => *refused,
+            Ok(qty) => self.hold_locked(event, visitor, qty, Some(items), idempotency_key),
+        })
+    }
+
+    async fn set_stock_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        cats: &[CategorySpec],
+    ) -> Result<SetStockOutcome> {
+        let spec = &crate::with_category_total(spec, cats);
+        if let Some(reason) = spec_problem(spec).or_else(|| categories_problem(cats)) {
             return Ok(SetStockOutcome::Invalid { reason });
         }
         Ok(self
-            .set_stock_locked(event, spec, false)
+            .set_stock_locked(event, spec, cats, false)
             .unwrap_or(SetStockOutcome::Invalid {
                 reason: "refused to load",
             }))
     }
 
-    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
-        if let Some(reason) = spec_problem(spec) {
+    async fn load_if_new_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        cats: &[CategorySpec],
+    ) -> Result<LoadOutcome> {
+        let spec = &crate::with_category_total(spec, cats);
+        if let Some(reason) = spec_problem(spec).or_else(|| categories_problem(cats)) {
             return Ok(LoadOutcome::Invalid { reason });
         }
-        Ok(match self.set_stock_locked(event, spec, true) {
+        Ok(match self.set_stock_locked(event, spec, cats, true) {
             Err(refused) => refused,
             Ok(SetStockOutcome::Created { available }) => LoadOutcome::Loaded { available },
             // Not reached: `only_new` refuses before anything but a
@@ -536,13 +959,16 @@ impl Inventory for MemoryInventory {
         Ok(())
     }
 
-    async fn restore(
+    async fn restore_with_categories(
         &self,
         event: &EventId,
         spec: &StockSpec,
         record: &EventRecord,
+        cats: &CategoryRecord,
     ) -> Result<RestoreOutcome> {
-        if let Some(reason) = restore_problem(event, spec, record) {
+        if let Some(reason) =
+            restore_problem(event, spec, record).or_else(|| category_restore_problem(record, cats))
+        {
             return Ok(RestoreOutcome::Invalid { reason });
         }
         let now = self.now();
@@ -560,11 +986,36 @@ impl Inventory for MemoryInventory {
         e.available = record.available();
         e.held = record.held();
         e.confirmed = record.confirmed_total();
+        e.set_categories(&cats.categories);
+        for c in &mut e.cats {
+            (c.held, c.confirmed) = cats.committed(record, &c.id);
+            c.available = c.total.saturating_sub(c.held + c.confirmed);
+        }
+        for (visitor, category, qty) in &cats.confirmed {
+            let q = u32::try_from(*qty).unwrap_or(u32::MAX);
+            let c = e
+                .vcats
+                .entry((category.to_string(), visitor.clone()))
+                .or_insert(0);
+            *c = c.saturating_add(q);
+        }
+        let items_of = |id: &HoldId| {
+            cats.hold_items
+                .get(id.as_str())
+                .cloned()
+                .unwrap_or_default()
+        };
         for h in &record.open_holds {
             let suffix = h.hold_id.suffix().to_owned();
-            let member = member_of(&suffix, h.qty, &h.visitor);
+            let items = items_of(&h.hold_id);
+            let member = member_of(&suffix, &items, h.qty, &h.visitor);
             e.deadlines.insert((h.expires_at_ms, member.clone()));
             *e.visitors.entry(h.visitor.clone()).or_insert(0) += h.qty;
+            for i in &items {
+                *e.vcats
+                    .entry((i.category.to_string(), h.visitor.clone()))
+                    .or_insert(0) += i.qty;
+            }
             e.holds.insert(
                 suffix,
                 HoldRec {
@@ -573,6 +1024,7 @@ impl Inventory for MemoryInventory {
                     status: HoldStatus::Held,
                     deadline_ms: h.expires_at_ms,
                     member,
+                    items,
                     purge_at_ms: h.expires_at_ms.max(now).saturating_add(released_ms),
                 },
             );
@@ -580,7 +1032,8 @@ impl Inventory for MemoryInventory {
         let confirmed_ms = self.retention.confirmed_ms();
         for h in &record.confirmed_holds {
             let suffix = h.hold_id.suffix().to_owned();
-            let member = member_of(&suffix, h.qty, &h.visitor);
+            let items = items_of(&h.hold_id);
+            let member = member_of(&suffix, &items, h.qty, &h.visitor);
             e.holds.insert(
                 suffix,
                 HoldRec {
@@ -589,6 +1042,7 @@ impl Inventory for MemoryInventory {
                     status: HoldStatus::Confirmed,
                     deadline_ms: now,
                     member,
+                    items,
                     purge_at_ms: now.saturating_add(confirmed_ms),
                 },
             );
@@ -612,6 +1066,8 @@ impl Inventory for MemoryInventory {
                 available,
                 ts_ms: now,
                 payment_event_id: None,
+                items: Vec::new(),
+                categories: cats.categories.clone(),
             },
         );
         events.insert(event.clone(), e);
@@ -622,95 +1078,6 @@ impl Inventory for MemoryInventory {
             held,
             confirmed,
         })
-    }
-
-    async fn hold(
-        &self,
-        event: &EventId,
-        visitor: &str,
-        qty: u32,
-        idempotency_key: Option<&str>,
-    ) -> Result<HoldOutcome> {
-        let now = self.now();
-        let cap = self.inner.log_capacity;
-        let mut events = self.inner.events.lock();
-        let Some(e) = events.get_mut(event) else {
-            return Ok(HoldOutcome::NotReady);
-        };
-        e.reap(event, cap, now, LAZY_REAP_MAX);
-        e.reap_visitor(event, cap, now, visitor);
-        let idem_key = idempotency_key.map(|k| (visitor.to_owned(), k.to_owned()));
-        // A key whose hold was forgotten takes a new hold under a new id
-        // (below), as on Redis.
-        if let Some(k) = &idem_key
-            && let Some((suffix, exp)) = e.idem.get(k)
-            && *exp > now
-            && let Some(h) = e.live_hold(suffix, now)
-            && h.visitor == visitor
-        {
-            return Ok(HoldOutcome::Replayed(e.view(event, suffix, h, now)));
-        }
-        let limit = e.cart_limit;
-        if qty == 0 || qty > limit {
-            return Ok(HoldOutcome::InvalidQuantity { limit });
-        }
-        let have = e.visitors.get(visitor).copied().unwrap_or(0);
-        if u64::from(have) + u64::from(qty) > u64::from(limit) {
-            return Ok(HoldOutcome::CartLimitExceeded { limit, held: have });
-        }
-        let q = u64::from(qty);
-        e.reap_until_available(event, cap, now, q);
-        if e.available < q {
-            return Ok(HoldOutcome::SoldOut {
-                available: e.available,
-            });
-        }
-        let hold_id = HoldId::generate(event);
-        let suffix = hold_id.suffix().to_owned();
-        e.available -= q;
-        e.held += q;
-        *e.visitors.entry(visitor.to_owned()).or_insert(0) += qty;
-        let deadline = now.saturating_add(e.hold_ttl_ms);
-        let member = member_of(&suffix, qty, visitor);
-        e.deadlines.insert((deadline, member.clone()));
-        e.holds.insert(
-            suffix.clone(),
-            HoldRec {
-                visitor: visitor.to_owned(),
-                qty,
-                status: HoldStatus::Held,
-                deadline_ms: deadline,
-                member,
-                purge_at_ms: deadline.saturating_add(self.retention.released_ms()),
-            },
-        );
-        if let Some(k) = idem_key {
-            e.idem
-                .insert(k, (suffix.clone(), now.saturating_add(ms(IDEMPOTENCY_TTL))));
-        }
-        let available = e.available;
-        e.log(
-            cap,
-            Transition {
-                kind: TransitionKind::Held,
-                hold_id: hold_id.to_string(),
-                visitor: visitor.to_owned(),
-                qty: q,
-                available,
-                ts_ms: now,
-                payment_event_id: None,
-            },
-        );
-        Ok(HoldOutcome::Held(HoldView {
-            hold_id,
-            event: event.clone(),
-            qty,
-            status: HoldStatus::Held,
-            expires_at: deadline / 1000,
-            expires_at_ms: deadline,
-            available,
-            visitor: visitor.to_owned(),
-        }))
     }
 
     async fn get_hold(&self, hold_id: &HoldId, visitor: &str) -> Result<Option<HoldView>> {
@@ -862,7 +1229,8 @@ impl Inventory for MemoryInventory {
             hold_ttl_secs: e.hold_ttl_ms.div_ceil(1000),
             hold_ttl_ms: e.hold_ttl_ms,
             room: e.room.clone(),
-            invariant_holds: e.available + e.held + e.confirmed == e.total,
+            invariant_holds: e.available + e.held + e.confirmed == e.total && e.categories_add_up(),
+            categories: e.category_states(),
         }))
     }
 

@@ -9,7 +9,9 @@
 
 use serde::Serialize;
 
-use crate::types::HoldId;
+use std::collections::HashMap;
+
+use crate::types::{CategoryId, CategorySpec, HoldId, Item};
 
 /// One hold the ledger saw taken and not yet ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -70,6 +72,41 @@ impl EventRecord {
         self.total
             .saturating_sub(self.held())
             .saturating_sub(self.confirmed_total())
+    }
+}
+
+/// The per-category part of a record ([`crate::Inventory::restore_with_categories`]):
+/// kept apart from [`EventRecord`] so a record of an event without
+/// categories is written exactly as before.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CategoryRecord {
+    /// The categories as last loaded (their totals and cart limits).
+    pub categories: Vec<CategorySpec>,
+    /// Each open or sold hold's breakdown, by hold id.
+    pub hold_items: HashMap<String, Vec<Item>>,
+    /// Units sold per visitor and category.
+    pub confirmed: Vec<(String, CategoryId, u64)>,
+}
+
+impl CategoryRecord {
+    /// `(held, confirmed)` units of `category` in `record`'s open holds and
+    /// in this record's sales.
+    pub fn committed(&self, record: &EventRecord, category: &CategoryId) -> (u64, u64) {
+        let held = record
+            .open_holds
+            .iter()
+            .filter_map(|h| self.hold_items.get(h.hold_id.as_str()))
+            .flatten()
+            .filter(|i| &i.category == category)
+            .map(|i| u64::from(i.qty))
+            .sum();
+        let confirmed = self
+            .confirmed
+            .iter()
+            .filter(|(_, c, _)| c == category)
+            .map(|(_, _, q)| q)
+            .sum();
+        (held, confirmed)
     }
 }
 

@@ -10,10 +10,11 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `sluice:{ev}:stock` | string | available units. Missing = not ready (never "sold out") |
-//! | `sluice:{ev}:meta` | hash | `total`, `cart_limit`, `hold_ttl_ms`, `version`, `room`, `held`, `confirmed` |
+//! | `sluice:{ev}:meta` | hash | `total`, `cart_limit`, `hold_ttl_ms`, `version`, `room`, `held`, `confirmed`; with categories also `cats` (the ids, comma-separated, in load order) and per category `c:{id}:total`, `c:{id}:avail`, `c:{id}:held`, `c:{id}:confirmed`, `c:{id}:limit` (0 = none), which add up to the event's counters |
 //! | `sluice:{ev}:hold:{suffix}` | hash | one hold: `visitor`, `qty`, `status` (`held`/`confirmed`/`released`/`expired`), `deadline_ms`, `created_ms`, `ended_ms`, `member`; expires [`RedisConfig::retention`] after its end (the released retention after a release, or after its deadline for a hold that lapsed; the confirmed one after a payment) |
-//! | `sluice:{ev}:deadlines` | sorted set | member `{suffix}:{qty}:{visitor}`, score = deadline (ms). A hold's units are out exactly while its member is here; whoever removes it books them, once |
-//! | `sluice:{ev}:visitors` | hash | visitor → held + confirmed units (the cart limit's count) |
+//! | `sluice:{ev}:deadlines` | sorted set | member `{suffix}:{qty}:{visitor}`, or `{suffix}/{cat}={qty}/…:{qty}:{visitor}` for a hold with categories, score = deadline (ms). A hold's units are out exactly while its member is here; whoever removes it books them (each category's), once |
+//! | `sluice:{ev}:visitors` | hash | visitor → held + confirmed units (the cart limit's count, across categories) |
+//! | `sluice:{ev}:vcats` | hash | `{category}:{visitor}` → held + confirmed units in that category (a category's cart limit) |
 //! | `sluice:{ev}:vholds:{len}:{visitor}` | sorted set | the visitor's deadline-index members taken within one TTL (lapsed ones are expired and dropped by the visitor's next hold, released ones by the release), so a hold can expire the visitor's lapsed holds before its cart check; expires after its last deadline |
 //! | `sluice:{ev}:idem:{len}:{visitor}:{key}` | string | hold suffix for an `Idempotency-Key` (`len` = the visitor's byte length, so visitor and key cannot run into each other); PX [`IDEMPOTENCY_TTL`]. Naming a hold whose hash is gone, it takes a new hold under a new suffix |
 //! | `sluice:{ev}:pay:{len}:{payment_event_id}` | string | `{suffix}:{answer}`: the hold that payment event was applied to and the answer it got (the same id for another hold answers `payment_reused`); PX [`PAYMENT_TTL`] |
@@ -35,7 +36,7 @@
 //!
 //! # Scripts
 //!
-//! `lua/common.lua` (shared KEYS 1–5, ARGV 1–2 and helpers) is prepended to
+//! `lua/common.lua` (shared KEYS 1–7, ARGV 1–2 and helpers) is prepended to
 //! `hold`, `release`, `confirm`, `reap`, `set_stock`, `restore` and `read`;
 //! `get_hold.lua` stands alone. Each file's header documents its KEYS, ARGV
 //! and return values. They run through [`redis::Script`] (EVALSHA, loaded
@@ -76,14 +77,17 @@ use redis::{Script, Value};
 use sluice_redis::{RedisConn, RedisUrl};
 
 use crate::error::{ReservationError, Result};
-use crate::record::{EventRecord, RestoreOutcome};
+use crate::record::{CategoryRecord, EventRecord, RestoreOutcome};
 use crate::retention::Retention;
 use crate::types::{
-    ConfirmOutcome, EventId, EventState, HoldId, HoldOutcome, HoldStatus, HoldView, LoadOutcome,
-    ReleaseOutcome, SetStockOutcome, StockSpec, Transition, TransitionKind,
+    CategoryId, CategorySpec, CategoryState, ConfirmOutcome, EventId, EventState, HoldId,
+    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, SetStockOutcome,
+    StockSpec, Transition, TransitionKind, categories_problem, items_text, parse_categories,
+    parse_items,
 };
 use crate::{
-    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, restore_problem, spec_problem,
+    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, category_restore_problem,
+    restore_problem, spec_problem,
 };
 
 /// The registry of events (outside any hash tag).
@@ -219,8 +223,8 @@ impl Keys {
     fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
     }
-    /// KEYS[1..6] of every script with common.lua.
-    fn common(&self) -> [String; 6] {
+    /// KEYS[1..7] of every script with common.lua.
+    fn common(&self) -> [String; 7] {
         [
             self.key("stock"),
             self.key("meta"),
@@ -228,6 +232,7 @@ impl Keys {
             self.key("visitors"),
             self.key("stream"),
             self.key("ledgered"),
+            self.key("vcats"),
         ]
     }
     /// The load marker, `sluice:loaded:{ev}`: outside the event's prefix,
@@ -299,6 +304,15 @@ fn uint(v: Option<&Value>) -> Result<u64> {
 
 fn u32_of(v: Option<&Value>) -> Result<u32> {
     Ok(u32::try_from(int(v)?.max(0)).unwrap_or(u32::MAX))
+}
+
+/// A reply's items text (absent or empty: none).
+fn items_of(v: Option<&Value>) -> Result<Vec<Item>> {
+    let t = match v {
+        None | Some(Value::Nil) => return Ok(Vec::new()),
+        v => text(v)?,
+    };
+    parse_items(&t).ok_or_else(|| ReservationError::Protocol(format!("bad items {t}")))
 }
 
 fn status(v: Option<&Value>) -> Result<HoldStatus> {
@@ -503,6 +517,7 @@ impl RedisInventory {
         keys: &Keys,
         visitor: &str,
         qty: u32,
+        lines: Option<&[Item]>,
         idempotency_key: Option<&str>,
         suffix: &str,
         named: Option<&str>,
@@ -520,6 +535,8 @@ impl RedisInventory {
             LAZY_REAP_MAX.to_string(),
             ms(IDEMPOTENCY_TTL).to_string(),
             self.released_ms.clone(),
+            if lines.is_some() { "i" } else { "q" }.to_owned(),
+            lines.map(items_text).unwrap_or_default(),
         ];
         let (v, acked) = self
             .run_durable(&self.scripts.hold, event, keys, &extra, &args)
@@ -532,6 +549,7 @@ impl RedisInventory {
         &self,
         event: &EventId,
         spec: &StockSpec,
+        cats: &[CategorySpec],
         only_new: bool,
     ) -> Result<Vec<Value>> {
         let keys = Keys::new(event);
@@ -552,7 +570,7 @@ impl RedisInventory {
         } else {
             false
         };
-        let args = [
+        let mut args = vec![
             spec.total.to_string(),
             spec.cart_limit.to_string(),
             spec.hold_ttl_ms().to_string(),
@@ -560,7 +578,13 @@ impl RedisInventory {
             spec.room.clone(),
             if only_new { "1" } else { "0" }.to_owned(),
             if known { "1" } else { "0" }.to_owned(),
+            cats.len().to_string(),
         ];
+        for c in cats {
+            args.push(c.id.to_string());
+            args.push(c.total.to_string());
+            args.push(c.cart_limit.unwrap_or(0).to_string());
+        }
         items(
             self.run_common(
                 &self.scripts.set_stock,
@@ -670,13 +694,204 @@ impl RedisInventory {
     }
 }
 
+impl RedisInventory {
+    /// `hold` (`items` = `None`) and `hold_items` (`qty` = their sum).
+    async fn hold_any(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        items: Option<&[Item]>,
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        let keys = Keys::new(event);
+        // A new hold always gets a fresh suffix; a REDIRECT names the hold
+        // an idempotency key already points to, replayed on the next call
+        // (or, when that hold is gone, replaced by a new one under the
+        // fresh suffix). It can only repeat if the key is rewritten in
+        // between (another request took it), so a few rounds are plenty.
+        let suffix = HoldId::generate(event).suffix().to_owned();
+        let mut named: Option<String> = None;
+        let mut r = Vec::new();
+        let mut acked = 0;
+        for _ in 0..4 {
+            (r, acked) = self
+                .hold_once(
+                    event,
+                    &keys,
+                    visitor,
+                    qty,
+                    items,
+                    idempotency_key,
+                    &suffix,
+                    named.as_deref(),
+                )
+                .await?;
+            if text(r.first())? == "REDIRECT" {
+                named = Some(text(r.get(1))?);
+                continue;
+            }
+            break;
+        }
+        let view = |r: &[Value], suffix: &str| -> Result<HoldView> {
+            let deadline = uint(r.get(3))?;
+            Ok(HoldView {
+                hold_id: HoldId::from_parts(event, suffix),
+                event: event.clone(),
+                qty: u32_of(r.get(1))?,
+                status: status(r.get(2))?,
+                expires_at: deadline / 1000,
+                expires_at_ms: deadline,
+                available: uint(r.get(4))?,
+                visitor: visitor.to_owned(),
+                items: items_of(r.get(5))?,
+            })
+        };
+        let answer = text(r.first())?;
+        if let Some(lag) = self.lagged(acked) {
+            match answer.as_str() {
+                "HELD" => {
+                    self.unwind_hold(event, &keys, visitor, idempotency_key, &suffix)
+                        .await?;
+                    return Err(lag);
+                }
+                "REPLAYED" => return Err(lag),
+                // Nothing was written: the answer stands.
+                _ => {}
+            }
+        }
+        Ok(match answer.as_str() {
+            "HELD" => HoldOutcome::Held(view(&r, &suffix)?),
+            "REPLAYED" => HoldOutcome::Replayed(view(&r, named.as_deref().unwrap_or(&suffix))?),
+            "NOT_READY" => HoldOutcome::NotReady,
+            "INVALID_QTY" => HoldOutcome::InvalidQuantity {
+                limit: u32_of(r.get(1))?,
+            },
+            "CART_LIMIT" => HoldOutcome::CartLimitExceeded {
+                limit: u32_of(r.get(1))?,
+                held: u32_of(r.get(2))?,
+            },
+            "SOLD_OUT" => HoldOutcome::SoldOut {
+                available: uint(r.get(1))?,
+            },
+            "ITEMS_REQUIRED" => HoldOutcome::ItemsRequired,
+            "CATEGORY_NOT_FOUND" => HoldOutcome::CategoryNotFound {
+                category: text(r.get(1))?,
+            },
+            "CATEGORY_CART_LIMIT" => HoldOutcome::CategoryCartLimitExceeded {
+                category: text(r.get(1))?,
+                limit: u32_of(r.get(2))?,
+                held: u32_of(r.get(3))?,
+            },
+            "CATEGORY_SOLD_OUT" => HoldOutcome::CategorySoldOut {
+                category: text(r.get(1))?,
+                available: uint(r.get(2))?,
+            },
+            other => return Err(ReservationError::Protocol(format!("hold: {other}"))),
+        })
+    }
+}
+
+/// The per-category tail of restore.lua's ARGV: the categories with their
+/// counters, then the category carts.
+fn restore_category_args(record: &EventRecord, cats: &CategoryRecord, args: &mut Vec<String>) {
+    args.push(cats.categories.len().to_string());
+    for c in &cats.categories {
+        let (held, confirmed) = cats.committed(record, &c.id);
+        args.push(c.id.to_string());
+        args.push(c.total.to_string());
+        args.push(c.cart_limit.unwrap_or(0).to_string());
+        args.push(c.total.saturating_sub(held + confirmed).to_string());
+        args.push(held.to_string());
+        args.push(confirmed.to_string());
+    }
+    let mut carts: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for h in &record.open_holds {
+        for i in cats
+            .hold_items
+            .get(h.hold_id.as_str())
+            .into_iter()
+            .flatten()
+        {
+            *carts
+                .entry(format!("{}:{}", i.category, h.visitor))
+                .or_default() += u64::from(i.qty);
+        }
+    }
+    for (visitor, category, qty) in &cats.confirmed {
+        *carts.entry(format!("{category}:{visitor}")).or_default() += qty;
+    }
+    carts.retain(|_, q| *q > 0);
+    args.push(carts.len().to_string());
+    for (field, qty) in carts {
+        args.push(field);
+        args.push(qty.to_string());
+    }
+}
+
 impl Inventory for RedisInventory {
     async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
-        if let Some(reason) = spec_problem(spec) {
+        self.set_stock_with_categories(event, spec, &[]).await
+    }
+
+    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
+        self.load_if_new_with_categories(event, spec, &[]).await
+    }
+
+    async fn restore(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        record: &EventRecord,
+    ) -> Result<RestoreOutcome> {
+        self.restore_with_categories(event, spec, record, &CategoryRecord::default())
+            .await
+    }
+
+    async fn hold(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        self.hold_any(event, visitor, qty, None, idempotency_key)
+            .await
+    }
+
+    async fn hold_items(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        items: &[Item],
+        idempotency_key: Option<&str>,
+    ) -> Result<HoldOutcome> {
+        match crate::items_precheck(items) {
+            Err(refused) => Ok(*refused),
+            Ok(qty) => {
+                self.hold_any(event, visitor, qty, Some(items), idempotency_key)
+                    .await
+            }
+        }
+    }
+
+    async fn set_stock_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        cats: &[CategorySpec],
+    ) -> Result<SetStockOutcome> {
+        let spec = &crate::with_category_total(spec, cats);
+        if let Some(reason) = spec_problem(spec).or_else(|| categories_problem(cats)) {
             return Ok(SetStockOutcome::Invalid { reason });
         }
-        let r = self.run_set_stock(event, spec, false).await?;
+        let r = self.run_set_stock(event, spec, cats, false).await?;
         let outcome = match text(r.first())?.as_str() {
+            "CAT_BELOW" => SetStockOutcome::CategoryBelowCommitted {
+                category: text(r.get(1))?,
+                held: uint(r.get(2))?,
+                confirmed: uint(r.get(3))?,
+            },
             "STALE" => SetStockOutcome::Stale {
                 current_version: text(r.get(1))?.parse().unwrap_or(0),
             },
@@ -707,11 +922,17 @@ impl Inventory for RedisInventory {
         Ok(outcome)
     }
 
-    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
-        if let Some(reason) = spec_problem(spec) {
+    async fn load_if_new_with_categories(
+        &self,
+        event: &EventId,
+        spec: &StockSpec,
+        cats: &[CategorySpec],
+    ) -> Result<LoadOutcome> {
+        let spec = &crate::with_category_total(spec, cats);
+        if let Some(reason) = spec_problem(spec).or_else(|| categories_problem(cats)) {
             return Ok(LoadOutcome::Invalid { reason });
         }
-        let r = self.run_set_stock(event, spec, true).await?;
+        let r = self.run_set_stock(event, spec, cats, true).await?;
         let outcome = match text(r.first())?.as_str() {
             "PRESENT" => LoadOutcome::Present,
             "LOST" => LoadOutcome::Lost {
@@ -753,15 +974,24 @@ impl Inventory for RedisInventory {
         Ok(())
     }
 
-    async fn restore(
+    async fn restore_with_categories(
         &self,
         event: &EventId,
         spec: &StockSpec,
         record: &EventRecord,
+        cats: &CategoryRecord,
     ) -> Result<RestoreOutcome> {
-        if let Some(reason) = restore_problem(event, spec, record) {
+        if let Some(reason) =
+            restore_problem(event, spec, record).or_else(|| category_restore_problem(record, cats))
+        {
             return Ok(RestoreOutcome::Invalid { reason });
         }
+        let items_of = |id: &HoldId| {
+            cats.hold_items
+                .get(id.as_str())
+                .map(|i| items_text(i))
+                .unwrap_or_default()
+        };
         let keys = Keys::new(event);
         let (available, held, confirmed) =
             (record.available(), record.held(), record.confirmed_total());
@@ -785,6 +1015,7 @@ impl Inventory for RedisInventory {
             args.push(h.visitor.clone());
             args.push(h.qty.to_string());
             args.push(h.expires_at_ms.to_string());
+            args.push(items_of(&h.hold_id));
             *carts.entry(&h.visitor).or_default() += u64::from(h.qty);
         }
         for (visitor, qty) in &record.confirmed {
@@ -802,7 +1033,9 @@ impl Inventory for RedisInventory {
             extra.push(keys.hold(h.hold_id.suffix()));
             args.push(h.visitor.clone());
             args.push(h.qty.to_string());
+            args.push(items_of(&h.hold_id));
         }
+        restore_category_args(record, cats, &mut args);
         let r = items(
             self.run_common(&self.scripts.restore, event, &keys, &extra, &args)
                 .await?,
@@ -820,85 +1053,6 @@ impl Inventory for RedisInventory {
             self.register(event).await?;
         }
         Ok(outcome)
-    }
-
-    async fn hold(
-        &self,
-        event: &EventId,
-        visitor: &str,
-        qty: u32,
-        idempotency_key: Option<&str>,
-    ) -> Result<HoldOutcome> {
-        let keys = Keys::new(event);
-        // A new hold always gets a fresh suffix; a REDIRECT names the hold
-        // an idempotency key already points to, replayed on the next call
-        // (or, when that hold is gone, replaced by a new one under the
-        // fresh suffix). It can only repeat if the key is rewritten in
-        // between (another request took it), so a few rounds are plenty.
-        let suffix = HoldId::generate(event).suffix().to_owned();
-        let mut named: Option<String> = None;
-        let mut r = Vec::new();
-        let mut acked = 0;
-        for _ in 0..4 {
-            (r, acked) = self
-                .hold_once(
-                    event,
-                    &keys,
-                    visitor,
-                    qty,
-                    idempotency_key,
-                    &suffix,
-                    named.as_deref(),
-                )
-                .await?;
-            if text(r.first())? == "REDIRECT" {
-                named = Some(text(r.get(1))?);
-                continue;
-            }
-            break;
-        }
-        let view = |r: &[Value], suffix: &str| -> Result<HoldView> {
-            let deadline = uint(r.get(3))?;
-            Ok(HoldView {
-                hold_id: HoldId::from_parts(event, suffix),
-                event: event.clone(),
-                qty: u32_of(r.get(1))?,
-                status: status(r.get(2))?,
-                expires_at: deadline / 1000,
-                expires_at_ms: deadline,
-                available: uint(r.get(4))?,
-                visitor: visitor.to_owned(),
-            })
-        };
-        let answer = text(r.first())?;
-        if let Some(lag) = self.lagged(acked) {
-            match answer.as_str() {
-                "HELD" => {
-                    self.unwind_hold(event, &keys, visitor, idempotency_key, &suffix)
-                        .await?;
-                    return Err(lag);
-                }
-                "REPLAYED" => return Err(lag),
-                // Nothing was written: the answer stands.
-                _ => {}
-            }
-        }
-        Ok(match answer.as_str() {
-            "HELD" => HoldOutcome::Held(view(&r, &suffix)?),
-            "REPLAYED" => HoldOutcome::Replayed(view(&r, named.as_deref().unwrap_or(&suffix))?),
-            "NOT_READY" => HoldOutcome::NotReady,
-            "INVALID_QTY" => HoldOutcome::InvalidQuantity {
-                limit: u32_of(r.get(1))?,
-            },
-            "CART_LIMIT" => HoldOutcome::CartLimitExceeded {
-                limit: u32_of(r.get(1))?,
-                held: u32_of(r.get(2))?,
-            },
-            "SOLD_OUT" => HoldOutcome::SoldOut {
-                available: uint(r.get(1))?,
-            },
-            other => return Err(ReservationError::Protocol(format!("hold: {other}"))),
-        })
     }
 
     async fn get_hold(&self, hold_id: &HoldId, visitor: &str) -> Result<Option<HoldView>> {
@@ -923,6 +1077,7 @@ impl Inventory for RedisInventory {
             expires_at_ms: deadline,
             available: uint(r.get(4))?,
             visitor: visitor.to_owned(),
+            items: items_of(r.get(5))?,
         }))
     }
 
@@ -1029,6 +1184,7 @@ impl Inventory for RedisInventory {
             None | Some(Value::Nil) => None,
             v => Some(uint(v)?),
         };
+        let categories = category_states(r.get(9..).unwrap_or_default())?;
         Ok(Some(EventState {
             event: event.clone(),
             total,
@@ -1040,7 +1196,9 @@ impl Inventory for RedisInventory {
             hold_ttl_secs: hold_ttl_ms.div_ceil(1000),
             hold_ttl_ms,
             room: text(r.get(5))?,
-            invariant_holds: available.is_some_and(|a| a + held + confirmed == total),
+            invariant_holds: available.is_some_and(|a| a + held + confirmed == total)
+                && categories_add_up(&categories, total, available, held, confirmed),
+            categories,
         }))
     }
 
@@ -1088,6 +1246,8 @@ impl Inventory for RedisInventory {
                 available: 0,
                 ts_ms: 0,
                 payment_event_id: None,
+                items: Vec::new(),
+                categories: Vec::new(),
             };
             for pair in fields.chunks(2) {
                 let name = text(pair.first())?;
@@ -1104,6 +1264,8 @@ impl Inventory for RedisInventory {
                     "available" => t.available = value.parse().unwrap_or(0),
                     "ts_ms" => t.ts_ms = value.parse().unwrap_or(0),
                     "payment_event_id" => t.payment_event_id = Some(value),
+                    "items" => t.items = parse_items(&value).unwrap_or_default(),
+                    "categories" => t.categories = parse_categories(&value).unwrap_or_default(),
                     _ => {}
                 }
             }
@@ -1112,4 +1274,44 @@ impl Inventory for RedisInventory {
         out.reverse();
         Ok(out)
     }
+}
+
+/// read.lua's per-category tail: sextuples id, total, avail, held,
+/// confirmed, limit.
+fn category_states(tail: &[Value]) -> Result<Vec<CategoryState>> {
+    tail.chunks(6)
+        .map(|c| {
+            let id = text(c.first())?;
+            let limit = u32_of(c.get(5))?;
+            Ok(CategoryState {
+                id: CategoryId::parse(&id)
+                    .ok_or_else(|| ReservationError::Protocol(format!("category {id}")))?,
+                total: uint(c.get(1))?,
+                available: uint(c.get(2))?,
+                held: uint(c.get(3))?,
+                confirmed: uint(c.get(4))?,
+                cart_limit: (limit > 0).then_some(limit),
+            })
+        })
+        .collect()
+}
+
+/// Each category's counters add up, and theirs to the event's.
+fn categories_add_up(
+    cats: &[CategoryState],
+    total: u64,
+    available: Option<u64>,
+    held: u64,
+    confirmed: u64,
+) -> bool {
+    if cats.is_empty() {
+        return true;
+    }
+    let sum = |f: fn(&CategoryState) -> u64| cats.iter().map(f).sum::<u64>();
+    cats.iter()
+        .all(|c| c.available + c.held + c.confirmed == c.total)
+        && sum(|c| c.total) == total
+        && Some(sum(|c| c.available)) == available
+        && sum(|c| c.held) == held
+        && sum(|c| c.confirmed) == confirmed
 }

@@ -112,6 +112,136 @@ impl fmt::Display for HoldId {
     }
 }
 
+// === categories ===
+
+/// Longest category id, in bytes.
+pub const MAX_CATEGORY_ID_LEN: usize = 32;
+/// Most categories per event (each is a handful of fields in the event's
+/// settings hash; a hold names at most this many).
+pub const MAX_CATEGORIES: usize = 64;
+
+/// A category (tier) of an event: `[A-Za-z0-9_-]{1,32}`. The characters
+/// the stores use as separators (`:`, `/`, `=`, `,`) are refused.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct CategoryId(String);
+
+impl CategoryId {
+    /// Validates a category id.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s.is_empty() || s.len() > MAX_CATEGORY_ID_LEN || !s.bytes().all(is_id_char) {
+            return None;
+        }
+        Some(Self(s.to_owned()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CategoryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One category of an event as the operator loads it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CategorySpec {
+    /// The category.
+    pub id: CategoryId,
+    /// Its units (available + held + confirmed in it).
+    pub total: u64,
+    /// Most units of it one visitor may hold and buy; `None`: only the
+    /// event's cart limit applies.
+    pub cart_limit: Option<u32>,
+}
+
+/// One category's counters (`EventState::categories`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CategoryState {
+    /// The category.
+    pub id: CategoryId,
+    /// Its units in all.
+    pub total: u64,
+    /// Units free to hold.
+    pub available: u64,
+    /// Units in open holds.
+    pub held: u64,
+    /// Units sold.
+    pub confirmed: u64,
+    /// Its own cart limit, if any.
+    pub cart_limit: Option<u32>,
+}
+
+/// One line of a multi-category hold: `qty` units of `category`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Item {
+    /// The category.
+    pub category: CategoryId,
+    /// Units.
+    pub qty: u32,
+}
+
+/// Items as the stores write them (in the deadline index member, the hold
+/// record and the stream's `items` field): `cat=qty` joined by `/`.
+pub fn items_text(items: &[Item]) -> String {
+    let parts: Vec<String> = items
+        .iter()
+        .map(|i| format!("{}={}", i.category, i.qty))
+        .collect();
+    parts.join("/")
+}
+
+/// Parses [`items_text`]'s format (empty text: no items); `None` when
+/// malformed.
+pub fn parse_items(text: &str) -> Option<Vec<Item>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split('/')
+        .map(|part| {
+            let (c, q) = part.split_once('=')?;
+            Some(Item {
+                category: CategoryId::parse(c)?,
+                qty: q.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Why a category list would be refused by `set_stock`, if it would.
+pub fn categories_problem(categories: &[CategorySpec]) -> Option<&'static str> {
+    if categories.len() > MAX_CATEGORIES {
+        return Some("more than 64 categories");
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut sum: u64 = 0;
+    for c in categories {
+        if !seen.insert(c.id.as_str()) {
+            return Some("a category is listed twice");
+        }
+        if c.cart_limit == Some(0) {
+            return Some("a category's cart_limit must be at least 1");
+        }
+        sum = sum.saturating_add(c.total);
+    }
+    if sum > crate::MAX_TOTAL {
+        Some("categories' totals above 2^53")
+    } else {
+        None
+    }
+}
+
+/// Why an item list is refused before any store sees it: the first
+/// category listed twice.
+pub fn duplicate_category(items: &[Item]) -> Option<&CategoryId> {
+    let mut seen = std::collections::HashSet::new();
+    items.iter().map(|i| &i.category).find(|c| !seen.insert(*c))
+}
+
 // === StockSpec ===
 
 /// What the operator loads with `PUT /_sluice/admin/events/{event}`.
@@ -178,6 +308,17 @@ pub enum SetStockOutcome {
         /// Units currently held.
         held: u64,
         /// Units confirmed (sold).
+        confirmed: u64,
+    },
+    /// A category's new total (0 for a category left out) is below what is
+    /// held or sold in it: refused, nothing changed (HTTP 409
+    /// `category_below_committed`).
+    CategoryBelowCommitted {
+        /// The category.
+        category: String,
+        /// Units held in it.
+        held: u64,
+        /// Units sold in it.
         confirmed: u64,
     },
     /// The spec itself is unusable (cart limit 0, TTL 0, total above
@@ -291,6 +432,9 @@ pub struct HoldView {
     pub available: u64,
     /// The owner (the admission token's `sub`).
     pub visitor: String,
+    /// Units per category (empty for a hold of an event without
+    /// categories).
+    pub items: Vec<Item>,
 }
 
 /// Answer to `hold`.
@@ -327,6 +471,39 @@ pub enum HoldOutcome {
     /// unknown to the store also answers `NotReady`: the gateway answers
     /// 404 `event_not_found` for events outside its configuration.
     NotReady,
+    /// An item names a category the event does not have (or the event has
+    /// none): nothing held (HTTP 404 `category_not_found`).
+    CategoryNotFound {
+        /// The first unknown category, in the order asked.
+        category: String,
+    },
+    /// A category listed twice in one hold: nothing held (HTTP 400
+    /// `duplicate_category`). Refused before the store is asked.
+    DuplicateCategory {
+        /// The category.
+        category: String,
+    },
+    /// A bare `qty` on an event with categories: the hold must say which
+    /// (HTTP 422 `items_required`).
+    ItemsRequired,
+    /// Not enough units in one category (HTTP 409 `sold_out`, naming it);
+    /// nothing held in any category.
+    CategorySoldOut {
+        /// The first category short of units, in the order asked.
+        category: String,
+        /// Units available in it.
+        available: u64,
+    },
+    /// held + confirmed + asked in one category would exceed that
+    /// category's cart limit (HTTP 409 `cart_limit_exceeded`, naming it).
+    CategoryCartLimitExceeded {
+        /// The category.
+        category: String,
+        /// Its cart limit.
+        limit: u32,
+        /// Units of it this visitor already holds or bought.
+        held: u32,
+    },
 }
 
 /// Answer to `release`.
@@ -432,8 +609,11 @@ pub struct EventState {
     pub hold_ttl_ms: u64,
     /// The room whose admitted visitors may buy.
     pub room: String,
-    /// `available + held + confirmed == total` (false when not ready).
+    /// `available + held + confirmed == total` (false when not ready), and
+    /// the same in every category, whose counters add up to the event's.
     pub invariant_holds: bool,
+    /// Per-category counters, in the order loaded (empty: no categories).
+    pub categories: Vec<CategoryState>,
 }
 
 impl EventState {
@@ -519,6 +699,42 @@ pub struct Transition {
     pub ts_ms: u64,
     /// The payment event that caused a `confirmed` or payment `released`.
     pub payment_event_id: Option<String>,
+    /// For a hold's transition: units per category (empty without
+    /// categories).
+    pub items: Vec<Item>,
+    /// For `stock` and `restored`: the categories as loaded (empty
+    /// without categories).
+    pub categories: Vec<CategorySpec>,
+}
+
+/// Categories as the stream's `categories` field writes them:
+/// `id:total:cart_limit` (0 = none) joined by `,`.
+pub fn categories_text(categories: &[CategorySpec]) -> String {
+    let parts: Vec<String> = categories
+        .iter()
+        .map(|c| format!("{}:{}:{}", c.id, c.total, c.cart_limit.unwrap_or(0)))
+        .collect();
+    parts.join(",")
+}
+
+/// Parses [`categories_text`]'s format; `None` when malformed.
+pub fn parse_categories(text: &str) -> Option<Vec<CategorySpec>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|part| {
+            let mut f = part.split(':');
+            let id = CategoryId::parse(f.next()?)?;
+            let total = f.next()?.parse().ok()?;
+            let limit: u32 = f.next()?.parse().ok()?;
+            Some(CategorySpec {
+                id,
+                total,
+                cart_limit: (limit > 0).then_some(limit),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

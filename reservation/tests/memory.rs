@@ -67,3 +67,23 @@ fn restore_property() {
         })
         .unwrap();
 }
+
+#[test]
+fn categories_property() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let h = Harness::memory();
+    let mut runner = TestRunner::new(Config {
+        cases: 1_000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&conformance::categories::cat_case(40), |(case, ops)| {
+            rt.block_on(conformance::categories::run_cat_case(&h, &case, &ops))
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
+}

@@ -601,3 +601,38 @@ async fn the_load_marker_survives_the_events_keys() {
         sluice_reservation::LoadOutcome::Loaded { .. }
     ));
 }
+
+/// Categories over a real `redis-server`: random interleavings of
+/// multi-category holds, releases, payments, expiries (a whole TTL of real
+/// time) and stock changes agree with the model after every step.
+#[test]
+fn categories_property() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(h) = rt.block_on(harness_with_ttl(Duration::from_millis(300))) else {
+        return;
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(64),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&conformance::categories::cat_case(30), |(case, ops)| {
+            rt.block_on(conformance::categories::run_cat_case(&h, &case, &ops))
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+async fn harness_with_ttl(ttl: Duration) -> Option<Harness> {
+    let (mut h, _) = harness_with(RedisOptions::default()).await?;
+    h.short_ttl = ttl;
+    Some(h)
+}

@@ -1,7 +1,8 @@
 // The demo shop's event page. It talks to the gateway's public
 // reservation API (API.md) from the browser, same origin, with the
 // admission cookie the gateway set: live availability, a hold with an
-// Idempotency-Key, a countdown to the hold's expiry, release, pay.
+// Idempotency-Key, a countdown to the hold's expiry, release, pay. An event
+// with categories gets a quantity per category, held in one request.
 (function () {
   'use strict';
   var root = document.getElementById('shop');
@@ -13,6 +14,8 @@
   var qtyEl = $('qty'), form = $('hold-form'), holdBtn = $('hold-btn');
   var holdBox = $('hold'), buyBox = $('buy'), countdownEl = $('countdown');
   var holdQtyEl = $('hold-qty'), payLink = $('pay'), releaseBtn = $('release'), msg = $('message');
+  var singleEl = $('single'), tiersEl = $('tiers'), holdItemsEl = $('hold-items');
+  var tiers = [];            // the event's categories, when it has any
   var storeKey = 'sluice-demo-hold:' + event;
   var hold = null;           // {hold_id, qty, deadline (performance.now() ms)}
   var ticking = null;
@@ -36,7 +39,60 @@
     say('Your session in the shop ended. Reload the page to get back in line.');
   }
 
+  function itemsText(items) {
+    return (items || []).map(function (i) { return i.category + ' × ' + i.qty; }).join(', ');
+  }
+
+  // One row per category: what is left and a quantity (0 to what the
+  // category and the cart limit allow).
+  function showTiers(e) {
+    tiers = e.categories || [];
+    singleEl.hidden = tiers.length > 0;
+    tiersEl.hidden = tiers.length === 0;
+    var body = tiersEl.tBodies[0];
+    tiers.forEach(function (c, n) {
+      var row = body.rows[n];
+      if (!row || row.getAttribute('data-category') !== c.id) {
+        body.textContent = '';
+        tiers.forEach(function (t) {
+          var r = body.insertRow();
+          r.setAttribute('data-category', t.id);
+          r.insertCell().textContent = t.id;
+          r.insertCell();
+          var sel = document.createElement('select');
+          sel.setAttribute('aria-label', 'Tickets of ' + t.id);
+          sel.id = 'qty-' + t.id;
+          r.insertCell().appendChild(sel);
+        });
+        row = body.rows[n];
+      }
+      row.cells[1].textContent = c.available.toLocaleString() + ' of ' + c.total.toLocaleString();
+      var sel = row.cells[2].firstChild;
+      var most = Math.min(c.cart_limit || e.cart_limit, e.cart_limit, c.available);
+      if (sel.options.length !== most + 1) {
+        var keep = Number(sel.value) || 0;
+        sel.textContent = '';
+        for (var i = 0; i <= most; i++) {
+          var o = document.createElement('option');
+          o.value = String(i); o.textContent = String(i);
+          sel.appendChild(o);
+        }
+        sel.value = String(Math.min(keep, most));
+      }
+    });
+  }
+
+  // What the form asks for: {qty} or, with categories, {items}.
+  function request() {
+    if (tiers.length === 0) return { qty: Number(qtyEl.value) };
+    var items = tiers.map(function (c) {
+      return { category: c.id, qty: Number($('qty-' + c.id).value) || 0 };
+    }).filter(function (i) { return i.qty > 0; });
+    return items.length ? { items: items } : null;
+  }
+
   function showStock(e) {
+    showTiers(e);
     availableEl.textContent = e.available.toLocaleString();
     totalEl.textContent = 'of ' + e.total.toLocaleString() + ' left';
     fill.style.width = (e.total > 0 ? Math.round(100 * e.available / e.total) : 0) + '%';
@@ -77,6 +133,8 @@
     hold = { hold_id: h.hold_id, qty: h.qty, deadline: performance.now() + left * 1000 };
     try { sessionStorage.setItem(storeKey, h.hold_id); } catch (e) { /* private mode */ }
     holdQtyEl.textContent = String(h.qty);
+    holdItemsEl.textContent = itemsText(h.items);
+    holdItemsEl.hidden = !(h.items && h.items.length);
     payLink.href = '/demo-pay/' + encodeURIComponent(h.hold_id);
     holdBox.hidden = false;
     buyBox.hidden = true;
@@ -108,12 +166,13 @@
 
   form.addEventListener('submit', function (ev) {
     ev.preventDefault();
-    var qty = Number(qtyEl.value);
+    var asked = request();
+    if (!asked) { say('Choose at least one ticket.'); return; }
     // Retrying after a network error reuses the key: at most one hold.
     pendingKey = pendingKey || newKey();
     holdBtn.disabled = true;
     say('Holding your tickets…');
-    call('POST', api + '/holds', { qty: qty }, { 'idempotency-key': pendingKey }).then(function (r) {
+    call('POST', api + '/holds', asked, { 'idempotency-key': pendingKey }).then(function (r) {
       pendingKey = null;
       holdBtn.disabled = false;
       if (r.status === 201) {
@@ -123,10 +182,12 @@
       } else if (r.status === 401) {
         notAdmitted();
       } else if (r.body.code === 'sold_out') {
-        say('Not enough tickets left: ' + r.body.available + ' available.');
+        var where = r.body.category ? ' in ' + r.body.category : '';
+        say('Not enough tickets left' + where + ': ' + r.body.available + ' available.');
         refresh();
       } else if (r.body.code === 'cart_limit_exceeded') {
-        say('You can hold at most ' + r.body.limit + ' ticket(s); you already hold ' + r.body.held + '.');
+        var of = r.body.category ? ' of ' + r.body.category : '';
+        say('You can hold at most ' + r.body.limit + ' ticket(s)' + of + '; you already hold ' + r.body.held + '.');
       } else {
         say((r.body.title || 'Something went wrong') + '. Please try again.');
       }

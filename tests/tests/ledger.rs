@@ -840,6 +840,8 @@ fn history(event: &EventId, ops: &[(u8, u8)]) -> (Vec<Parsed>, (i64, i64, i64)) 
             reason: None,
             payment_event_id: extra.1,
             version: extra.2,
+            items: Vec::new(),
+            categories: Vec::new(),
         }));
     };
     push(total, Kind::Stock, None, total, (None, None, Some(1)));
@@ -1215,6 +1217,8 @@ fn hold_entry(n: u64, kind: Kind, hold: &str, pay: Option<&str>) -> Parsed {
         reason: None,
         payment_event_id: pay.map(str::to_owned),
         version: None,
+        items: Vec::new(),
+        categories: Vec::new(),
     })
 }
 

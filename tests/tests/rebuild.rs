@@ -35,6 +35,8 @@ struct Site {
     pg: PgServer,
     origin: TestOrigin,
     keys: PathBuf,
+    /// Extra configuration appended (another event).
+    extra: String,
 }
 
 impl Site {
@@ -46,6 +48,7 @@ impl Site {
             pg,
             origin: TestOrigin::start().await,
             keys: temp_keys(),
+            extra: String::new(),
         })
     }
 
@@ -55,7 +58,8 @@ impl Site {
              difficulty_floor_bits = 1\ndifficulty_ceiling_bits = 2\njoin_limit_per_prefix_per_min = 0\n\
              attack_min_solve = \"0s\"\n\n\
              [[events]]\nid = \"gig\"\nroom = \"hall\"\ntotal = {TOTAL}\ncart_limit = {CART}\nhold_ttl = \"300s\"\n\n\
-             [ledger]\nauto_rebuild = {auto_rebuild}\nflush_interval = \"50ms\"\n"
+             [ledger]\nauto_rebuild = {auto_rebuild}\nflush_interval = \"50ms\"\n\n{}",
+            self.extra
         );
         temp_file("rebuild.toml", &text)
     }
@@ -481,4 +485,653 @@ async fn an_operator_rebuilds_a_lost_event_and_never_overwrites_live_counters() 
 
     assert_rebuilt(&site, &base, &answers).await;
     sell_out(&site, &base, &answers).await;
+}
+
+// === An event with categories ===
+
+/// `tiers` in room `hall`: floor 8 (at most 3 each), vip 4, balcony 6 (at
+/// most 2 each), at most 4 units per visitor across them.
+const TIERS: &str = "[[events]]\nid = \"tiers\"\nroom = \"hall\"\ncart_limit = 4\nhold_ttl = \"300s\"\n\n\
+     [[events.categories]]\nid = \"floor\"\ntotal = 8\ncart_limit = 3\n\n\
+     [[events.categories]]\nid = \"vip\"\ntotal = 4\n\n\
+     [[events.categories]]\nid = \"balcony\"\ntotal = 6\ncart_limit = 2\n";
+
+/// The categories' stock text the ledger keeps (`events.categories`).
+const TIERS_LEDGER: &str = "floor:8:3,vip:4:0,balcony:6:2";
+
+async fn hold_items(v: &Visitor, items: &[(&str, u64)]) -> Answer {
+    let items: Vec<Value> = items
+        .iter()
+        .map(|(c, q)| json!({"category": c, "qty": q}))
+        .collect();
+    v.call_admitted(
+        Method::POST,
+        "/_sluice/events/tiers/holds",
+        Some(json!({ "items": items })),
+        &[],
+    )
+    .await
+}
+
+async fn tiers_view(base: &str) -> Value {
+    admin(base, Method::GET, "/_sluice/admin/events/tiers")
+        .await
+        .json()
+}
+
+/// `{category: [total, available, held, confirmed]}` of the admin view.
+fn tier_counts(view: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for c in view["categories"].as_array().expect("categories") {
+        out.insert(
+            c["id"].as_str().unwrap().to_owned(),
+            json!([c["total"], c["available"], c["held"], c["confirmed"]]),
+        );
+    }
+    Value::Object(out)
+}
+
+/// A hold of `tiers` the sale made, with what it was told.
+struct TierHold {
+    owner: Visitor,
+    id: String,
+    items: Vec<(&'static str, u64)>,
+}
+
+/// The sale: paid, open and released holds across the three categories.
+/// Floor ends 2 held, 4 sold; vip 2 held, 2 sold (none left); balcony 1
+/// held, 3 sold.
+async fn tiers_sale(site: &Site, base: &str) -> (Vec<TierHold>, Vec<TierHold>) {
+    let plan: [(&[(&'static str, u64)], &str); 7] = [
+        (&[("floor", 3)], "pay"),
+        (&[("floor", 2), ("vip", 1)], "open"),
+        (&[("vip", 1), ("balcony", 2)], "pay"),
+        (&[("balcony", 1)], "open"),
+        (&[("floor", 1), ("balcony", 1)], "release"),
+        (&[("vip", 1)], "open"),
+        (&[("floor", 1), ("vip", 1), ("balcony", 1)], "pay"),
+    ];
+    let (mut open, mut paid) = (Vec::new(), Vec::new());
+    for (items, then) in plan {
+        let v = site.buyer(base);
+        let res = hold_items(&v, items).await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        let id = res.json()["hold_id"].as_str().unwrap().to_owned();
+        let h = TierHold {
+            owner: v,
+            id,
+            items: items.to_vec(),
+        };
+        match then {
+            "pay" => {
+                let res = pay(base, &h.id).await;
+                assert_eq!(res.json()["status"], "confirmed", "{}", res.text());
+                paid.push(h);
+            }
+            "release" => {
+                let res = h
+                    .owner
+                    .call_admitted(
+                        Method::DELETE,
+                        &format!("/_sluice/holds/{}", h.id),
+                        None,
+                        &[],
+                    )
+                    .await;
+                assert!(res.status.is_success(), "{}", res.text());
+            }
+            _ => open.push(h),
+        }
+    }
+    (open, paid)
+}
+
+/// Waits until the ledger has written every entry of `tiers`, reconciled
+/// with no drift, and returns the admin view.
+async fn tiers_caught_up(base: &str) -> Value {
+    until(
+        "the ledger catches up on tiers",
+        Duration::from_secs(30),
+        async || {
+            let behind =
+                sluice_tests::metric(base, "sluice_ledger_lag_entries{event=\"tiers\"}").await;
+            let e = tiers_view(base).await;
+            let l = &e["ledger"];
+            (behind == 0.0 && l["read"] == true && l["lag_entries"] == 0 && l["drift_units"] == 0)
+                .then_some(e)
+        },
+    )
+    .await
+}
+
+/// The ledger's per-category balance (`category_balance`), as the admin
+/// view's [`tier_counts`].
+fn ledger_tier_counts(pg: &PgServer) -> Value {
+    let rows = pg.psql(
+        "SELECT category, total, available, held_units, confirmed_units
+         FROM category_balance WHERE event = 'tiers' ORDER BY position",
+    );
+    let mut out = serde_json::Map::new();
+    for line in rows.lines() {
+        let f: Vec<&str> = line.split('|').collect();
+        let n = |i: usize| -> u64 { f[i].parse().unwrap() };
+        out.insert(f[0].to_owned(), json!([n(1), n(2), n(3), n(4)]));
+    }
+    Value::Object(out)
+}
+
+/// POST rebuild of `tiers`.
+async fn rebuild_tiers(base: &str) -> Answer {
+    admin(base, Method::POST, "/_sluice/admin/events/tiers/rebuild").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_with_categories_is_rebuilt_per_category_and_never_as_a_plain_one() {
+    let Some(mut site) = Site::start().await else {
+        return;
+    };
+    site.extra = TIERS.to_owned();
+    let gw = site.gateway(true, false, true);
+    let base = gw.url();
+    until("tiers loaded", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["available"] == 18).then_some(e)
+    })
+    .await;
+    let (open, paid) = tiers_sale(&site, &base).await;
+    let before = tiers_caught_up(&base).await;
+    let expected = json!({
+        "floor": [8, 2, 2, 4],
+        "vip": [4, 0, 2, 2],
+        "balcony": [6, 2, 1, 3],
+    });
+    assert_eq!(tier_counts(&before), expected, "{before}");
+    // The ledger keeps the same per category.
+    assert_eq!(ledger_tier_counts(&site.pg), expected);
+    assert_eq!(
+        site.pg
+            .psql("SELECT categories FROM events WHERE event = 'tiers'"),
+        TIERS_LEDGER
+    );
+    let items = site.pg.psql(&format!(
+        "SELECT string_agg(category || '=' || qty, '/' ORDER BY category)
+         FROM hold_items WHERE hold_id = '{}'",
+        paid[2].id
+    ));
+    assert_eq!(items, "balcony=1/floor=1/vip=1");
+
+    // The store loses everything behind the running gateway.
+    assert!(site.redis.command("FLUSHALL").contains("OK"));
+    until("the loss is seen", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["ready"] == false).then_some(e)
+    })
+    .await;
+
+    // Safety net: a ledger that lost the categories (or never had them)
+    // cannot rebuild the event, as plain or otherwise.
+    site.pg
+        .psql("UPDATE events SET categories = NULL WHERE event = 'tiers'");
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 422, "{}", res.text());
+    assert!(res.text().contains("categor"), "{}", res.text());
+    site.pg.psql(
+        "CREATE TABLE hold_items_aside AS SELECT * FROM hold_items WHERE event = 'tiers';
+         DELETE FROM hold_items WHERE event = 'tiers'",
+    );
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 422, "{}", res.text());
+    assert!(
+        res.text().contains("knows the event with categories"),
+        "{}",
+        res.text()
+    );
+    // Categories back but a hold's breakdown missing: refused too.
+    site.pg.psql(&format!(
+        "UPDATE events SET categories = '{TIERS_LEDGER}' WHERE event = 'tiers';
+         INSERT INTO hold_items SELECT * FROM hold_items_aside WHERE hold_id <> '{}'",
+        open[0].id
+    ));
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 422, "{}", res.text());
+    assert!(res.text().contains("breakdown"), "{}", res.text());
+    assert_eq!(tiers_view(&base).await["ready"], false, "nothing restored");
+    site.pg.psql(&format!(
+        "INSERT INTO hold_items SELECT * FROM hold_items_aside WHERE hold_id = '{}'",
+        open[0].id
+    ));
+
+    // The ledger whole: the rebuild restores each category.
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let v = res.json();
+    assert_eq!(
+        (&v["outcome"], &v["categories"], &v["held"], &v["confirmed"]),
+        (&json!("restored"), &json!(3), &json!(5), &json!(9)),
+        "{v}"
+    );
+    let after = until("rebuilt", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["ready"] == true).then_some(e)
+    })
+    .await;
+    assert_eq!(tier_counts(&after), expected, "{after}");
+    assert_eq!(after["categories"], before["categories"], "{after}");
+    assert_eq!(after["invariant_holds"], true, "{after}");
+
+    // Open holds keep their owner and breakdown; paid ones stay sold.
+    for (h, status) in open
+        .iter()
+        .map(|h| (h, "held"))
+        .chain(paid.iter().map(|h| (h, "confirmed")))
+    {
+        let res = h
+            .owner
+            .call_admitted(Method::GET, &format!("/_sluice/holds/{}", h.id), None, &[])
+            .await;
+        assert_eq!(res.status, 200, "{}", res.text());
+        let got = res.json();
+        assert_eq!(got["status"], status, "{got}");
+        let want: Vec<Value> = h
+            .items
+            .iter()
+            .map(|(c, q)| json!({"category": c, "qty": q}))
+            .collect();
+        let mut have = got["items"].as_array().cloned().unwrap_or_default();
+        have.sort_by_key(|i| i["category"].as_str().unwrap().to_owned());
+        let mut want = want;
+        want.sort_by_key(|i| i["category"].as_str().unwrap().to_owned());
+        assert_eq!(have, want, "{got}");
+    }
+
+    // Carts per category and across them are still counted.
+    let refused = |res: &Answer, category: Option<&str>| {
+        assert_eq!(res.status, 409, "{}", res.text());
+        let p = res.json();
+        assert_eq!(p["code"], "cart_limit_exceeded", "{p}");
+        assert_eq!(p["category"].as_str(), category, "{p}");
+    };
+    // paid[0] bought floor 3 of 3; paid[1] balcony 2 of 2; open[0] holds
+    // 3 of 4 across categories.
+    refused(
+        &hold_items(&paid[0].owner, &[("floor", 1)]).await,
+        Some("floor"),
+    );
+    refused(
+        &hold_items(&paid[1].owner, &[("balcony", 1)]).await,
+        Some("balcony"),
+    );
+    refused(&hold_items(&open[0].owner, &[("balcony", 2)]).await, None);
+    // All or nothing: vip is gone, so floor is not taken either.
+    let v = site.buyer(&base);
+    let res = hold_items(&v, &[("floor", 1), ("vip", 1)]).await;
+    assert_eq!(res.status, 409, "{}", res.text());
+    assert_eq!(
+        (&res.json()["code"], &res.json()["category"]),
+        (&json!("sold_out"), &json!("vip"))
+    );
+    assert_eq!(tier_counts(&tiers_view(&base).await), expected);
+
+    // No tier sells past what it has left.
+    for (category, left) in [("floor", 2), ("vip", 0), ("balcony", 2)] {
+        let mut taken = 0;
+        loop {
+            let v = site.buyer(&base);
+            let res = hold_items(&v, &[(category, 1)]).await;
+            if res.status != 201 {
+                let p = res.json();
+                assert_eq!(
+                    (&p["code"], &p["category"]),
+                    (&json!("sold_out"), &json!(category)),
+                    "{p}"
+                );
+                break;
+            }
+            let id = res.json()["hold_id"].as_str().unwrap().to_owned();
+            assert_eq!(pay(&base, &id).await.json()["status"], "confirmed");
+            taken += 1;
+            assert!(taken <= left, "{category} oversold");
+        }
+        assert_eq!(taken, left, "{category}: units left after the rebuild");
+    }
+    // The restored holds are paid: every unit of every tier sold once.
+    for h in &open {
+        let res = pay(&base, &h.id).await;
+        assert_eq!(res.json()["status"], "confirmed", "{}", res.text());
+    }
+    let end = tiers_view(&base).await;
+    assert_eq!(
+        tier_counts(&end),
+        json!({
+            "floor": [8, 0, 0, 8],
+            "vip": [4, 0, 0, 4],
+            "balcony": [6, 0, 0, 6],
+        }),
+        "{end}"
+    );
+    // The ledger followed the rebuild (its `restored` entry) and the sales
+    // after it, and agrees.
+    let end = tiers_caught_up(&base).await;
+    assert_eq!(end["confirmed"], 18, "{end}");
+    assert_eq!(ledger_tier_counts(&site.pg), tier_counts(&end));
+    assert_eq!(
+        site.pg.psql(
+            "SELECT count(*) FROM hold_transitions
+             WHERE event = 'tiers' AND kind = 'restored' AND categories = 'floor:8:3,vip:4:0,balcony:6:2'"
+        ),
+        "1"
+    );
+}
+
+// === Property: random sales of an event with categories ===
+
+/// One hold the random sale took: its owner, units per category, and how
+/// it ended (`None`: still held).
+struct Taken {
+    id: sluice_reservation::HoldId,
+    visitor: String,
+    items: Vec<sluice_reservation::Item>,
+    end: Option<&'static str>,
+}
+
+/// A seeded random sale of an event with 1 to 3 categories: holds over
+/// random categories by 4 visitors (refusals included), releases, paid
+/// and failed payments.
+async fn random_sale(
+    inv: &sluice_reservation::RedisInventory,
+    ev: &sluice_reservation::EventId,
+    seed: u64,
+) -> (sluice_reservation::StockSpec, Vec<Taken>) {
+    use rand::{RngExt as _, SeedableRng as _};
+    use sluice_reservation::{CategoryId, CategorySpec, HoldOutcome, Inventory, Item};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let cats: Vec<CategorySpec> = (0..rng.random_range(1..4usize))
+        .map(|i| CategorySpec {
+            id: CategoryId::parse(&format!("c{i}")).unwrap(),
+            total: rng.random_range(0..16u64),
+            cart_limit: rng.random_bool(0.5).then(|| rng.random_range(1..4u32)),
+        })
+        .collect();
+    let spec = sluice_reservation::StockSpec {
+        total: 0,
+        cart_limit: rng.random_range(1..7u32),
+        hold_ttl: Duration::from_secs(600),
+        version: 1,
+        room: "hall".into(),
+    };
+    let out = inv
+        .set_stock_with_categories(ev, &spec, &cats)
+        .await
+        .unwrap();
+    assert!(
+        matches!(out, sluice_reservation::SetStockOutcome::Created { .. }),
+        "{out:?}"
+    );
+    let mut taken: Vec<Taken> = Vec::new();
+    for n in 0..40 {
+        let open: Vec<usize> = (0..taken.len())
+            .filter(|i| taken[*i].end.is_none())
+            .collect();
+        let roll = rng.random_range(0..10u32);
+        if roll < 7 || open.is_empty() {
+            let visitor = format!("v{}", rng.random_range(0..4u32));
+            let mut items: Vec<Item> = Vec::new();
+            for c in &cats {
+                if rng.random_bool(0.6) {
+                    items.push(Item {
+                        category: c.id.clone(),
+                        qty: rng.random_range(1..4u32),
+                    });
+                }
+            }
+            if items.is_empty() {
+                continue;
+            }
+            if let HoldOutcome::Held(view) =
+                inv.hold_items(ev, &visitor, &items, None).await.unwrap()
+            {
+                taken.push(Taken {
+                    id: view.hold_id,
+                    visitor,
+                    items,
+                    end: None,
+                });
+            }
+        } else {
+            let i = open[rng.random_range(0..open.len())];
+            let t = &mut taken[i];
+            match roll {
+                7 => {
+                    inv.confirm(&t.id, &format!("pay-{seed}-{n}"), true)
+                        .await
+                        .unwrap();
+                    t.end = Some("confirmed");
+                }
+                8 => {
+                    inv.confirm(&t.id, &format!("fail-{seed}-{n}"), false)
+                        .await
+                        .unwrap();
+                    t.end = Some("released");
+                }
+                _ => {
+                    inv.release(&t.id, &t.visitor).await.unwrap();
+                    t.end = Some("released");
+                }
+            }
+        }
+    }
+    (spec, taken)
+}
+
+/// Seeded random sales of events with categories, recorded by an
+/// in-process ledger into PostgreSQL; each event is then lost (a
+/// `FLUSHALL`: every key, its stream too) and restored from the ledger's record. After the
+/// rebuild each category's total, available, held, confirmed and cart
+/// limit equal the store's before the loss, every open or paid hold reads
+/// the same (status, qty, breakdown), every visitor's cart counts the same
+/// (across categories and per category: the next unit past the limit is
+/// refused with the same count), and no category sells one unit past
+/// what it had left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_category_sales_come_back_exactly_from_the_ledger() {
+    use sluice_reservation::{HoldOutcome, Inventory, Item};
+    let (Some(redis), Some(pg)) = (RedisServer::start(), PgServer::new()) else {
+        return;
+    };
+    let inv = sluice_reservation::RedisInventory::connect(&sluice_reservation::RedisConfig::new(
+        redis.url(),
+    ))
+    .await
+    .unwrap();
+    let mut c = sluice_ledger::ConsumerConfig::new(redis.url(), pg.url());
+    c.batch = 100;
+    c.flush = Duration::from_millis(50);
+    c.rescan = Duration::from_millis(200);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let consumer = tokio::spawn(sluice_ledger::run(
+        c,
+        std::sync::Arc::new(sluice_ledger::Metrics::default()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let mut ledger = sluice_ledger::Ledger::connect(&pg.url(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    for seed in 0..16u64 {
+        let ev = sluice_reservation::EventId::parse(&format!("prop{seed}")).unwrap();
+        let (spec, taken) = random_sale(&inv, &ev, seed).await;
+        let before = inv.read(&ev).await.unwrap().unwrap();
+        eprintln!(
+            "seed {seed}: {} holds ({} open, {} paid), {:?}",
+            taken.len(),
+            taken.iter().filter(|t| t.end.is_none()).count(),
+            taken.iter().filter(|t| t.end == Some("confirmed")).count(),
+            before
+                .categories
+                .iter()
+                .map(|c| (c.total, c.available, c.held, c.confirmed, c.cart_limit))
+                .collect::<Vec<_>>()
+        );
+        let stream_len: String = redis
+            .command(&format!("XLEN sluice:{{{ev}}}:stream"))
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
+        assert!(
+            stream_len.parse::<u64>().unwrap() > 1,
+            "seed {seed}: no sale"
+        );
+        until(
+            "the ledger records the sale",
+            Duration::from_secs(30),
+            async || {
+                let n = pg.psql(&format!(
+                    "SELECT count(*) FROM hold_transitions WHERE event = '{ev}'"
+                ));
+                (stream_len == n).then_some(json!(n))
+            },
+        )
+        .await;
+        assert!(redis.command("FLUSHALL").contains("OK"));
+        assert_eq!(inv.read(&ev).await.unwrap(), None);
+        let (record, cats) = ledger
+            .event_record_with_categories(&ev)
+            .await
+            .unwrap()
+            .expect("a record");
+        let out = inv
+            .restore_with_categories(&ev, &spec, &record, &cats)
+            .await
+            .unwrap();
+        assert!(
+            matches!(out, sluice_reservation::RestoreOutcome::Restored { .. }),
+            "seed {seed}: {out:?}"
+        );
+        let after = inv.read(&ev).await.unwrap().unwrap();
+        assert_eq!(after.categories, before.categories, "seed {seed}");
+        assert_eq!(
+            (after.total, after.available, after.held, after.confirmed),
+            (
+                before.total,
+                before.available,
+                before.held,
+                before.confirmed
+            ),
+            "seed {seed}"
+        );
+        assert!(after.invariant_holds, "seed {seed}");
+
+        // Holds read the same.
+        let sorted = |mut v: Vec<Item>| {
+            v.sort();
+            v
+        };
+        for t in &taken {
+            let view = inv.get_hold(&t.id, &t.visitor).await.unwrap();
+            match t.end {
+                Some("released") => assert_eq!(
+                    view, None,
+                    "seed {seed}: records of ended holds are not restored"
+                ),
+                end => {
+                    let view = view.expect("restored");
+                    assert_eq!(
+                        (
+                            format!("{:?}", view.status).to_lowercase(),
+                            view.qty,
+                            sorted(view.items)
+                        ),
+                        (
+                            end.unwrap_or("held").to_owned(),
+                            t.items.iter().map(|i| i.qty).sum::<u32>(),
+                            sorted(t.items.clone())
+                        ),
+                        "seed {seed}"
+                    );
+                }
+            }
+        }
+
+        // Carts: per visitor across categories, and per category.
+        let mut have: std::collections::BTreeMap<&str, u32> = Default::default();
+        let mut have_cat: std::collections::BTreeMap<(&str, String), u32> = Default::default();
+        for t in taken.iter().filter(|t| t.end != Some("released")) {
+            for i in &t.items {
+                *have.entry(&t.visitor).or_default() += i.qty;
+                *have_cat
+                    .entry((&t.visitor, i.category.to_string()))
+                    .or_default() += i.qty;
+            }
+        }
+        let limit = spec.cart_limit;
+        let first = &before.categories[0].id;
+        for (v, h) in &have {
+            let item = Item {
+                category: first.clone(),
+                qty: limit - h + 1,
+            };
+            assert_eq!(
+                inv.hold_items(&ev, v, &[item], None).await.unwrap(),
+                HoldOutcome::CartLimitExceeded { limit, held: *h },
+                "seed {seed}: cart of {v}"
+            );
+        }
+        for ((v, c), ch) in &have_cat {
+            let cat = before
+                .categories
+                .iter()
+                .find(|k| k.id.as_str() == c)
+                .unwrap();
+            let Some(climit) = cat.cart_limit else {
+                continue;
+            };
+            let q = climit - ch + 1;
+            if have[v] + q > limit {
+                continue;
+            }
+            let item = Item {
+                category: cat.id.clone(),
+                qty: q,
+            };
+            assert_eq!(
+                inv.hold_items(&ev, v, &[item], None).await.unwrap(),
+                HoldOutcome::CategoryCartLimitExceeded {
+                    category: c.clone(),
+                    limit: climit,
+                    held: *ch
+                },
+                "seed {seed}: cart of {v} in {c}"
+            );
+        }
+        // No category sells past what it has left: a new buyer asking one
+        // more than is left (within every cart limit) is refused.
+        for cat in &after.categories {
+            let most = cat.cart_limit.unwrap_or(limit).min(limit);
+            let ask = cat.available + 1;
+            if ask > u64::from(most) {
+                continue;
+            }
+            let item = Item {
+                category: cat.id.clone(),
+                qty: u32::try_from(ask).unwrap(),
+            };
+            assert_eq!(
+                inv.hold_items(&ev, "newcomer", &[item], None)
+                    .await
+                    .unwrap(),
+                HoldOutcome::CategorySoldOut {
+                    category: cat.id.to_string(),
+                    available: cat.available
+                },
+                "seed {seed}"
+            );
+        }
+    }
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(30), consumer)
+        .await
+        .expect("the ledger stops")
+        .unwrap()
+        .unwrap();
 }

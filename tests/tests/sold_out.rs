@@ -41,6 +41,7 @@ async fn sold_out_stops_admission_and_returning_stock_resumes_it() {
                     total: 2,
                     cart_limit: 2,
                     hold_ttl: Duration::from_secs(3),
+                    ..EventConfig::default()
                 }];
             })
             .spawn()

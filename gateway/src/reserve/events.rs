@@ -50,6 +50,9 @@ struct Entry {
     /// rebuild from the ledger puts back when the store lost them (the
     /// stream records totals, not these settings).
     settings: Option<(u32, u64)>,
+    /// Whether the event was last known with categories (its configuration
+    /// or the store's last answer): a rebuild must then restore them.
+    categorized: bool,
 }
 
 /// Known events (configured or created through the admin API).
@@ -71,6 +74,7 @@ impl Events {
                         room: e.room.clone(),
                         state: None,
                         settings: Some((e.cart_limit, duration_ms(e.hold_ttl))),
+                        categorized: !e.categories.is_empty(),
                     },
                 )
             })
@@ -93,14 +97,26 @@ impl Events {
 
     /// Records an event created or changed through the admin API.
     pub fn upsert(&self, event: &str, room: &str, state: Option<EventState>) {
-        self.inner.write().insert(
+        let mut map = self.inner.write();
+        let categorized = match &state {
+            Some(s) => !s.categories.is_empty(),
+            None => map.get(event).is_some_and(|e| e.categorized),
+        };
+        map.insert(
             event.to_owned(),
             Entry {
                 room: room.to_owned(),
                 settings: state.as_ref().map(|s| (s.cart_limit, s.hold_ttl_ms)),
                 state,
+                categorized,
             },
         );
+    }
+
+    /// Whether the event was last known with categories (configured so,
+    /// or the store's last answer had them), even after the store lost it.
+    pub fn known_with_categories(&self, event: &str) -> bool {
+        self.inner.read().get(event).is_some_and(|e| e.categorized)
     }
 
     /// Every known event id.
@@ -164,6 +180,7 @@ impl Events {
             if let Some(s) = &state {
                 e.room = s.room.clone();
                 e.settings = Some((s.cart_limit, s.hold_ttl_ms));
+                e.categorized = !s.categories.is_empty();
             }
             e.state = state;
         }
@@ -386,7 +403,7 @@ async fn load_configured(
     ledger: &crate::reserve::ledger::LedgerLink,
 ) -> bool {
     for ec in configured {
-        if ec.total == 0 {
+        if ec.effective_total() == 0 {
             continue;
         }
         let Some(event) = EventId::parse(&ec.id) else {
@@ -448,15 +465,18 @@ async fn load_configured(
             }
         }
         let spec = StockSpec {
-            total: ec.total,
+            total: ec.effective_total(),
             cart_limit: ec.cart_limit,
             hold_ttl: ec.hold_ttl,
             version: 1,
             room: ec.room.clone(),
         };
-        match inventory.load_if_new(&event, &spec).await {
+        match inventory
+            .load_if_new_with_categories(&event, &spec, &ec.category_specs())
+            .await
+        {
             Ok(LoadOutcome::Loaded { .. }) => {
-                tracing::info!(event = %ec.id, total = ec.total, "stock loaded from the configuration");
+                tracing::info!(event = %ec.id, total = ec.effective_total(), "stock loaded from the configuration");
                 guard.saw(&ec.id, spec.version);
             }
             Ok(LoadOutcome::Present) => guard.saw(&ec.id, spec.version),

@@ -12,7 +12,10 @@
 //! - **Rebuild** (with `--postgres`): an event whose counters are missing
 //!   from Redis gets them back from the ledger's record, in one atomic
 //!   store step that refuses to overwrite live counters
-//!   ([`sluice_reservation::Inventory::restore`]); by the admin API
+//!   ([`sluice_reservation::Inventory::restore_with_categories`]: each
+//!   category's counters, the holds' breakdowns and the carts per
+//!   category come back too, and an event known with categories is never
+//!   restored without them); by the admin API
 //!   (`POST /_sluice/admin/events/{event}/rebuild`, `sluice admin event
 //!   NAME rebuild`) and, with `ledger.auto_rebuild`, by a task as soon
 //!   as it finds the event gone.
@@ -30,7 +33,7 @@ use parking_lot::RwLock;
 use serde_json::{Value, json};
 use sluice_ledger::{Lag, Ledger, LedgerError};
 use sluice_redis::{RedisConn, RedisTls, RedisUrl};
-use sluice_reservation::{EventId, Inventory, RestoreOutcome, StockSpec};
+use sluice_reservation::{CategoryRecord, EventId, Inventory, RestoreOutcome, StockSpec};
 
 use crate::app::problem::Problem;
 use crate::app::state::{AppState, WeakState};
@@ -256,10 +259,13 @@ async fn rebuild_inner(
     link: &LedgerLink,
     event: &EventId,
 ) -> Result<Value, RebuildRefused> {
-    let record = link
-        .with_ledger(async |l: &mut Ledger| l.event_record(event).await)
+    let (record, categories) = link
+        .with_ledger(async |l: &mut Ledger| l.event_record_with_categories(event).await)
         .await?
         .ok_or(RebuildRefused::Unknown)?;
+    if let Some(why) = category_record_problem(state, event, &categories) {
+        return Err(RebuildRefused::Invalid(why));
+    }
     let configured = state
         .config()
         .events
@@ -297,7 +303,7 @@ async fn rebuild_inner(
     };
     let outcome = state
         .inventory()
-        .restore(event, &spec, &record)
+        .restore_with_categories(event, &spec, &record, &categories)
         .await
         .map_err(|e| RebuildRefused::Store(e.to_string()))?;
     match outcome {
@@ -325,11 +331,44 @@ async fn rebuild_inner(
                 "confirmed": confirmed,
                 "version": record.version.max(spec.version),
                 "open_holds": record.open_holds.len(),
+                "categories": categories.categories.len(),
             }))
         }
         RestoreOutcome::Present => Err(RebuildRefused::Present),
         RestoreOutcome::Invalid { reason } => Err(RebuildRefused::Invalid(reason)),
     }
+}
+
+/// Why the record's per-category part cannot rebuild `event` exactly, if
+/// it cannot: holds broken down by category in an event the ledger knows
+/// without categories, or an event this gateway knows with categories (its
+/// configuration or the store's last answer) that the ledger recorded
+/// without (entries written before the ledger knew categories, or by an
+/// older ledger). Restoring either as a plain event would sell each tier's
+/// units as the event's, so the rebuild refuses instead.
+fn category_record_problem(
+    state: &AppState,
+    event: &EventId,
+    categories: &CategoryRecord,
+) -> Option<String> {
+    if !categories.categories.is_empty() {
+        return None;
+    }
+    if !categories.hold_items.is_empty() {
+        return Some(
+            "the ledger has holds broken down by category but no categories for the event: \
+             refusing to restore it as an event without categories"
+                .into(),
+        );
+    }
+    if state.events().known_with_categories(event.as_str()) {
+        return Some(
+            "this gateway knows the event with categories but the ledger recorded none: \
+             refusing to restore it as an event without categories (PUT the event instead)"
+                .into(),
+        );
+    }
+    None
 }
 
 /// With a ledger and `ledger.auto_rebuild`: every second, each known event

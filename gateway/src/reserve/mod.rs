@@ -42,6 +42,18 @@
 //!   Replays of an `Idempotency-Key` count and are refused too: a replay
 //!   costs the store what a hold costs, and its answer is the same after
 //!   the wait ([`crate::reserve::hold_limit`]).
+//! - Categories (API.md wave 2): a hold body is `{"qty"}` or `{"items"}`,
+//!   never both (400 `malformed_request`). `items` is a non-empty list of
+//!   `{"category", "qty"}`; a category listed twice is 400
+//!   `duplicate_category`, an item's qty outside 1..2^32 is 422
+//!   `invalid_quantity`, an unknown category (or any, on an event without
+//!   categories) 404 `category_not_found`, a bare `qty` on an event with
+//!   categories 422 `items_required`. `sold_out` and
+//!   `cart_limit_exceeded` of one category carry `category`. A `PUT` that
+//!   puts a category below what is held and sold in it (0 when left out)
+//!   is 409 `category_below_committed` with `category`, `held` and
+//!   `confirmed`; with `categories` the event's `total` is their sum (a
+//!   `total` given must equal it, else 422 `invalid_setting`).
 
 pub mod events;
 pub mod hold_limit;
@@ -58,8 +70,8 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use sluice_admission::AdmitClaims;
 use sluice_reservation::{
-    ConfirmOutcome, EventId, HoldId, HoldOutcome, HoldView, Inventory, ReleaseOutcome,
-    ReservationError, SetStockOutcome, StockSpec,
+    CategoryId, CategorySpec, CategoryState, ConfirmOutcome, EventId, HoldId, HoldOutcome,
+    HoldView, Inventory, Item, ReleaseOutcome, ReservationError, SetStockOutcome, StockSpec,
 };
 use subtle::ConstantTimeEq;
 
@@ -216,14 +228,90 @@ fn not_admitted() -> Problem {
 }
 
 fn hold_json(h: &HoldView) -> Value {
-    json!({
+    let mut v = json!({
         "hold_id": h.hold_id.as_str(),
         "event": h.event.as_str(),
         "qty": h.qty,
         "status": h.status.as_str(),
         "expires_at": h.expires_at,
         "available": h.available,
-    })
+    });
+    if !h.items.is_empty() {
+        v["items"] = h
+            .items
+            .iter()
+            .map(|i| json!({"category": i.category.as_str(), "qty": i.qty}))
+            .collect();
+    }
+    v
+}
+
+/// The categories of an event as visitors (`admin` = false) or the
+/// operator see them.
+fn categories_json(cats: &[CategoryState], admin: bool) -> Value {
+    cats.iter()
+        .map(|c| {
+            let mut v = json!({
+                "id": c.id.as_str(),
+                "total": c.total,
+                "available": c.available,
+                "cart_limit": c.cart_limit,
+            });
+            if admin {
+                v["held"] = json!(c.held);
+                v["confirmed"] = json!(c.confirmed);
+            }
+            v
+        })
+        .collect()
+}
+
+fn category_not_found(category: &str) -> Problem {
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "category_not_found",
+        "The event has no such category",
+    )
+    .with("category", category.to_owned())
+}
+
+/// What a hold body asks for: a bare quantity or items.
+enum Ask {
+    Qty(u32),
+    Items(Vec<Item>),
+}
+
+/// Parses `{"qty"}` or `{"items": [{"category", "qty"}]}` (module docs).
+fn parse_ask(body: &Value, invalid_qty: &dyn Fn() -> Problem) -> Result<Ask, Problem> {
+    let qty_of = |v: Option<&Value>| {
+        v.and_then(Value::as_u64)
+            .filter(|q| *q >= 1)
+            .and_then(|q| u32::try_from(q).ok())
+            .ok_or_else(invalid_qty)
+    };
+    let Some(items) = body.get("items") else {
+        return Ok(Ask::Qty(qty_of(body.get("qty"))?));
+    };
+    if body.get("qty").is_some() {
+        return Err(Problem::malformed("send qty or items, not both"));
+    }
+    let list = items
+        .as_array()
+        .filter(|l| !l.is_empty() && l.len() <= sluice_reservation::types::MAX_CATEGORIES)
+        .ok_or_else(|| Problem::malformed("items must be a list of 1 to 64 {category, qty}"))?;
+    let mut out = Vec::with_capacity(list.len());
+    for item in list {
+        let name = item
+            .get("category")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Problem::malformed("each item needs a category (a string)"))?;
+        let category = CategoryId::parse(name).ok_or_else(|| category_not_found(name))?;
+        out.push(Item {
+            category,
+            qty: qty_of(item.get("qty"))?,
+        });
+    }
+    Ok(Ask::Items(out))
 }
 
 async fn get_event(
@@ -241,14 +329,17 @@ async fn get_event(
         .map_err(store_err)?
         .ok_or_else(not_ready)?;
     let available = s.available.ok_or_else(not_ready)?;
-    Ok(axum::Json(json!({
+    let mut v = json!({
         "event": id,
         "available": available,
         "total": s.total,
         "cart_limit": s.cart_limit,
         "hold_ttl_seconds": s.hold_ttl_secs,
-    }))
-    .into_response())
+    });
+    if !s.categories.is_empty() {
+        v["categories"] = categories_json(&s.categories, false);
+    }
+    Ok(axum::Json(v).into_response())
 }
 
 async fn create_hold(
@@ -283,12 +374,7 @@ async fn create_hold(
         }
     };
     let limit = state.events().cached(&id).map(|s| s.cart_limit);
-    let qty = body
-        .get("qty")
-        .and_then(Value::as_u64)
-        .filter(|q| *q >= 1)
-        .and_then(|q| u32::try_from(q).ok())
-        .ok_or_else(|| invalid_qty(limit))?;
+    let ask = parse_ask(&body, &|| invalid_qty(limit))?;
     let idem = match headers.get("idempotency-key") {
         None => None,
         Some(v) => {
@@ -304,10 +390,21 @@ async fn create_hold(
             Some(s.to_owned())
         }
     };
-    let outcome = state
-        .inventory()
-        .hold(&event, &visitor.sub, qty, idem.as_deref())
-        .await
+    let outcome = match &ask {
+        Ask::Qty(qty) => {
+            state
+                .inventory()
+                .hold(&event, &visitor.sub, *qty, idem.as_deref())
+                .await
+        }
+        Ask::Items(items) => {
+            state
+                .inventory()
+                .hold_items(&event, &visitor.sub, items, idem.as_deref())
+                .await
+        }
+    };
+    let outcome = outcome
         .map_err(|e| lag_counted(&state, "hold", e))
         .map_err(store_err)?;
     state.telemetry().hold(outcome_label(&outcome));
@@ -330,6 +427,40 @@ async fn create_hold(
         .with("held", held)),
         HoldOutcome::InvalidQuantity { limit } => Err(invalid_qty(Some(limit))),
         HoldOutcome::NotReady => Err(not_ready()),
+        HoldOutcome::CategoryNotFound { category } => Err(category_not_found(&category)),
+        HoldOutcome::DuplicateCategory { category } => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            "duplicate_category",
+            "A category is listed twice in one hold",
+        )
+        .with("category", category)),
+        HoldOutcome::ItemsRequired => Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "items_required",
+            "This event has categories: say which with items",
+        )),
+        HoldOutcome::CategorySoldOut {
+            category,
+            available,
+        } => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "sold_out",
+            "Not enough tickets left in this category",
+        )
+        .with("available", available)
+        .with("category", category)),
+        HoldOutcome::CategoryCartLimitExceeded {
+            category,
+            limit,
+            held,
+        } => Err(Problem::new(
+            StatusCode::CONFLICT,
+            "cart_limit_exceeded",
+            "That would take you over this category's cart limit",
+        )
+        .with("limit", limit)
+        .with("held", held)
+        .with("category", category)),
     }
 }
 
@@ -342,6 +473,11 @@ fn outcome_label(o: &HoldOutcome) -> &'static str {
         HoldOutcome::CartLimitExceeded { .. } => "cart_limit_exceeded",
         HoldOutcome::InvalidQuantity { .. } => "invalid_quantity",
         HoldOutcome::NotReady => "not_ready",
+        HoldOutcome::CategoryNotFound { .. } => "category_not_found",
+        HoldOutcome::DuplicateCategory { .. } => "duplicate_category",
+        HoldOutcome::ItemsRequired => "items_required",
+        HoldOutcome::CategorySoldOut { .. } => "sold_out",
+        HoldOutcome::CategoryCartLimitExceeded { .. } => "cart_limit_exceeded",
     }
 }
 
@@ -627,6 +763,7 @@ async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> 
             "hold_ttl_seconds": s.hold_ttl_secs,
             "ready": s.ready(),
             "invariant_holds": s.invariant_holds,
+            "categories": categories_json(&s.categories, true),
         }),
         None => json!({
             "event": id,
@@ -700,7 +837,7 @@ async fn admin_put_event(
     for k in obj.keys() {
         if !matches!(
             k.as_str(),
-            "total" | "cart_limit" | "hold_ttl_seconds" | "version" | "room"
+            "total" | "cart_limit" | "hold_ttl_seconds" | "version" | "room" | "categories"
         ) {
             return Err(Problem::invalid_setting(k, "unknown field"));
         }
@@ -710,7 +847,24 @@ async fn admin_put_event(
             .and_then(Value::as_u64)
             .ok_or_else(|| Problem::invalid_setting(k, "must be a whole number ≥ 0"))
     };
-    let total = int("total")?;
+    let categories = match obj.get("categories") {
+        None => Vec::new(),
+        Some(v) => parse_categories(v)?,
+    };
+    let total = if categories.is_empty() {
+        int("total")?
+    } else {
+        let sum = categories
+            .iter()
+            .fold(0u64, |a, c| a.saturating_add(c.total));
+        if obj.get("total").is_some() && int("total")? != sum {
+            return Err(Problem::invalid_setting(
+                "total",
+                "must equal the sum of the categories' totals (or be left out)",
+            ));
+        }
+        sum
+    };
     let cart_limit = u32::try_from(int("cart_limit")?)
         .ok()
         .filter(|c| *c >= 1)
@@ -751,7 +905,7 @@ async fn admin_put_event(
     };
     let outcome = state
         .inventory()
-        .set_stock(&event, &spec)
+        .set_stock_with_categories(&event, &spec, &categories)
         .await
         .map_err(store_err)?;
     let mut lost_version = None;
@@ -784,6 +938,20 @@ async fn admin_put_event(
             .with("held", held)
             .with("confirmed", confirmed));
         }
+        SetStockOutcome::CategoryBelowCommitted {
+            category,
+            held,
+            confirmed,
+        } => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "category_below_committed",
+                "A category's new total is below what visitors already hold or bought in it",
+            )
+            .with("category", category)
+            .with("held", held)
+            .with("confirmed", confirmed));
+        }
         SetStockOutcome::Invalid { reason } => {
             return Err(Problem::invalid_setting("body", reason));
         }
@@ -803,6 +971,54 @@ async fn admin_put_event(
         tracing::info!(target: "audit", who = %who, event = %id, change = %body, before = %before, after = %after, "event stock set");
     }
     Ok((status, axum::Json(after)).into_response())
+}
+
+/// Parses a `PUT`'s `categories`: a list of `{"id", "total",
+/// "cart_limit"?}` (at most 64, no id twice); `[]` means none.
+fn parse_categories(v: &Value) -> Result<Vec<CategorySpec>, Problem> {
+    let bad = |reason: &str| Problem::invalid_setting("categories", reason.to_owned());
+    let list = v
+        .as_array()
+        .ok_or_else(|| bad("must be a list of {id, total, cart_limit?}"))?;
+    let mut out = Vec::with_capacity(list.len());
+    for c in list {
+        let obj = c
+            .as_object()
+            .ok_or_else(|| bad("each category must be an object"))?;
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "id" | "total" | "cart_limit"))
+        {
+            return Err(bad(&format!("unknown field {k}")));
+        }
+        let id = obj
+            .get("id")
+            .and_then(Value::as_str)
+            .and_then(CategoryId::parse)
+            .ok_or_else(|| bad("id must match [A-Za-z0-9_-]{1,32}"))?;
+        let total = obj
+            .get("total")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad("total must be a whole number ≥ 0"))?;
+        let cart_limit = match obj.get("cart_limit") {
+            None | Some(Value::Null) => None,
+            Some(l) => Some(
+                l.as_u64()
+                    .and_then(|l| u32::try_from(l).ok())
+                    .filter(|l| *l >= 1)
+                    .ok_or_else(|| bad("cart_limit must be at least 1"))?,
+            ),
+        };
+        out.push(CategorySpec {
+            id,
+            total,
+            cart_limit,
+        });
+    }
+    if let Some(reason) = sluice_reservation::types::categories_problem(&out) {
+        return Err(bad(reason));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

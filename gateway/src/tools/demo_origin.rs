@@ -15,8 +15,9 @@
 //!
 //! Routes:
 //! - `GET /` — the front page, linking to the event;
-//! - `GET /shop/{event}` — the event page: live availability, a quantity,
-//!   a hold with a countdown to its expiry, release, pay (its script and
+//! - `GET /shop/{event}` — the event page: live availability, a quantity
+//!   (per category, for an event with categories: one hold takes them all
+//!   or none), a hold with a countdown to its expiry, release, pay (its script and
 //!   style are files: the pages carry a strict Content-Security-Policy);
 //! - `GET /demo-pay/{hold}` and `POST /demo-pay/{hold}` — the demo payment
 //!   provider: a checkout page, then the signed webhook, then a redirect to
@@ -196,14 +197,16 @@ async fn event_page(Path(event): Path<String>) -> Response {
 <section class="card" id="buy" aria-labelledby="buy-h">
   <h2 id="buy-h">Your tickets</h2>
   <form id="hold-form">
-    <label for="qty">Quantity</label>
-    <select id="qty" name="qty"><option value="1">1</option></select>
+    <span id="single"><label for="qty">Quantity</label>
+    <select id="qty" name="qty"><option value="1">1</option></select></span>
+    <table id="tiers" hidden><thead><tr><th scope="col">Category</th><th scope="col">Left</th><th scope="col">Tickets</th></tr></thead><tbody></tbody></table>
     <button type="submit" id="hold-btn" class="button">Hold tickets</button>
   </form>
 </section>
 <section class="card" id="hold" hidden aria-labelledby="hold-h">
   <h2 id="hold-h">Held for you</h2>
   <p><strong id="hold-qty"></strong> ticket(s) are yours for <strong id="countdown" class="countdown">–</strong>.</p>
+  <p id="hold-items" hidden></p>
   <div class="actions">
     <a id="pay" class="button" href="#">Pay now</a>
     <button type="button" id="release" class="button secondary">Release</button>
@@ -285,7 +288,7 @@ async fn pay_page(
         r#"<div class="provider">
 <p class="provider-brand">DemoPay <span>test mode</span></p>
 <h1>Pay for {qty} ticket(s)</h1>
-<p>Event <strong>{ev}</strong>, order <code>{hold_e}</code>.</p>
+<p>Event <strong>{ev}</strong>, order <code>{hold_e}</code>.</p>{items}
 <p class="small">This pretend provider confirms the payment to the gateway with a signed webhook, as a real one would.</p>
 <form method="post" action="/demo-pay/{hold_e}" class="actions">
   <button type="submit" name="outcome" value="succeeded" id="pay-confirm" class="button">Pay {qty} × €42.00</button>
@@ -294,6 +297,7 @@ async fn pay_page(
 </div>"#,
         ev = html_escape(event),
         hold_e = html_escape(&hold),
+        items = items_html(&h),
     );
     page(StatusCode::OK, "DemoPay checkout", &body)
 }
@@ -384,6 +388,31 @@ fn order_path(event: &str, hold: &str) -> String {
     )
 }
 
+/// A hold's units per category as a paragraph (`id="order-items"`), or
+/// nothing for a hold of an event without categories.
+fn items_html(h: &serde_json::Value) -> String {
+    let parts: Vec<String> = h["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| {
+            Some(format!(
+                "{} × {}",
+                html_escape(i["category"].as_str()?),
+                i["qty"].as_u64()?
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        r#"
+<p id="order-items">{}</p>"#,
+        parts.join(", ")
+    )
+}
+
 async fn order_page(
     State(shop): State<DemoShop>,
     Path((event, hold)): Path<(String, String)>,
@@ -396,12 +425,13 @@ async fn order_page(
     let qty = h["qty"].as_u64().unwrap_or(0);
     let ev = html_escape(&event);
     let hold_e = html_escape(&hold);
+    let items = items_html(&h);
     let body = match h["status"].as_str() {
         Some("confirmed") => format!(
             r#"<div class="card confirmed" id="confirmation">
 <p class="tick" aria-hidden="true">✓</p>
 <h1>You're going!</h1>
-<p class="lead">Payment received: <strong id="confirmed-qty">{qty}</strong> ticket(s) for <strong>{ev}</strong> are yours.</p>
+<p class="lead">Payment received: <strong id="confirmed-qty">{qty}</strong> ticket(s) for <strong>{ev}</strong> are yours.</p>{items}
 <p>Order <code id="order-id">{hold_e}</code> · status <strong id="order-status">confirmed</strong></p>
 </div>
 <p><a href="/shop/{ev}">Back to the shop</a></p>"#
@@ -555,5 +585,18 @@ mod tests {
     fn segments_are_encoded() {
         assert_eq!(encode_segment("h_1-2.x~"), "h_1-2.x~");
         assert_eq!(encode_segment("a/b?c"), "a%2Fb%3Fc");
+    }
+
+    #[test]
+    fn a_hold_with_categories_shows_its_breakdown_escaped() {
+        let h = serde_json::json!({"items": [
+            {"category": "floor", "qty": 2},
+            {"category": "<vip>", "qty": 1},
+        ]});
+        assert_eq!(
+            items_html(&h),
+            "\n<p id=\"order-items\">floor × 2, &lt;vip&gt; × 1</p>"
+        );
+        assert_eq!(items_html(&serde_json::json!({"qty": 2})), "");
     }
 }

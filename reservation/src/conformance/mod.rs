@@ -12,9 +12,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod categories;
+pub mod category_loss;
 pub mod loss;
 pub mod model;
 
+pub use category_loss::{
+    restore_with_categories_puts_back_each_tier, restore_with_categories_refuses_inexact_records,
+};
 pub use loss::{
     load_only_into_a_store_that_never_had_the_event,
     restore_of_an_inconsistent_record_sells_nothing, restore_refused_when_present_or_invalid,
@@ -1295,7 +1300,9 @@ macro_rules! conformance_tests {
             expiry_is_seen_by_holds, many_lapsed_holds, payment_reused, concurrent_reapers,
             load_only_into_a_store_that_never_had_the_event,
             restore_refused_when_present_or_invalid, restore_then_hold_confirm_release,
-            restored_lapsed_holds_return_once, restore_of_an_inconsistent_record_sells_nothing);
+            restored_lapsed_holds_return_once, restore_of_an_inconsistent_record_sells_nothing,
+            restore_with_categories_puts_back_each_tier,
+            restore_with_categories_refuses_inexact_records);
         $crate::conformance_tests!(@each $make_short_retention;
             released_and_expired_holds_are_kept_for_their_retention,
             confirmed_holds_are_kept_for_their_retention);
