@@ -549,8 +549,15 @@ fn a_bad_certificate_or_key_exits_64_naming_it() {
 
 // === the plain listener beside ===
 
+/// The tests that pick a port for the plain listener themselves, one at a
+/// time: a port picked free is not bound until the gateway starts, so two
+/// such tests picking at once may pick alike (both once failed together,
+/// "exited before listening", in one run of many).
+static PLAIN_PORTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plain_listener_redirects_to_https_but_lets_the_probes_through() {
+    let _one_at_a_time = PLAIN_PORTS.lock().await;
     let origin = TestOrigin::start().await;
     let ca = TestCa::new();
     let leaf = ca.leaf(&["localhost"]);
@@ -600,6 +607,7 @@ async fn the_plain_listener_redirects_to_https_but_lets_the_probes_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plain_listener_serves_when_not_redirecting() {
+    let _one_at_a_time = PLAIN_PORTS.lock().await;
     let origin = TestOrigin::start().await;
     let ca = TestCa::new();
     let leaf = ca.leaf(&["localhost"]);
