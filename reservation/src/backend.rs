@@ -26,14 +26,6 @@ macro_rules! delegate {
 }
 
 impl Inventory for InventoryBackend {
-    async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
-        delegate!(self, inv => inv.set_stock(event, spec))
-    }
-
-    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
-        delegate!(self, inv => inv.load_if_new(event, spec))
-    }
-
     async fn set_stock_with_categories(
         &self,
         event: &EventId,
@@ -78,15 +70,6 @@ impl Inventory for InventoryBackend {
 
     async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
         delegate!(self, inv => inv.remember_loaded(event, version))
-    }
-
-    async fn restore(
-        &self,
-        event: &EventId,
-        spec: &StockSpec,
-        record: &EventRecord,
-    ) -> Result<RestoreOutcome> {
-        delegate!(self, inv => inv.restore(event, spec, record))
     }
 
     async fn hold(

@@ -140,7 +140,9 @@ pub trait Inventory: Send + Sync {
         &self,
         event: &EventId,
         spec: &StockSpec,
-    ) -> impl Future<Output = Result<SetStockOutcome>> + Send;
+    ) -> impl Future<Output = Result<SetStockOutcome>> + Send {
+        self.set_stock_with_categories(event, spec, &[])
+    }
 
     /// Loads configured stock, only into a store that never had the event:
     /// neither its settings nor its load marker exist (see
@@ -151,7 +153,9 @@ pub trait Inventory: Send + Sync {
         &self,
         event: &EventId,
         spec: &StockSpec,
-    ) -> impl Future<Output = Result<LoadOutcome>> + Send;
+    ) -> impl Future<Output = Result<LoadOutcome>> + Send {
+        self.load_if_new_with_categories(event, spec, &[])
+    }
 
     /// The event's load marker: the highest stock version ever set (or
     /// restored) in this store, `None` when the store never had the event.
@@ -191,7 +195,12 @@ pub trait Inventory: Send + Sync {
         event: &EventId,
         spec: &StockSpec,
         record: &EventRecord,
-    ) -> impl Future<Output = Result<RestoreOutcome>> + Send;
+    ) -> impl Future<Output = Result<RestoreOutcome>> + Send {
+        async move {
+            self.restore_with_categories(event, spec, record, &CategoryRecord::default())
+                .await
+        }
+    }
 
     /// [`Inventory::set_stock`] of an event with categories (an empty
     /// list: an event without). `spec.total` is ignored: the event's total

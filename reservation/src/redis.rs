@@ -830,24 +830,6 @@ fn restore_category_args(record: &EventRecord, cats: &CategoryRecord, args: &mut
 }
 
 impl Inventory for RedisInventory {
-    async fn set_stock(&self, event: &EventId, spec: &StockSpec) -> Result<SetStockOutcome> {
-        self.set_stock_with_categories(event, spec, &[]).await
-    }
-
-    async fn load_if_new(&self, event: &EventId, spec: &StockSpec) -> Result<LoadOutcome> {
-        self.load_if_new_with_categories(event, spec, &[]).await
-    }
-
-    async fn restore(
-        &self,
-        event: &EventId,
-        spec: &StockSpec,
-        record: &EventRecord,
-    ) -> Result<RestoreOutcome> {
-        self.restore_with_categories(event, spec, record, &CategoryRecord::default())
-            .await
-    }
-
     async fn hold(
         &self,
         event: &EventId,
