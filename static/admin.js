@@ -2,7 +2,11 @@
 // in flight at a time), keeps two minutes of history per figure, draws it
 // as hand-written SVG, and applies setting changes after a confirmation
 // that shows their simulated effect. The admin token lives in
-// sessionStorage (this tab only); a 401 forgets it and asks again.
+// sessionStorage (this tab only); a 401 forgets it and asks again. A
+// gateway without an admin token (the page's body says
+// data-admin-token="none", a 401 says reason "no_admin_token") gets no
+// prompt but a plain notice and a read-only view of its rooms from the
+// public room state, which anyone may read.
 "use strict";
 
 (function () {
@@ -27,6 +31,7 @@
   const state = {
     token: sessionStorage.getItem(TOKEN_KEY) || "",
     running: false,
+    readOnly: false,
     timer: 0,
     lastOk: 0,
     rooms: new Map(), // id -> {view, el, hist, prev, charts}
@@ -54,7 +59,12 @@
 
   // === the API ===
 
-  class Unauthorized extends Error {}
+  class Unauthorized extends Error {
+    constructor(message, reason) {
+      super(message);
+      this.reason = reason;
+    }
+  }
 
   async function api(method, path, body) {
     const headers = { Authorization: "Bearer " + state.token, Accept: "application/json" };
@@ -76,8 +86,12 @@
     } finally {
       clearTimeout(t);
     }
-    if (res.status === 401) throw new Unauthorized("The admin token was refused.");
     const text = await res.text();
+    if (res.status === 401) {
+      let p = {};
+      try { p = JSON.parse(text); } catch (_) { /* not a problem document */ }
+      throw new Unauthorized("The admin token was refused.", p.reason);
+    }
     if (!res.ok) {
       let p = {};
       try { p = JSON.parse(text); } catch (_) { /* not a problem document */ }
@@ -116,6 +130,13 @@
     input.focus();
   }
 
+  // A 401: the gateway has no admin token at all (say so, and show what is
+  // public), or this one is wrong (ask again).
+  function refused(e) {
+    if (e.reason === "no_admin_token") readOnly();
+    else askToken("That token was refused: type it again.");
+  }
+
   function onLogin(ev) {
     ev.preventDefault();
     const t = $("login-token").value.trim();
@@ -135,7 +156,8 @@
   function start() {
     if (state.running) return;
     state.running = true;
-    poll();
+    if (state.readOnly) pollPublic();
+    else poll();
   }
 
   function stop() {
@@ -151,6 +173,12 @@
     try {
       const rooms = await api("GET", "/_sluice/admin/rooms");
       renderRooms(rooms.rooms || [], performance.now());
+      // An invite-only room: its codes issued, redeemed and revoked.
+      for (const v of rooms.rooms || []) {
+        if (!v.invite_only) continue;
+        const inv = await api("GET", "/_sluice/admin/rooms/" + encodeURIComponent(v.room) + "/invites");
+        showInvites(state.rooms.get(v.room), inv);
+      }
       const events = await api("GET", "/_sluice/admin/events");
       renderEvents(events.events || []);
       const metrics = await api("GET", "/metrics");
@@ -160,7 +188,7 @@
       tickFreshness();
     } catch (e) {
       if (e instanceof Unauthorized) {
-        askToken("That token was refused: type it again.");
+        refused(e);
         return;
       }
       $("global-error").textContent = e.message;
@@ -176,6 +204,99 @@
     const age = (Date.now() - state.lastOk) / 1000;
     el.textContent = "Last updated " + age.toFixed(1) + " s ago";
     el.classList.toggle("stale", age * 1000 > STALE_MS);
+  }
+
+  // === read-only: no admin token ===
+
+  // The rooms the read-only view shows: ?room=ID (repeatable), else the
+  // embedded default's one room.
+  function publicRoomIds() {
+    const ids = new URLSearchParams(location.search).getAll("room").filter((x) => x);
+    return ids.length ? ids : ["default"];
+  }
+
+  function readOnly() {
+    stop();
+    state.token = "";
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.readOnly = true;
+    $("login").hidden = true;
+    $("logout").hidden = true;
+    $("readonly").hidden = false;
+    // the operator's view, if one was drawn before the token went away
+    $("rooms").replaceChildren();
+    state.rooms.clear();
+    $("origin").hidden = true;
+    $("events").hidden = true;
+    start();
+  }
+
+  async function publicRoom(id) {
+    const ctl = new AbortController();
+    const t = setTimeout(() => ctl.abort(), 5000);
+    try {
+      const res = await fetch("/_sluice/rooms/" + encodeURIComponent(id), {
+        headers: { Accept: "application/json" },
+        cache: "no-store",
+        credentials: "omit",
+        signal: ctl.signal,
+      });
+      const p = await res.json().catch(() => ({}));
+      if (res.status === 404) throw new Error("This gateway has no room " + id + ".");
+      if (!res.ok) throw new Error(plainProblem(res.status, p));
+      return p;
+    } catch (e) {
+      if (e.name === "AbortError") throw new Error("The gateway did not answer (timed out).");
+      throw e;
+    } finally {
+      clearTimeout(t);
+    }
+  }
+
+  async function pollPublic() {
+    if (!state.running) return;
+    const began = performance.now();
+    try {
+      for (const id of publicRoomIds()) renderPublicRoom(await publicRoom(id));
+      state.lastOk = Date.now();
+      $("global-error").textContent = "";
+      tickFreshness();
+    } catch (e) {
+      $("global-error").textContent = e.message;
+    }
+    if (!state.running) return;
+    state.timer = setTimeout(pollPublic, Math.max(0, POLL_MS - (performance.now() - began)));
+  }
+
+  function renderPublicRoom(v) {
+    let r = state.rooms.get(v.room);
+    if (!r) {
+      const tpl = $("public-room-template").content.firstElementChild.cloneNode(true);
+      const id = v.room;
+      tpl.id = "room-" + id;
+      tpl.dataset.room = id;
+      const title = tpl.querySelector(".room-title");
+      title.id = "room-" + id + "-title";
+      title.textContent = "Room " + id;
+      tpl.setAttribute("aria-labelledby", title.id);
+      tpl.querySelectorAll("[data-v]").forEach((el) => (el.id = id + "-" + el.dataset.v));
+      const box = tpl.querySelector(".charts");
+      r = { id, el: tpl, charts: { queue_length: chart(box, "In line", "") }, hist: { queue_length: [] } };
+      $("rooms").append(tpl);
+      state.rooms.set(id, r);
+    }
+    push(r.hist.queue_length, v.queue_length);
+    r.charts.queue_length.update(r.hist.queue_length);
+    const set = (k, text) => {
+      const el = r.el.querySelector('[data-v="' + k + '"]');
+      if (el && el.textContent !== text) el.textContent = text;
+    };
+    set("state", v.state);
+    r.el.querySelector(".badge").className = "badge " + v.state;
+    set("queue_length", num(v.queue_length));
+    set("rate_per_sec", num(v.rate_per_sec) + "/s");
+    set("eta", duration(v.eta_seconds_for_new_visitor));
+    set("drain", v.queue_length === 0 ? "—" : v.state === "paused" ? "paused" : duration(v.queue_length / v.rate_per_sec));
   }
 
   // === charts ===
@@ -319,6 +440,7 @@
     set("claimed_per_sec", num(s.claimed_per_sec));
     set("active_sessions", num(s.active_sessions) + (s.max_active != null ? " / " + num(s.max_active) : ""));
     set("rate_per_sec", num(s.rate_per_sec) + "/s");
+    set("method", { fifo: "FIFO", queue_all: "queue all (no passthrough)", reject: "reject when full (no line)", random: "random" }[s.method] || "FIFO");
     set("difficulty", s.difficulty_bits + " bits × " + s.puzzles + (s.under_attack ? " (attack)" : ""));
     set("drain", s.paused ? "paused" : s.sold_out ? "sold out" : s.queue_length === 0 ? "—" : duration(s.queue_length / s.rate_per_sec));
     const a = s.adaptive || { enabled: false, mode: "off" };
@@ -350,6 +472,14 @@
     const pause = r.form.querySelector(".pause");
     pause.textContent = s.paused ? "Resume admission…" : "Pause admission…";
     pause.classList.toggle("resume", !!s.paused);
+  }
+
+  function showInvites(r, inv) {
+    if (!r) return;
+    const box = r.el.querySelector(".invites");
+    box.hidden = false;
+    r.el.querySelector('[data-v="invites"]').textContent =
+      num(inv.issued) + " issued · " + num(inv.redeemed) + " redeemed · " + num(inv.revoked) + " revoked";
   }
 
   function viewValue(v, f) {
@@ -479,7 +609,7 @@
       say(r, "", "Applied at " + new Date().toLocaleTimeString() + ": " + describe(patch) + ".");
     } catch (e) {
       if (e instanceof Unauthorized) {
-        askToken("That token was refused: type it again.");
+        refused(e);
         return;
       }
       say(r, e.message, "");
@@ -643,7 +773,9 @@
     $("login-form").addEventListener("submit", onLogin);
     $("logout").addEventListener("click", () => askToken("Token forgotten."));
     setInterval(tickFreshness, 250);
-    if (state.token) {
+    if (document.body.dataset.adminToken === "none") {
+      readOnly();
+    } else if (state.token) {
       $("logout").hidden = false;
       start();
     } else {

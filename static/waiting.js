@@ -1,6 +1,9 @@
 // The waiting-room page: fetch a challenge, solve it in Web Workers
-// (pow-solver.js), join, then poll the status at the pace the server asks,
-// and go back to the page the visitor wanted the moment it is admitted.
+// (pow-solver.js), join, then hear the status pushed as server-sent events
+// (one EventSource per tab) or, where a stream cannot be had (no
+// EventSource, refused, or a proxy that buffers it: nothing heard within
+// STREAM_SILENCE_MS), poll it at the pace the server asks; and go back to
+// the page the visitor wanted the moment it is admitted.
 // Reloading or a second tab keeps the place: the queue token lives in an
 // HttpOnly cookie that the status call sends by itself. Before a scheduled
 // room opens (`prequeue: true`), it shows the opening time in the visitor's
@@ -33,13 +36,23 @@
   var lastAnnounced = '';
   var countdown = null;       // the pre-queue's countdown timer
   var opensAtMs = null;       // the opening, on this browser's clock
+  // The status stream: open while it carries the status; `streamOff` once
+  // it failed (the page polls for good).
+  var STREAM_SILENCE_MS = 6000;
+  var stream = null;
+  var streamOff = typeof window.EventSource !== 'function' || root.getAttribute('data-stream') === 'off';
+  if (streamOff) root.setAttribute('data-transport', 'poll');
 
   function t(key, vars) {
     var s = T[key] || key;
     if (vars) Object.keys(vars).forEach(function (k) { s = s.split('{' + k + '}').join(String(vars[k])); });
     return s;
   }
+  // While a scheduled wave is pending (the status answer's
+  // next_wave_at_ms), every message says when more goes on sale.
+  var waveNote = '';
   function say(text) {
+    text = waveNote ? text + ' ' + waveNote : text;
     if (text !== lastAnnounced) { stateEl.textContent = text; lastAnnounced = text; }
   }
   // The bar: the first tenth while the browser solves the challenge, the
@@ -144,6 +157,8 @@
       return schedule(s.poll_after_ms || 5000);
     }
     stopCountdown();
+    waveNote = typeof s.next_wave_at_ms === 'number' && s.state !== 'closed'
+      ? t('next_wave', { time: localTime(s.next_wave_at_ms) }) : '';
     if (s.state === 'admitted') return admitted(s);
     if (typeof s.position === 'number') {
       rememberStart(s);
@@ -165,7 +180,64 @@
     schedule(s.poll_after_ms || 5000);
   }
 
-  function schedule(ms) { setTimeout(poll, jitter(ms)); }
+  function schedule(ms) {
+    if (openStream()) return; // pushed from now on
+    setTimeout(poll, jitter(ms));
+  }
+
+  // Opens the status stream, once; false when the page must poll.
+  function openStream() {
+    if (streamOff) return false;
+    if (stream) return true;
+    var es;
+    try { es = new EventSource(base + '/status', { withCredentials: true }); } catch (e) { streamOff = true; return false; }
+    stream = es;
+    root.setAttribute('data-transport', 'stream');
+    var heard = false;
+    // A proxy buffering the stream delivers nothing: poll instead.
+    var silence = setTimeout(function () { if (!heard) fallBack(); }, STREAM_SILENCE_MS);
+    es.addEventListener('status', function (ev) {
+      heard = true;
+      clearTimeout(silence);
+      var s;
+      try { s = JSON.parse(ev.data); } catch (e) { return; }
+      errorDelay = 1000;
+      if (s.state === 'admitted' || s.state === 'sold_out' || s.state === 'closed') {
+        // The stream ends here. Admitted: one poll sets the admission
+        // cookie (the same session); otherwise polls take over until the
+        // line moves again.
+        closeStream();
+        if (s.state === 'admitted') return poll();
+      }
+      show(s);
+    });
+    // The server's last word (the token expired or its place is spent):
+    // the poll says what to do.
+    es.addEventListener('end', function () { closeStream(); poll(); });
+    es.addEventListener('error', function () {
+      // EventSource reconnects by itself (with Last-Event-ID); once it
+      // gives up (a refusal, a 204 after an admission) the page polls.
+      if (es.readyState === 2 && stream === es) {
+        clearTimeout(silence);
+        stream = null;
+        streamOff = !heard;
+        root.setAttribute('data-transport', 'poll');
+        poll();
+      } else if (!heard) {
+        say(t('reconnecting'));
+      }
+    });
+    return true;
+  }
+  function closeStream() {
+    if (stream) { stream.close(); stream = null; }
+  }
+  function fallBack() {
+    closeStream();
+    streamOff = true;
+    root.setAttribute('data-transport', 'poll');
+    poll();
+  }
 
   function poll() {
     if (polling) return; // never more than one poll in flight
@@ -183,15 +255,31 @@
     });
   }
 
+  // A room of the `reject` method keeps no line: when it is full it says
+  // so at once (503 room_full, before any work) and the page tries again
+  // when the gateway says a place may be free.
+  function isFull(r) {
+    return r.status === 503 && r.body && r.body.code === 'room_full';
+  }
+  function roomFull(r) {
+    root.classList.remove('working');
+    root.setAttribute('data-state', 'full');
+    say(t('full'));
+    var wait = Number(r.res && r.res.headers.get('retry-after')) * 1000 || 5000;
+    setTimeout(join, jitter(Math.max(wait, 1000)));
+  }
+
   function join() {
     say(t('preparing'));
     request('POST', base + '/challenge', {}).then(function (r) {
+      if (isFull(r)) return roomFull(r);
       if (r.status !== 200) throw r;
+      root.removeAttribute('data-state');
       say(t('solving'));
       root.classList.add('working');
       var received = Date.now();
       return window.SluicePow.solveChallenge(r.body, {
-        workerUrl: '/_sluice/static/pow-worker.js',
+        workerUrl: root.getAttribute('data-worker-url') || '/_sluice/static/pow-worker.js',
         onProgress: function (p) {
           setProgress(SOLVE_SHARE * p.fraction);
           say(t('solving_progress', { done: p.solved, total: p.total }));
@@ -230,6 +318,7 @@
     }).then(function (r) {
       if (r.status === 200 || r.status === 201) { errorDelay = 1000; return show(r.body); }
       if (r.status === 423) { say(t('closed')); return; }
+      if (isFull(r)) return roomFull(r);
       // After a network error the first submission may still be on its way
       // (the gateway has not yet noted the place it bought): a little later
       // the same solution gets that place back.

@@ -18,6 +18,7 @@
 -- ARGV[15] the epoch the floors were seen in ('recover' of a missing
 --         state records it as covered: carry_epoch, carry_tail)
 -- ARGV[16] session ttl in ms (kept for the ended set's retention)
+-- ARGV[17] the queueing method (lib.lua's method field)
 -- Returns {0} (no state, where one is needed), {3, version} (a settings
 -- conflict) or the snapshot reply of lib.lua. Every settings write bumps
 -- settings_v; the JSON's own version is not read.
@@ -102,6 +103,7 @@ else
   end
   st.settings_v = st.settings_v + 1
   st.ttl_ms = tonumber(ARGV[16])
+  st.method = tonumber(ARGV[17]) or 0
   redis.call('HSET', S, 'settings', ARGV[8])
 end
 reseed(st, tonumber(ARGV[9]), tonumber(ARGV[10]))

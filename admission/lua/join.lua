@@ -8,6 +8,9 @@
 --   {2}                               the room is closed
 --   {3}                               passthrough: not admissible now;
 --                                     nothing handed out
+--   {4}                               a join at a 'reject' room (method 3)
+--                                     not admissible now: the room is
+--                                     full; nothing handed out
 --   {1, seq, epoch, admitted(0|1), frontier, prequeue(0|1)}
 --     prequeue: the pre-queue is open (the seq is a ticket of the draw)
 --
@@ -17,7 +20,9 @@
 -- place admitted at once is claimed by the join itself (its bit is set)
 -- and its session ({epoch}.{seq}, for the settings' ttl_ms) started. Before
 -- a scheduled room opens, halted() holds: seqs are handed out, nobody is
--- admitted.
+-- admitted. The method (room.rs RoomCore::join): random and queue_all
+-- never admit a join at once; reject joins as a passthrough does, {4}
+-- when it cannot.
 
 local now = now_ms()
 local st = load()
@@ -28,11 +33,17 @@ if st.closed == 1 then
   return {2}
 end
 advance(st, now)
-if ARGV[1] == 'passthrough' and not admissible(st) then
+if (ARGV[1] == 'passthrough' or st.method == 3) and not admissible(st) then
   save(st)
-  return {3}
+  if ARGV[1] == 'passthrough' then
+    return {3}
+  end
+  return {4}
 end
 local room = room_under_cap(st)
+if not passes_through(st) then
+  room = 0
+end
 st.tail = st.tail + 1
 local seq = st.tail
 st.joins = st.joins + 1

@@ -33,6 +33,8 @@
 --     above, and the tail floor it was created with; 0 0: none)
 --   settings_v (version of the settings, bumped by every write)
 --   ttl_ms (the session ttl of the settings, for the ended set)
+--   method (settings.rs QueueMethod::code: 0 fifo, 1 random, 2 queue_all,
+--     3 reject; a state written before it reads 0: fifo)
 --   settings (JSON of RoomSettings, written by configure)
 --
 -- Every value stays below 2^53, so Lua's doubles are exact: rate_m <= 1e9
@@ -50,7 +52,7 @@ local FIELDS = {'tail', 'frontier', 'credit', 'last_ms', 'epoch', 'joins',
   'admitted', 'claimed', 'refunded', 'late', 'pending', 'settled', 'rate_m',
   'burst_u', 'paused', 'closed', 'max_active', 'claim_ms', 'opens_ms',
   'pq_from', 'pq_n', 'ended_total', 'carry_epoch', 'carry_tail', 'settings_v',
-  'ttl_ms'}
+  'ttl_ms', 'method'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -238,10 +240,16 @@ local function claim_place(st, place)
   return 3
 end
 
+-- settings.rs QueueMethod::passes_through: random and queue_all never
+-- admit a join on the spot.
+local function passes_through(st)
+  return st.method ~= 1 and st.method ~= 2
+end
+
 -- room.rs RoomCore::passthrough's test: nobody waits, credit, not halted,
--- under the cap. Call after advance.
+-- under the cap, a method that passes through. Call after advance.
 local function admissible(st)
   local room = room_under_cap(st)
-  return not halted(st) and st.frontier == st.tail and st.credit >= MICRO
+  return passes_through(st) and not halted(st) and st.frontier == st.tail and st.credit >= MICRO
     and (room < 0 or room >= 1)
 end

@@ -21,7 +21,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::AdmissionError;
-use crate::settings::RoomSettings;
+use crate::settings::{QueueMethod, RoomSettings};
 use crate::store::{AdmitOutcome, ClaimOutcome, Floors, QueueStore, Snapshot};
 
 /// A store under test and control over its world.
@@ -105,6 +105,84 @@ pub async fn passthrough<H: Harness>(h: &mut H) {
         store.claim(room, 2).await.unwrap(),
         ClaimOutcome::AlreadyClaimed
     );
+}
+
+/// `queue_all`: a join at an idle room with credit takes a place and is
+/// not admitted by the join; the next advance admits it, in FIFO order; a
+/// passthrough (no proof of work) admits nobody. Switching back to FIFO
+/// passes through again.
+pub async fn method_queue_all<H: Harness>(h: &mut H) {
+    let room = "c-queue-all";
+    let mut s = RoomSettings {
+        method: QueueMethod::QueueAll,
+        ..settings(1000.0, 5.0)
+    };
+    let store = setup(h, room, &s).await;
+    assert_eq!(store.passthrough(room).await.unwrap(), None);
+    let j = store.join(room).await.unwrap();
+    assert_eq!((j.seq, j.admitted), (1, false));
+    assert_eq!(
+        store.claim(room, 1).await.unwrap(),
+        ClaimOutcome::NotAdmitted
+    );
+    // every later operation is an advance: a join admits those before it
+    for seq in 2..=3 {
+        let j = store.join(room).await.unwrap();
+        assert_eq!((j.seq, j.admitted), (seq, false), "join {seq}");
+    }
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(
+        (snap.tail, snap.frontier),
+        (3, 3),
+        "the next advance admits"
+    );
+    assert_eq!(store.claim(room, 1).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        store.settings(room).await.unwrap().unwrap().method,
+        QueueMethod::QueueAll
+    );
+    s.method = QueueMethod::Fifo;
+    store.configure(room, &s).await.unwrap();
+    h.elapse(Duration::from_millis(50)).await;
+    assert!(store.join(room).await.unwrap().admitted);
+}
+
+/// `reject`: a join is admitted on the spot or refused with
+/// [`AdmissionError::Full`], handing out no seq and taking no place.
+pub async fn method_reject<H: Harness>(h: &mut H) {
+    let room = "c-reject";
+    let s = RoomSettings {
+        method: QueueMethod::Reject,
+        ..settings(0.01, 2.0)
+    };
+    let store = setup(h, room, &s).await;
+    for seq in 1..=2 {
+        let j = store.join(room).await.unwrap();
+        assert_eq!((j.seq, j.admitted), (seq, true));
+    }
+    for _ in 0..5 {
+        assert!(matches!(
+            store.join(room).await,
+            Err(AdmissionError::Full(_))
+        ));
+    }
+    assert_eq!(store.passthrough(room).await.unwrap(), None);
+    let snap = store.snapshot(room).await.unwrap();
+    assert_eq!((snap.tail, snap.frontier, snap.joins_total), (2, 2, 2));
+    // the active cap fills a reject room as well
+    let capped = "c-reject-cap";
+    let s = RoomSettings {
+        method: QueueMethod::Reject,
+        max_active: Some(1),
+        ..settings(1000.0, 10.0)
+    };
+    let store = setup(h, capped, &s).await;
+    assert!(store.join(capped).await.unwrap().admitted);
+    assert!(matches!(
+        store.join(capped).await,
+        Err(AdmissionError::Full(_))
+    ));
+    assert_eq!(store.snapshot(capped).await.unwrap().tail, 1);
 }
 
 /// Seqs come out in order and are admitted in order.
@@ -1060,7 +1138,8 @@ macro_rules! conformance_tests {
             steering_lease sold_out_and_adaptive_settings
             passthrough_takes_no_place passthrough_race one_place_one_session
             admissions_at_once_never_pass_the_cap
-            settings_compare_and_set reseat_is_stable_and_unshared);
+            settings_compare_and_set reseat_is_stable_and_unshared
+            method_queue_all method_reject);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

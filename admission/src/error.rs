@@ -31,6 +31,11 @@ pub enum AdmissionError {
     /// refusal rather than a fault, kept here so `join` has one return type.
     #[error("room {0:?} is closed")]
     Closed(String),
+    /// A room of the `reject` method could not admit the join on the spot
+    /// (someone waits, no credit, or the active cap): it takes no place and
+    /// no seq (HTTP 503 `room_full`). A refusal, like [`Self::Closed`].
+    #[error("room {0:?} is full")]
+    Full(String),
     /// The settings the store holds for a room are unparseable, larger
     /// than [`crate::settings::MAX_SETTINGS_BYTES`] or invalid. The gateway
     /// keeps its last good copy, logs it and counts it.

@@ -59,6 +59,12 @@
 //!   [`VerifyCache`], [`keygen`].
 //! - [`poll`]: poll intervals, ETA, [`RateMeter`].
 //! - [`prequeue`]: the verifiable shuffle of a scheduled room's pre-queue.
+//! - [`enqueue`]: enqueue tokens from the origin ([`enqueue::EnqueueVerifier`])
+//!   and one place per account ([`enqueue::AccountPlaces`]).
+//! - [`invites`]: invite codes of invite-only rooms ([`invites::InviteStore`],
+//!   memory or Redis), stored hashed, redeemed at most `uses` times.
+//! - [`fairness`]: Kendall's tau-b between arrival and admission order,
+//!   O(n log n) ([`fairness::kendall_tau_b`]).
 //! - [`sim`]: the discrete-event simulator (`sluice simulate`): visitors
 //!   against the real room state machine in virtual time.
 //! - `conformance` (feature `test-util`): the store suite both stores pass.
@@ -84,7 +90,10 @@ pub mod backend;
 pub mod bucket;
 #[cfg(feature = "test-util")]
 pub mod conformance;
+pub mod enqueue;
 pub mod error;
+pub mod fairness;
+pub mod invites;
 pub mod memory;
 pub mod poll;
 pub mod prequeue;
@@ -102,7 +111,8 @@ pub use poll::{RateMeter, eta_seconds, poll_after_ms, poll_after_ms_eta};
 pub use prequeue::{PlaceMap, PrequeueDraw, commitment, shuffle_order};
 pub use redis_store::{RedisConfig, RedisQueueStore};
 pub use settings::{
-    AdaptiveState, InvalidSetting, RoomPatch, RoomSettings, derive_rate, little_max_active,
+    AdaptiveState, InvalidSetting, QueueMethod, RoomPatch, RoomSettings, derive_rate,
+    little_max_active,
 };
 pub use sluice_clock::{Clock, ManualClock, SystemClock};
 pub use store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Snapshot};

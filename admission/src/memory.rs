@@ -15,7 +15,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{AdmissionError, validate_room_id};
-use crate::room::RoomCore;
+use crate::room::{Refusal, RoomCore};
 use crate::settings::RoomSettings;
 use crate::store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Result, Snapshot};
 use sluice_clock::{Clock, SystemClock};
@@ -203,7 +203,10 @@ impl MemoryQueueStore {
     /// [`QueueStore::join`], synchronously.
     pub fn join_now(&self, room: &str) -> Result<JoinOutcome> {
         self.with_room(room, |c, now| c.join(now))?
-            .ok_or_else(|| AdmissionError::Closed(room.to_owned()))
+            .map_err(|r| match r {
+                Refusal::Closed => AdmissionError::Closed(room.to_owned()),
+                Refusal::Full => AdmissionError::Full(room.to_owned()),
+            })
     }
 
     /// [`QueueStore::advance`], synchronously.

@@ -284,6 +284,7 @@ impl RedisQueueStore {
             Some(0) => Err(AdmissionError::RoomNotFound(room.to_owned())),
             Some(2) => Err(AdmissionError::Closed(room.to_owned())),
             Some(3) => Ok(reply),
+            Some(4) => Err(AdmissionError::Full(room.to_owned())),
             _ => Err(AdmissionError::Protocol(format!("script reply {reply:?}"))),
         }
     }
@@ -386,6 +387,7 @@ impl RedisQueueStore {
             settings
                 .map_or(0, |s| s.session_ttl.as_millis() as u64)
                 .to_string(),
+            settings.map_or(0, |s| s.method.code()).to_string(),
         ]);
         let r = self.run(&self.scripts.configure, room, &args).await?;
         if r.first() == Some(&3) {

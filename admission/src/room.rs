@@ -25,7 +25,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::bucket::{Bucket, BucketParams, MICRO};
 use crate::prequeue::PrequeueDraw;
-use crate::settings::RoomSettings;
+use crate::settings::{QueueMethod, RoomSettings};
 use crate::store::{AdmitOutcome, ClaimOutcome, JoinOutcome, Snapshot};
 
 /// How long an ended session stays in the room's ended set past its end:
@@ -33,6 +33,15 @@ use crate::store::{AdmitOutcome, ClaimOutcome, JoinOutcome, Snapshot};
 /// since renewal needs a live session) plus this allowance for clock skew
 /// between gateways.
 pub const ENDED_SKEW_MS: u64 = 30_000;
+
+/// Why [`RoomCore::join`] took nobody.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The room is closed.
+    Closed,
+    /// A `reject` room could not admit on the spot (no seq handed out).
+    Full,
+}
 
 /// An advance batch: seqs `from..=to` admitted at `at_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,7 +343,7 @@ impl RoomCore {
     /// place in line is bought with proof of work, at the join endpoint).
     /// The place is claimed, and its session started, by the call itself.
     pub fn passthrough(&mut self, now_ms: u64) -> Option<JoinOutcome> {
-        if self.params.closed {
+        if self.params.closed || !self.settings.method.passes_through() {
             return None;
         }
         self.advance(now_ms);
@@ -442,13 +451,23 @@ impl RoomCore {
         }
     }
 
-    /// Joins: `None` when the room is closed.
-    pub fn join(&mut self, now_ms: u64) -> Option<JoinOutcome> {
+    /// Joins: a seq, admitted at once when nobody waits and credit allows
+    /// (passthrough) unless the room's method never passes through
+    /// ([`QueueMethod::passes_through`]). A `reject` room admits on the spot
+    /// or refuses ([`Refusal::Full`]) without handing out a seq.
+    pub fn join(&mut self, now_ms: u64) -> Result<JoinOutcome, Refusal> {
         if self.params.closed {
-            return None;
+            return Err(Refusal::Closed);
+        }
+        if self.settings.method == QueueMethod::Reject {
+            return self.passthrough(now_ms).ok_or(Refusal::Full);
         }
         self.advance(now_ms);
-        let room = self.room_under_cap();
+        let room = if self.settings.method.passes_through() {
+            self.room_under_cap()
+        } else {
+            0
+        };
         let params = self.live_params();
         let (seq, admitted) = self.bucket.join(&params, room);
         self.counters.joins += 1;
@@ -458,7 +477,7 @@ impl RoomCore {
             self.claims.set(seq);
             self.start_own_session(now_ms, seq);
         }
-        Some(JoinOutcome {
+        Ok(JoinOutcome {
             seq,
             epoch: self.epoch,
             admitted,

@@ -54,6 +54,78 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidSetting {
     }
 }
 
+/// How a room orders its line (`method` in the config and the admin
+/// PATCH). The store applies it atomically with the join, so every gateway
+/// sharing a store treats a join alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueMethod {
+    /// First come, first served; a lone visitor at a room with credit goes
+    /// straight through (passthrough). The default.
+    #[default]
+    Fifo,
+    /// Everyone waiting when a draw is made is ordered by a verifiable
+    /// shuffle (see [`crate::prequeue`]); nobody passes straight through.
+    /// Named, and refused by [`RoomSettings::validate`] until the stores
+    /// make rolling draws.
+    Random,
+    /// FIFO without passthrough: every visitor takes a place and is
+    /// admitted by the bucket's next advance (a tick), never by the join.
+    QueueAll,
+    /// Nobody waits: a join is admitted on the spot or refused at once
+    /// ([`crate::AdmissionError::Full`], HTTP 503 `room_full`), taking no
+    /// place and no seq.
+    Reject,
+}
+
+impl QueueMethod {
+    /// Every method, as the config and the admin API spell them.
+    pub const ALL: [QueueMethod; 4] = [
+        QueueMethod::Fifo,
+        QueueMethod::Random,
+        QueueMethod::QueueAll,
+        QueueMethod::Reject,
+    ];
+
+    /// The name the config and the admin API use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMethod::Fifo => "fifo",
+            QueueMethod::Random => "random",
+            QueueMethod::QueueAll => "queue_all",
+            QueueMethod::Reject => "reject",
+        }
+    }
+
+    /// The method named `s`, or an [`InvalidSetting`] of `method` listing
+    /// the names.
+    pub fn parse(s: &str) -> Result<QueueMethod, InvalidSetting> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| invalid("method", "must be one of fifo, random, queue_all, reject"))
+    }
+
+    /// The store's number for it (the Lua state's `method` field).
+    pub fn code(self) -> u8 {
+        match self {
+            QueueMethod::Fifo => 0,
+            QueueMethod::Random => 1,
+            QueueMethod::QueueAll => 2,
+            QueueMethod::Reject => 3,
+        }
+    }
+
+    /// Whether a join may be admitted on the spot (passthrough).
+    pub fn passes_through(self) -> bool {
+        matches!(self, QueueMethod::Fifo | QueueMethod::Reject)
+    }
+
+    fn is_fifo(&self) -> bool {
+        *self == QueueMethod::Fifo
+    }
+}
+
 /// The admission settings of one room. Stored with the room's state, so
 /// every gateway sharing a store sees the same values within a tick.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -134,6 +206,11 @@ pub struct RoomSettings {
     /// configuration's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub join_limit_per_prefix_per_min: Option<u32>,
+    /// How the line is ordered ([`QueueMethod`]). Left out of the stored
+    /// JSON while FIFO, so a gateway of an older version reads the settings
+    /// of a FIFO room as before.
+    #[serde(skip_serializing_if = "QueueMethod::is_fifo")]
+    pub method: QueueMethod,
     /// Bumped by the store at every write of these settings: a write names
     /// the version it read, and is refused when another write came first
     /// ([`crate::QueueStore::update_settings`]), so two writers never
@@ -200,6 +277,7 @@ impl Default for RoomSettings {
             difficulty_floor_bits: None,
             difficulty_ceiling_bits: None,
             join_limit_per_prefix_per_min: None,
+            method: QueueMethod::Fifo,
             version: 0,
         }
     }
@@ -308,6 +386,22 @@ impl RoomSettings {
             && (d.n > crate::prequeue::MAX_TICKETS || d.from.checked_add(d.n).is_none())
         {
             return Err(invalid("prequeue_draw", "out of range"));
+        }
+        if self.method == QueueMethod::Random {
+            // Named so the config and the API keep one vocabulary; refused
+            // until the stores make rolling draws (README, "Queueing
+            // methods"): a room must never claim an order it does not keep.
+            return Err(invalid(
+                "method",
+                "random is not available yet: use fifo, queue_all or reject \
+                 (a scheduled opening draws its pre-queue at random)",
+            ));
+        }
+        if self.method == QueueMethod::Reject && self.opens_at_ms.is_some() {
+            return Err(invalid(
+                "method",
+                "a scheduled room lines up its early arrivals: reject cannot be scheduled",
+            ));
         }
         let a = &self.adaptive;
         if a.mode.len() > MAX_REASON_LEN || a.reason.len() > MAX_REASON_LEN {
@@ -432,6 +526,8 @@ pub struct RoomPatch {
     pub claim_window_secs: Option<f64>,
     /// Sets the session idle lifetime in seconds.
     pub session_ttl_secs: Option<f64>,
+    /// Sets the queueing method (`fifo`, `random`, `queue_all`, `reject`).
+    pub method: Option<String>,
 }
 
 impl RoomPatch {
@@ -487,6 +583,9 @@ impl RoomPatch {
         }
         if let Some(v) = self.session_ttl_secs {
             s.session_ttl = secs("session_ttl_secs", v)?;
+        }
+        if let Some(m) = &self.method {
+            s.method = QueueMethod::parse(m)?;
         }
         s.validate()?;
         s.recalibrate();
@@ -633,6 +732,60 @@ mod tests {
         .apply(&mut s)
         .unwrap();
         assert_eq!(s.effective_max_active(), Some(600));
+    }
+
+    #[test]
+    fn method_names_patch_and_json() {
+        for m in QueueMethod::ALL {
+            assert_eq!(QueueMethod::parse(m.as_str()), Ok(m));
+            if m == QueueMethod::Random {
+                continue;
+            }
+            let s = RoomSettings {
+                method: m,
+                ..Default::default()
+            };
+            let j = s.to_stored().unwrap();
+            assert_eq!(j.contains("\"method\""), m != QueueMethod::Fifo);
+            assert_eq!(RoomSettings::from_stored(&j).unwrap(), s);
+        }
+        let mut s = RoomSettings::default();
+        for bad in ["FIFO", "", "lottery", "queue-all", "fifo "] {
+            let err = RoomPatch {
+                method: Some(bad.into()),
+                ..Default::default()
+            }
+            .apply(&mut s)
+            .unwrap_err();
+            assert_eq!(err.field, "method");
+        }
+        assert_eq!(s.method, QueueMethod::Fifo);
+        RoomPatch {
+            method: Some("queue_all".into()),
+            ..Default::default()
+        }
+        .apply(&mut s)
+        .unwrap();
+        assert_eq!(s.method, QueueMethod::QueueAll);
+        // named, but refused until the stores draw in rounds
+        let err = RoomPatch {
+            method: Some("random".into()),
+            ..Default::default()
+        }
+        .apply(&mut s)
+        .unwrap_err();
+        assert_eq!(err.field, "method");
+        assert_eq!(s.method, QueueMethod::QueueAll);
+        // a JSON value of another type is refused by the settings' parser
+        assert!(RoomSettings::from_stored(r#"{"method":3}"#).is_err());
+        // reject takes nobody in line: it cannot hold a pre-queue
+        let s = RoomSettings {
+            method: QueueMethod::Reject,
+            opens_at_ms: Some(1),
+            prequeue_seed: Some("00".repeat(32)),
+            ..Default::default()
+        };
+        assert_eq!(s.validate().unwrap_err().field, "method");
     }
 
     #[test]

@@ -413,6 +413,11 @@ pub struct SecondRow {
     pub origin_rps: f64,
     /// Edge status polls during the second.
     pub polls: u64,
+    /// Edge requests of the same visitors pushed instead of polling (a
+    /// stream opened after each join, one poll at each admission): the
+    /// status events pushed meanwhile follow the same cadence as the
+    /// polls, at most as many (`visitor::stream`'s buckets).
+    pub push_requests: u64,
 }
 
 /// What a run found. Serialises (without the series) as the JSON of
@@ -446,6 +451,13 @@ pub struct SimReport {
     pub peak_queue_length: u64,
     /// Arrival → origin, for those admitted.
     pub wait_seconds: WaitStats,
+    /// Kendall's tau-b between the order the admitted visitors arrived in
+    /// (at the waiting room, before their proof of work) and their places
+    /// ([`crate::fairness`]): 1 when nobody was overtaken; below 1 as solve
+    /// times differ (a slow device joins later than it arrived). `None`
+    /// when undefined: fewer than two admitted, or all arriving at once (a
+    /// spike has no arrival order).
+    pub kendall_tau: Option<f64>,
     /// The busiest second of origin requests.
     pub origin_peak_rps: f64,
     /// Mean origin requests/s over the seconds with load.
@@ -460,6 +472,12 @@ pub struct SimReport {
     pub max_active: Option<u64>,
     /// Edge status polls.
     pub edge_polls_per_sec: PollStats,
+    /// Edge requests per second polling (joins and status polls).
+    pub edge_requests_polling: PollStats,
+    /// Edge requests per second with push (joins, stream opens and one
+    /// poll per admission): what the waiting line costs the edge in
+    /// requests when the page streams its status.
+    pub edge_requests_pushed: PollStats,
     /// Virtual seconds simulated.
     pub simulated_seconds: f64,
     /// The per-second time series (not serialised: `--csv` writes it).
@@ -533,6 +551,9 @@ struct Engine {
     sid: String,
     // results
     waits_ms: Vec<u32>,
+    /// (arrival ms, place) of every visitor admitted, for the fairness
+    /// measure.
+    order: Vec<(u32, u32)>,
     wait_sum_ms: u128,
     admitted: u64,
     abandoned: u64,
@@ -542,6 +563,10 @@ struct Engine {
     origin_end_ms: u64,
     polls_per_sec: Vec<u64>,
     joins_per_sec: Vec<u64>,
+    /// Requests a pushed visitor makes instead of polls: the stream's
+    /// open (once, after its join) and the one poll that sets the
+    /// admission cookie.
+    push_requests_per_sec: Vec<u64>,
     abandoned_per_sec: Vec<u64>,
     /// Origin load: whole seconds by difference array, partial seconds
     /// directly (visitor-seconds).
@@ -593,6 +618,8 @@ impl Engine {
         }
         let wait = t.saturating_sub(u64::from(arrival));
         self.waits_ms.push(wait.min(u64::from(u32::MAX)) as u32);
+        self.order
+            .push((arrival, seq.min(u64::from(u32::MAX)) as u32));
         self.wait_sum_ms += u128::from(wait);
         self.admitted += 1;
     }
@@ -654,8 +681,8 @@ impl Engine {
             return;
         }
         bump(&mut self.joins_per_sec, (t / 1000) as usize);
-        let Some(o) = core.join(t) else {
-            // a closed room turns the visitor away
+        let Ok(o) = core.join(t) else {
+            // a closed (or full `reject`) room turns the visitor away
             self.abandon_at(v.join);
             return;
         };
@@ -670,6 +697,8 @@ impl Engine {
                 arrival: v.arrival,
                 deadline: v.deadline,
             };
+            // Pushed, it opens its stream now.
+            bump(&mut self.push_requests_per_sec, (t / 1000) as usize);
             self.schedule_poll(t, w, o.position());
         }
     }
@@ -678,6 +707,9 @@ impl Engine {
         bump(&mut self.polls_per_sec, (t / 1000) as usize);
         let seq = u64::from(w.seq);
         if seq <= self.frontier && core.claim(seq).is_admitted() {
+            // Pushed, the admission comes on the stream and one poll
+            // fetches its cookie.
+            bump(&mut self.push_requests_per_sec, (t / 1000) as usize);
             self.reach_origin(core, t, seq, w.arrival);
         } else {
             self.schedule_poll(t, w, seq.saturating_sub(self.frontier));
@@ -827,6 +859,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         sessions_diff: Vec::new(),
         sid: String::with_capacity(16),
         waits_ms: Vec::with_capacity(total as usize),
+        order: Vec::with_capacity(total as usize),
         wait_sum_ms: 0,
         admitted: 0,
         abandoned: 0,
@@ -836,6 +869,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         origin_end_ms: 0,
         polls_per_sec: Vec::new(),
         joins_per_sec: Vec::new(),
+        push_requests_per_sec: Vec::new(),
         abandoned_per_sec: Vec::new(),
         origin_diff: Vec::new(),
         origin_part: Vec::new(),
@@ -936,11 +970,14 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         let part = e.origin_part.get(i).copied().unwrap_or(0.0);
         row.origin_rps = cfg.room.requests_per_visitor_per_sec * (whole as f64 + part);
         row.polls = e.polls_per_sec.get(i).copied().unwrap_or(0);
+        row.push_requests = e.push_requests_per_sec.get(i).copied().unwrap_or(0);
         row.joined = e.joins_per_sec.get(i).copied().unwrap_or(0);
         row.abandoned = e.abandoned_per_sec.get(i).copied().unwrap_or(0);
     }
 
     let wait_seconds = wait_stats(&mut e.waits_ms, e.wait_sum_ms);
+    let kendall_tau = crate::fairness::kendall_tau_b(&e.order).map(|t| (t * 1e6).round() / 1e6);
+    e.order = Vec::new();
     let origin_peak_rps = rows.iter().map(|r| r.origin_rps).fold(0.0, f64::max);
     let origin_mean_rps = mean_over_active(rows.iter().map(|r| r.origin_rps));
     let polls_total: u64 = rows.iter().map(|r| r.polls).sum();
@@ -949,6 +986,13 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         peak: rows.iter().map(|r| r.polls).max().unwrap_or(0),
         total: polls_total,
     };
+    let per_sec = |f: &dyn Fn(&SecondRow) -> u64| PollStats {
+        mean: mean_over_active(rows.iter().map(|r| f(r) as f64)),
+        peak: rows.iter().map(f).max().unwrap_or(0),
+        total: rows.iter().map(f).sum(),
+    };
+    let edge_requests_polling = per_sec(&|r| r.joined + r.polls);
+    let edge_requests_pushed = per_sec(&|r| r.joined + r.push_requests);
     Ok(SimReport {
         visitors: total,
         admitted: e.admitted,
@@ -962,6 +1006,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         drain_seconds: e.drain_ms.map(|ms| ms as f64 / 1000.0),
         peak_queue_length: e.peak_queue,
         wait_seconds,
+        kendall_tau,
         origin_peak_rps,
         origin_mean_rps,
         capacity_rps: cfg.capacity_rps.or(settings.capacity_rps),
@@ -969,6 +1014,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         burst: last.burst,
         max_active: last.max_active,
         edge_polls_per_sec,
+        edge_requests_polling,
+        edge_requests_pushed,
         simulated_seconds: t0 as f64 / 1000.0,
         series: rows,
     })
@@ -1136,6 +1183,7 @@ mod tests {
             sessions_diff: Vec::new(),
             sid: String::new(),
             waits_ms: Vec::new(),
+            order: Vec::new(),
             wait_sum_ms: 0,
             admitted: 0,
             abandoned: 0,
@@ -1145,6 +1193,7 @@ mod tests {
             origin_end_ms: 0,
             polls_per_sec: Vec::new(),
             joins_per_sec: Vec::new(),
+            push_requests_per_sec: Vec::new(),
             abandoned_per_sec: Vec::new(),
             origin_diff: Vec::new(),
             origin_part: Vec::new(),

@@ -351,3 +351,32 @@ fn session_count_matches_the_store() {
         assert!(own.series.iter().any(|s| s.active_sessions > 100));
     }
 }
+
+/// The fairness measure: a spike has no arrival order (undefined); a ramp
+/// with a fixed solve time keeps arrival order exactly (tau 1); solve times
+/// that vary let fast devices overtake slow ones (tau below 1, still
+/// clearly positive).
+#[test]
+fn kendall_tau_of_arrival_and_admission() {
+    assert_eq!(sim(&seed003()).kendall_tau, None);
+    let ramp = SimConfig {
+        visitors: 5_000,
+        arrivals: Arrivals::Ramp { seconds: 20.0 },
+        solve: Dist::from_median_p95(1.0, None),
+        room: RoomSettings {
+            rate_per_sec: 100.0,
+            burst: 10.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let r = sim(&ramp);
+    assert_eq!(r.admitted, 5_000);
+    assert_eq!(r.kendall_tau, Some(1.0));
+    let varied = sim(&SimConfig {
+        solve: Dist::from_median_p95(2.0, Some(8.0)),
+        ..ramp
+    });
+    let t = varied.kendall_tau.unwrap();
+    assert!(t > 0.3 && t < 0.999, "tau {t}");
+}

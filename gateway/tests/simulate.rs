@@ -75,6 +75,18 @@ fn seed_003_from_the_command_line() {
     let mean_rps = v["origin_mean_rps"].as_f64().unwrap();
     assert!((mean_rps - 200.0).abs() <= 6.0, "origin mean {mean_rps}");
     assert!(v["edge_polls_per_sec"]["peak"].as_u64().unwrap() > 0);
+    // Pushed visitors: each join, one stream open per visitor who waited
+    // and one poll per admission of theirs, against tens of polls each.
+    let polling = v["edge_requests_polling"]["total"].as_u64().unwrap();
+    let pushed = v["edge_requests_pushed"]["total"].as_u64().unwrap();
+    let polls = v["edge_polls_per_sec"]["total"].as_u64().unwrap();
+    assert_eq!(polling, 50_000 + polls, "joins and polls");
+    let waited = 50_000 - v["passthrough"].as_u64().unwrap();
+    assert_eq!(pushed, 50_000 + 2 * waited, "joins, opens, one poll each");
+    assert!(
+        pushed * 5 < polling,
+        "push saves most requests: {pushed} vs {polling}"
+    );
 }
 
 #[test]
@@ -393,6 +405,55 @@ fn same_seed_same_answer() {
     let mut other = args.to_vec();
     other.extend(["--seed", "9"]);
     assert_ne!(a, json_of(&other));
+}
+
+/// `--method` and the fairness figure: a ramp at half the rate with a
+/// fixed solve time passes everyone through in FIFO, keeps arrival order
+/// (tau 1) and admits all; `queue_all` lets nobody through on the spot
+/// and keeps the order; `reject` at a rate below the arrivals turns some
+/// away (counted as abandoned) and never forms a line. A spike has no
+/// arrival order (null); a bad method exits 64.
+#[test]
+fn methods_and_kendall_tau_from_the_command_line() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--visitors",
+            "2000",
+            "--arrivals",
+            "ramp:40",
+            "--burst",
+            "5",
+        ];
+        args.extend(["--solve-median", "1s", "--json"]);
+        if !extra.contains(&"--rate") {
+            args.extend(["--rate", "100"]);
+        }
+        args.extend_from_slice(extra);
+        json_of(&args)
+    };
+    let fifo = run(&[]);
+    assert_eq!(fifo["kendall_tau"], 1.0, "{fifo}");
+    assert_eq!(fifo["passthrough"], 2000, "{fifo}");
+    let all = run(&["--method", "queue_all"]);
+    assert_eq!(all["passthrough"], 0, "{all}");
+    assert_eq!(all["admitted"], 2000, "{all}");
+    assert_eq!(all["kendall_tau"], 1.0, "{all}");
+    let reject = run(&["--method", "reject", "--rate", "20"]);
+    let admitted = reject["admitted"].as_u64().unwrap();
+    assert!(admitted < 2000 && admitted > 500, "{reject}");
+    assert_eq!(
+        reject["abandoned"].as_u64().unwrap(),
+        2000 - admitted,
+        "{reject}"
+    );
+    assert_eq!(reject["peak_queue_length"], 0, "{reject}");
+    let spike = json_of(&["--visitors", "500", "--rate", "100", "--json"]);
+    assert!(spike["kendall_tau"].is_null(), "{spike}");
+    let out = sluice()
+        .args(["simulate", "--visitors", "10", "--method", "lottery"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
 }
 
 #[test]

@@ -28,6 +28,11 @@
 -- breakdown in its deadline member, "{suffix}/{cat}={qty}/...:{qty}:{visitor}":
 -- whoever removes the member returns (or books) each category's units,
 -- once, with no other key to read.
+-- Waves: meta holds `waves`, the pending schedule "{at}:{qty}:{cat}"
+-- (cat empty for an event without categories) joined by ',', earliest
+-- first, and `wave_next`, the first one's time (absent when none is
+-- pending). release_waves() applies every wave due by TIME: whoever takes
+-- a wave off the list (in its one script) adds its units, once.
 -- Shared ARGV:
 --   ARGV[1] stream MAXLEN (approximate cap, `MAXLEN ~`, when no ledger)
 --   ARGV[2] the event id (hold ids are "{event}.{suffix}")
@@ -188,3 +193,82 @@ local function dec_gt(a, b)
   return a > b
 end
 
+
+-- The categories as a stock entry describes them: "{id}:{total}:{limit}"
+-- joined by ','; '' without categories.
+local function describe_categories()
+  local described = {}
+  for c in string.gmatch(redis.call('HGET', K_META, 'cats') or '', '[^,]+') do
+    local p = 'c:' .. c .. ':'
+    local f = redis.call('HMGET', K_META, p .. 'total', p .. 'limit')
+    described[#described + 1] = c .. ':' .. (f[1] or '0') .. ':' .. (f[2] or '0')
+  end
+  return table.concat(described, ',')
+end
+
+-- Releases every wave due by `now`, earliest first, each once: its units
+-- join total and available (capped as give_back caps them) and its
+-- category's, with a `stock` entry reason=wave (the new total, the
+-- categories described, the schedule left in `waves`). A wave that no
+-- longer fits the event (its category gone, a category-less wave on an
+-- event with categories or the reverse, the total past 2^53) is dropped
+-- without units or entry. Nothing happens while the stock counter is
+-- missing (not ready: the waves wait). Returns how many were released.
+local function release_waves(now)
+  local nxt = redis.call('HGET', K_META, 'wave_next')
+  if not nxt or tonumber(nxt) > now then return 0 end
+  if not redis.call('GET', K_STOCK) then return 0 end
+  local list = {}
+  for w in string.gmatch(redis.call('HGET', K_META, 'waves') or '', '[^,]+') do
+    list[#list + 1] = w
+  end
+  local cats = ',' .. (redis.call('HGET', K_META, 'cats') or '') .. ','
+  local released = 0
+  local i = 1
+  while i <= #list do
+    local at, qty, cat = string.match(list[i], '^(%d+):(%d+):(.*)$')
+    if tonumber(at) > now then break end
+    i = i + 1
+    qty = tonumber(qty)
+    local fits
+    if cat == '' then fits = (cats == ',,') else fits = string.find(cats, ',' .. cat .. ',', 1, true) ~= nil end
+    local m = redis.call('HMGET', K_META, 'total', 'held', 'confirmed', 'version')
+    local total = tonumber(m[1] or '0') + qty
+    if fits and total <= 9007199254740992 then
+      redis.call('HSET', K_META, 'total', int(total))
+      local room = total - tonumber(m[2] or '0') - tonumber(m[3] or '0')
+      if room < 0 then room = 0 end
+      local available = tonumber(redis.call('GET', K_STOCK)) + qty
+      if available > room then available = room end
+      redis.call('SET', K_STOCK, int(available))
+      if cat ~= '' then
+        local p = 'c:' .. cat .. ':'
+        local c = redis.call('HMGET', K_META, p .. 'total', p .. 'avail', p .. 'held', p .. 'confirmed')
+        local ctotal = tonumber(c[1] or '0') + qty
+        local croom = ctotal - tonumber(c[3] or '0') - tonumber(c[4] or '0')
+        if croom < 0 then croom = 0 end
+        local cavail = tonumber(c[2] or '0') + qty
+        if cavail > croom then cavail = croom end
+        redis.call('HSET', K_META, p .. 'total', int(ctotal), p .. 'avail', int(cavail))
+      end
+      local rest = {}
+      for j = i, #list do rest[#rest + 1] = list[j] end
+      local extra = {'version', m[4] or '0', 'reason', 'wave', 'waves', table.concat(rest, ',')}
+      local described = describe_categories()
+      if described ~= '' then
+        extra[#extra + 1] = 'categories'; extra[#extra + 1] = described
+      end
+      emit('stock', '', '', total, available, now, extra)
+      released = released + 1
+    end
+  end
+  local rest = {}
+  for j = i, #list do rest[#rest + 1] = list[j] end
+  if #rest == 0 then
+    redis.call('HDEL', K_META, 'waves', 'wave_next')
+  else
+    local first = string.match(rest[1], '^(%d+):')
+    redis.call('HSET', K_META, 'waves', table.concat(rest, ','), 'wave_next', first)
+  end
+  return released
+end

@@ -21,9 +21,13 @@
 -- ARGV[7] 'q': a bare qty (an event without categories); 'i': items
 -- ARGV[8] (with 'i') the items, "{cat}={qty}" joined by '/', no category
 --         twice (the Rust side refuses duplicates before calling)
+-- ARGV[9] the shards the caller routed by ('1': a plain event); the meta's
+--         `shards` (absent: 1) must say the same (sharded.rs)
 --
 -- Returns one of:
 --   {'NOT_READY'}                      stock counter or settings missing
+--   {'RESHARDED', shards}              the stored layout is not ARGV[9]:
+--                                      nothing read or written
 --   {'REDIRECT', suffix}               the idempotency key names a hold
 --                                      other than KEYS[11]: call again with
 --                                      that hold as KEYS[11] (and a fresh
@@ -51,6 +55,10 @@
 -- the hold hash (PEXPIREAT deadline + retention), ZADD deadlines, ZADD the
 -- visitor's index, the idempotency key (PX ttl), XADD type=held.
 --
+-- Due waves (common.lua's release_waves) are released first, after the
+-- LAZY_REAP_MAX lapsed holds: a sold-out answer never stands while a
+-- wave is due.
+--
 -- Lapsed holds: a hold past its deadline counts as expired before any
 -- reaper saw it, so no answer may depend on whether one did. Besides the
 -- LAZY_REAP_MAX oldest lapsed holds of anyone, this script expires:
@@ -69,8 +77,9 @@
 -- holds would have freed the units or the cart room.
 
 if not redis.call('GET', K_STOCK) then return {'NOT_READY'} end
-local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms', 'cats')
+local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms', 'cats', 'shards')
 if not meta[1] or not meta[2] then return {'NOT_READY'} end
+if (meta[4] or '1') ~= ARGV[9] then return {'RESHARDED', meta[4] or '1'} end
 local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
 local now = now_ms()
 local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
@@ -81,6 +90,8 @@ if not suffix or not visitor or #visitor ~= tonumber(vlen) then
 end
 local qty = tonumber(ARGV[3])
 reap_expired(now, tonumber(ARGV[4]))
+-- Waves due by now are on sale before anything is decided.
+release_waves(now)
 
 -- This visitor's lapsed holds no longer count against the cart.
 for _, member in ipairs(redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', now)) do

@@ -5,8 +5,11 @@
 -- ARGV[1..2] as in common.lua
 -- ARGV[3] at most this many holds
 --
+-- Releases the waves due first (common.lua's release_waves).
 -- Returns the number of holds this call expired (each one's units returned
 -- and XADD type=expired, exactly once whatever the number of concurrent
 -- reapers). 0 when the stock counter is missing (nothing to return to).
 if not redis.call('GET', K_STOCK) then return 0 end
-return reap_expired(now_ms(), tonumber(ARGV[3]))
+local now = now_ms()
+release_waves(now)
+return reap_expired(now, tonumber(ARGV[3]))

@@ -49,6 +49,9 @@ if ARGV[8] == '1' then
   if not created then return {'PRESENT'} end
   if lost then return {'LOST', lost} end
 end
+-- Waves due before this change are released first: an absolute total
+-- is set on top of them, never undone by a late release.
+if not created then release_waves(now_ms()) end
 if not created and not dec_gt(ARGV[6], m[1]) then return {'STALE', m[1]} end
 local held, confirmed = 0, 0
 if not created then
@@ -86,7 +89,8 @@ if created then redis.call('DEL', K_DEADLINES, K_VISITORS, K_VCATS) end
 for id in string.gmatch(old, '[^,]+') do
   if not kept[id] then
     local p = 'c:' .. id .. ':'
-    redis.call('HDEL', K_META, p .. 'total', p .. 'avail', p .. 'held', p .. 'confirmed', p .. 'limit')
+    redis.call('HDEL', K_META, p .. 'total', p .. 'avail', p .. 'held', p .. 'confirmed', p .. 'limit',
+      p .. 'version')
   end
 end
 local ids, described = {}, {}

@@ -3,9 +3,11 @@
 
 use crate::Inventory;
 use crate::error::Result;
+use crate::feed::{FeedOutcome, StockRow};
 use crate::memory::MemoryInventory;
 use crate::record::{CategoryRecord, EventRecord, RestoreOutcome};
 use crate::redis::RedisInventory;
+use crate::sharded::{LayoutOutcome, PendingTransfer, ShardLayout, TransferIn, TransferOut};
 use crate::types::*;
 
 #[derive(Clone)]
@@ -54,6 +56,10 @@ impl Inventory for InventoryBackend {
         delegate!(self, inv => inv.restore_with_categories(event, spec, record, categories))
     }
 
+    async fn apply_stock(&self, event: &EventId, row: &StockRow) -> Result<FeedOutcome> {
+        delegate!(self, inv => inv.apply_stock(event, row))
+    }
+
     async fn hold_items(
         &self,
         event: &EventId,
@@ -72,14 +78,47 @@ impl Inventory for InventoryBackend {
         delegate!(self, inv => inv.remember_loaded(event, version))
     }
 
-    async fn hold(
+    async fn hold_in_layout(
         &self,
         event: &EventId,
         visitor: &str,
         qty: u32,
         idempotency_key: Option<&str>,
+        shards: u32,
     ) -> Result<HoldOutcome> {
-        delegate!(self, inv => inv.hold(event, visitor, qty, idempotency_key))
+        delegate!(self, inv => inv.hold_in_layout(event, visitor, qty, idempotency_key, shards))
+    }
+
+    async fn set_layout(&self, event: &EventId, layout: &ShardLayout) -> Result<LayoutOutcome> {
+        delegate!(self, inv => inv.set_layout(event, layout))
+    }
+
+    async fn transfer_out(
+        &self,
+        from: &EventId,
+        to: &EventId,
+        id: &str,
+        max: u64,
+    ) -> Result<TransferOut> {
+        delegate!(self, inv => inv.transfer_out(from, to, id, max))
+    }
+
+    async fn transfer_in(
+        &self,
+        to: &EventId,
+        from: &EventId,
+        id: &str,
+        qty: u64,
+    ) -> Result<TransferIn> {
+        delegate!(self, inv => inv.transfer_in(to, from, id, qty))
+    }
+
+    async fn transfer_done(&self, from: &EventId, id: &str) -> Result<()> {
+        delegate!(self, inv => inv.transfer_done(from, id))
+    }
+
+    async fn pending_transfers(&self, from: &EventId) -> Result<Vec<PendingTransfer>> {
+        delegate!(self, inv => inv.pending_transfers(from))
     }
 
     async fn get_hold(&self, hold_id: &HoldId, visitor: &str) -> Result<Option<HoldView>> {
@@ -107,6 +146,10 @@ impl Inventory for InventoryBackend {
         delegate!(self, inv => inv.read(event))
     }
 
+    async fn schedule_waves(&self, event: &EventId, waves: &[Wave]) -> Result<ScheduleOutcome> {
+        delegate!(self, inv => inv.schedule_waves(event, waves))
+    }
+
     async fn events(&self) -> Result<Vec<EventId>> {
         delegate!(self, inv => inv.events())
     }
@@ -115,3 +158,7 @@ impl Inventory for InventoryBackend {
         delegate!(self, inv => inv.recent_transitions(event, n))
     }
 }
+
+/// What a gateway holds: its backend with sharded events routed
+/// ([`crate::sharded::Sharded`]; plain events pass straight through).
+pub type StockBackend = crate::sharded::Sharded<InventoryBackend>;

@@ -41,6 +41,25 @@
 //!   keys evicted or deleted) is told apart from one that never had it:
 //!   configured stock is loaded only into the latter
 //!   ([`Inventory::load_if_new`]).
+//! - **feed row**: a stock change from an ERP or a marketplace
+//!   ([`Inventory::apply_stock`]): a *delta* (`±n` units, with an
+//!   idempotency key remembered [`FEED_KEY_TTL`]) or a *snapshot* (an
+//!   absolute total with a source version, applied only above the last
+//!   one: the event's version, or each category's own), of the event or
+//!   one category ([`feed`]).
+//! - **wave**: units scheduled to go on sale at a time ([`Wave`]: `at`
+//!   by the store's clock, `qty`, the category for an event with
+//!   categories). The event keeps a schedule of pending waves
+//!   ([`Inventory::schedule_waves`] replaces it whole, in one step). A
+//!   wave due by the store's clock is released lazily by whatever
+//!   operation meets it first — every hold (before its sold-out
+//!   decision), read, reap and stock change — so no answer depends on a
+//!   timer having fired: its units are added to the total and to
+//!   available (the event's and the category's), exactly once (whoever
+//!   removes it from the schedule in its atomic step applies it), with a
+//!   `stock` stream entry `reason=wave` carrying the new total. A wave
+//!   whose category no longer exists when it comes due (a stock change
+//!   removed it) is dropped without units.
 //! - **stream**: the event's log of transitions (`held`, `confirmed`,
 //!   `released`, `expired`, `stock`, `restored`), a Redis Stream an origin consumes with
 //!   a consumer group (fields in `STREAM.md`), a bounded ring in memory.
@@ -54,6 +73,9 @@
 //!   `lua/*.lua` (one per operation, `common.lua` prepended), run on the
 //!   connection every store shares (`sluice_redis::RedisConn`, opened from
 //!   [`RedisConfig::url`] by `sluice_redis::RedisUrl`).
+//! - [`feed`]: stock feeds, [`StockRow`] (a delta with an idempotency
+//!   key, or a versioned snapshot, of the event or one category) and
+//!   [`FeedOutcome`] ([`Inventory::apply_stock`]).
 //! - [`record`]: [`EventRecord`], what the ledger knows of an event, to
 //!   rebuild a store that lost it.
 //! - [`retention`]: how long ended holds are kept, and why.
@@ -89,6 +111,9 @@
 //!    operator loads it ([`SetStockOutcome::Recreated`]) or a record
 //!    restores it ([`Inventory::restore`], which never overwrites live
 //!    counters).
+//! 9. Each scheduled wave is released at most once, and never before its
+//!    time by the store's clock; once due, no answer is given before it
+//!    is released.
 
 #![forbid(unsafe_code)]
 
@@ -98,23 +123,29 @@ pub mod backend;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub mod error;
+pub mod feed;
 pub mod memory;
 pub mod record;
 pub mod redis;
 pub mod retention;
+pub mod sharded;
 pub mod types;
 
-pub use backend::InventoryBackend;
+pub use backend::{InventoryBackend, StockBackend};
 pub use error::{ReservationError, Result};
+pub use feed::{FeedApplied, FeedOutcome, StockChange, StockRow};
 pub use memory::MemoryInventory;
 pub use record::{CategoryRecord, EventRecord, OpenHold, RestoreOutcome, SoldHold};
 pub use redis::{RedisConfig, RedisInventory};
 pub use retention::{Retention, RetentionError};
+pub use sharded::{
+    LayoutOutcome, PendingTransfer, ShardLayout, ShardTotal, Sharded, TransferIn, TransferOut,
+};
 pub use sluice_clock::{Clock, ManualClock, SystemClock};
 pub use types::{
     CategoryId, CategorySpec, CategoryState, ConfirmOutcome, EventId, EventState, HoldId,
-    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, SetStockOutcome,
-    StockSpec, Transition, TransitionKind,
+    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, ScheduleOutcome,
+    SetStockOutcome, ShardState, StockSpec, Transition, TransitionKind, Wave,
 };
 
 use std::time::Duration;
@@ -126,6 +157,9 @@ use std::time::Duration;
 pub const LAZY_REAP_MAX: usize = 64;
 /// How long an idempotency key is remembered.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How long a stock feed's delta key is remembered after it was applied
+/// (at least a day, as issue 20 asks: a replay within it changes nothing).
+pub const FEED_KEY_TTL: Duration = Duration::from_secs(48 * 3600);
 /// How long a payment event id's answer is remembered.
 pub const PAYMENT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Largest accepted total: counters stay exact in Lua's doubles.
@@ -237,6 +271,16 @@ pub trait Inventory: Send + Sync {
         categories: &CategoryRecord,
     ) -> impl Future<Output = Result<RestoreOutcome>> + Send;
 
+    /// Applies one row of a stock feed (a delta or a snapshot, of the
+    /// event or one category) in one atomic step: see [`feed`] for the
+    /// rules and [`FeedOutcome`] for the answers. An applied row appends a
+    /// `stock` entry to the stream.
+    fn apply_stock(
+        &self,
+        event: &EventId,
+        row: &StockRow,
+    ) -> impl Future<Output = Result<FeedOutcome>> + Send;
+
     /// Takes units of several categories for `visitor` in one atomic step,
     /// all or nothing: every category must exist and have the units, the
     /// event's cart limit holds across categories (held + confirmed +
@@ -258,7 +302,67 @@ pub trait Inventory: Send + Sync {
         visitor: &str,
         qty: u32,
         idempotency_key: Option<&str>,
+    ) -> impl Future<Output = Result<HoldOutcome>> + Send {
+        self.hold_in_layout(event, visitor, qty, idempotency_key, 1)
+    }
+
+    /// [`Inventory::hold`] on an event (or shard) the caller believes is
+    /// split into `shards` (1: a plain event). When the layout stored with
+    /// it says otherwise the answer is [`HoldOutcome::Resharded`] and
+    /// nothing is held, so a caller routing by a stale layout can never
+    /// put a visitor's units on a shard that is not its home
+    /// ([`sharded`]). [`Inventory::hold_items`] expects 1.
+    fn hold_in_layout(
+        &self,
+        event: &EventId,
+        visitor: &str,
+        qty: u32,
+        idempotency_key: Option<&str>,
+        shards: u32,
     ) -> impl Future<Output = Result<HoldOutcome>> + Send;
+
+    /// Sets one shard's layout and shared settings in one atomic step
+    /// ([`sharded::ShardLayout`], [`sharded::LayoutOutcome`]).
+    fn set_layout(
+        &self,
+        event: &EventId,
+        layout: &sharded::ShardLayout,
+    ) -> impl Future<Output = Result<sharded::LayoutOutcome>> + Send;
+
+    /// Moves up to `max` available units off shard `from` towards `to` in
+    /// one atomic step: `from`'s total and available drop by what moved
+    /// and a pending record `id` remembers where they go until
+    /// [`Inventory::transfer_done`] (lapsed holds are expired first, as a
+    /// hold does). Refused on a frozen or missing shard.
+    fn transfer_out(
+        &self,
+        from: &EventId,
+        to: &EventId,
+        id: &str,
+        max: u64,
+    ) -> impl Future<Output = Result<sharded::TransferOut>> + Send;
+
+    /// Lands transfer `id` of `qty` units on shard `to`: its total and
+    /// available rise by `qty`, once per `id` (a replay changes nothing;
+    /// ids are remembered [`FEED_KEY_TTL`]).
+    fn transfer_in(
+        &self,
+        to: &EventId,
+        from: &EventId,
+        id: &str,
+        qty: u64,
+    ) -> impl Future<Output = Result<sharded::TransferIn>> + Send;
+
+    /// Forgets the pending record of transfer `id` on shard `from` (it
+    /// landed, or the shards were reset).
+    fn transfer_done(&self, from: &EventId, id: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Transfers that left shard `from` and were not marked done, with
+    /// their age by the store's clock.
+    fn pending_transfers(
+        &self,
+        from: &EventId,
+    ) -> impl Future<Output = Result<Vec<sharded::PendingTransfer>>> + Send;
 
     /// The hold, if it exists and belongs to `visitor`.
     fn get_hold(
@@ -292,6 +396,21 @@ pub trait Inventory: Send + Sync {
     /// [`LAZY_REAP_MAX`] on Redis, one script call each), so the counters
     /// count a hold past its deadline as expired.
     fn read(&self, event: &EventId) -> impl Future<Output = Result<Option<EventState>>> + Send;
+
+    /// Replaces the event's pending schedule of waves with `waves` (any
+    /// order; stored earliest first; empty: no more waves), in one atomic
+    /// step: waves of the old schedule already due are released first,
+    /// then each new wave must open after the store's clock
+    /// ([`ScheduleOutcome::WaveInPast`]), name a category of the event
+    /// when it has categories and none otherwise
+    /// ([`ScheduleOutcome::CategoryNotFound`], [`ScheduleOutcome::Invalid`]),
+    /// and the total with every wave stay within 2^53. All or nothing.
+    /// Emits a `stock` entry `reason=waves` with the schedule.
+    fn schedule_waves(
+        &self,
+        event: &EventId,
+        waves: &[Wave],
+    ) -> impl Future<Output = Result<ScheduleOutcome>> + Send;
 
     /// Events whose stock was ever set (the reaper's work list).
     fn events(&self) -> impl Future<Output = Result<Vec<EventId>>> + Send;

@@ -13,22 +13,27 @@
 //! every lapsed hold, and a hold is "out" (its units taken) exactly while
 //! its member is in the index.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::error::Result;
+use crate::feed::{FeedApplied, FeedOutcome, StockChange, StockRow, key_record, parse_key_record};
 use crate::record::{CategoryRecord, EventRecord, RestoreOutcome};
 use crate::retention::Retention;
+use crate::sharded::{
+    LayoutOutcome, PendingTransfer, ShardLayout, ShardTotal, TransferIn, TransferOut,
+};
 use crate::types::{
     CategoryId, CategorySpec, CategoryState, ConfirmOutcome, EventId, EventState, HoldId,
-    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, SetStockOutcome,
-    StockSpec, Transition, TransitionKind, categories_problem, items_text, parse_items,
+    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, ScheduleOutcome,
+    SetStockOutcome, StockSpec, Transition, TransitionKind, Wave, categories_problem, items_text,
+    parse_items, waves_problem,
 };
 use crate::{
-    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, category_restore_problem,
-    restore_problem, spec_problem,
+    FEED_KEY_TTL, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, MAX_TOTAL, PAYMENT_TTL,
+    category_restore_problem, restore_problem, spec_problem,
 };
 use sluice_clock::{Clock, SystemClock};
 
@@ -93,6 +98,23 @@ struct EventData {
     cats: Vec<CatData>,
     /// `sluice:{ev}:vcats`: (category, visitor) → held + confirmed units.
     vcats: HashMap<(String, String), u32>,
+    /// `sluice:{ev}:feed:{len}:{key}`: a stock feed's delta key → (its
+    /// record, [`crate::feed`]'s `key_record`, and when it is forgotten).
+    feed_keys: HashMap<String, (String, u64)>,
+    /// The `waves` field of `sluice:{ev}:meta`: pending waves, earliest
+    /// first. Whoever removes one applies it, once.
+    waves: Vec<Wave>,
+    /// The `shards` field of the meta ([`crate::sharded`]): 1 plain, 0
+    /// frozen.
+    shards: u32,
+    /// The `shard_total` field: the event's total, on shard 0 of a
+    /// sharded event.
+    shard_total: Option<u64>,
+    /// `sluice:{ev}:xout`: transfers that left, id → (to, qty, at_ms).
+    xout: BTreeMap<String, (EventId, u64, u64)>,
+    /// `sluice:{ev}:xin`: transfers that landed, id → at_ms (kept
+    /// [`crate::FEED_KEY_TTL`]).
+    xin: HashMap<String, u64>,
 }
 
 /// One category's counters.
@@ -103,6 +125,9 @@ struct CatData {
     held: u64,
     confirmed: u64,
     limit: Option<u32>,
+    /// `c:{id}:version`: the last snapshot's source version (`None`: no
+    /// snapshot reached it).
+    version: Option<u64>,
 }
 
 struct HoldRec {
@@ -221,6 +246,7 @@ impl MemoryInventory {
         }
         let (outcome, e) = match events.get_mut(event) {
             Some(e) => {
+                e.release_waves(cap, now);
                 if spec.version <= e.version {
                     return Ok(SetStockOutcome::Stale {
                         current_version: e.version,
@@ -278,6 +304,8 @@ impl MemoryInventory {
                 payment_event_id: None,
                 items: Vec::new(),
                 categories: cats.to_vec(),
+                reason: None,
+                waves: Vec::new(),
             },
         );
         let marker = markers.entry(event.clone()).or_insert(0);
@@ -305,6 +333,7 @@ impl MemoryInventory {
         qty: u32,
         items: Option<&[Item]>,
         idempotency_key: Option<&str>,
+        shards: u32,
     ) -> HoldOutcome {
         let now = self.now();
         let cap = self.inner.log_capacity;
@@ -312,7 +341,11 @@ impl MemoryInventory {
         let Some(e) = events.get_mut(event) else {
             return HoldOutcome::NotReady;
         };
+        if e.shards != shards {
+            return HoldOutcome::Resharded { shards: e.shards };
+        }
         e.reap(event, cap, now, LAZY_REAP_MAX);
+        e.release_waves(cap, now);
         e.reap_visitor(event, cap, now, visitor);
         let idem_key = idempotency_key.map(|k| (visitor.to_owned(), k.to_owned()));
         // A key whose hold was forgotten takes a new hold under a new id
@@ -389,6 +422,8 @@ impl MemoryInventory {
                 payment_event_id: None,
                 items: items.to_vec(),
                 categories: Vec::new(),
+                reason: None,
+                waves: Vec::new(),
             },
         );
         HoldOutcome::Held(HoldView {
@@ -434,7 +469,121 @@ impl EventData {
             last_purge_ms: now,
             cats: Vec::new(),
             vcats: HashMap::new(),
+            feed_keys: HashMap::new(),
+            waves: Vec::new(),
+            shards: 1,
+            shard_total: None,
+            xout: BTreeMap::new(),
+            xin: HashMap::new(),
         }
+    }
+
+    /// A `stock` entry for a layout change or a transfer (`reason`).
+    fn log_shard(&mut self, cap: usize, now: u64, reason: &str) {
+        let t = Transition {
+            kind: TransitionKind::Stock,
+            hold_id: String::new(),
+            visitor: String::new(),
+            qty: self.total,
+            available: self.available,
+            ts_ms: now,
+            payment_event_id: None,
+            items: Vec::new(),
+            categories: Vec::new(),
+            reason: Some(reason.to_owned()),
+            waves: self.waves.clone(),
+        };
+        self.log(cap, t);
+    }
+
+    /// The categories as a stock entry describes them.
+    fn category_specs(&self) -> Vec<CategorySpec> {
+        self.cats
+            .iter()
+            .map(|c| CategorySpec {
+                id: c.id.clone(),
+                total: c.total,
+                cart_limit: c.limit,
+            })
+            .collect()
+    }
+
+    /// Releases every wave due by `now`, earliest first, each once
+    /// (common.lua's `release_waves`): its units join the total and
+    /// available (capped as `give_back` caps them), and its category's;
+    /// a `stock` entry `reason=wave` with the new total and the schedule
+    /// left. A wave that no longer fits the event (its category gone, a
+    /// category-less wave on an event with categories or the reverse,
+    /// the total past 2^53) is dropped without units or entry.
+    fn release_waves(&mut self, cap: usize, now: u64) {
+        while self.waves.first().is_some_and(|w| w.at_ms <= now) {
+            let w = self.waves.remove(0);
+            let fits = match &w.category {
+                None => self.cats.is_empty(),
+                Some(c) => self.cat(c).is_some(),
+            };
+            if !fits || self.total.saturating_add(w.qty) > MAX_TOTAL {
+                continue;
+            }
+            self.total += w.qty;
+            let room = self
+                .total
+                .saturating_sub(self.held)
+                .saturating_sub(self.confirmed);
+            self.available = self.available.saturating_add(w.qty).min(room);
+            if let Some(c) = w.category.as_ref().and_then(|c| self.cat_mut(c)) {
+                c.total += w.qty;
+                let room = c.total.saturating_sub(c.held).saturating_sub(c.confirmed);
+                c.available = c.available.saturating_add(w.qty).min(room);
+            }
+            let t = Transition {
+                kind: TransitionKind::Stock,
+                hold_id: String::new(),
+                visitor: String::new(),
+                qty: self.total,
+                available: self.available,
+                ts_ms: now,
+                payment_event_id: None,
+                items: Vec::new(),
+                categories: self.category_specs(),
+                reason: Some("wave".to_owned()),
+                waves: self.waves.clone(),
+            };
+            self.log(cap, t);
+        }
+    }
+
+    /// Why `waves` (sorted) cannot replace the schedule now, in
+    /// schedule_waves.lua's order: per wave its time, then its category;
+    /// then the total with every wave.
+    fn schedule_problem(&self, waves: &[Wave], now: u64) -> Option<ScheduleOutcome> {
+        for w in waves {
+            if w.at_ms <= now {
+                return Some(ScheduleOutcome::WaveInPast {
+                    at_ms: w.at_ms,
+                    now_ms: now,
+                });
+            }
+            match &w.category {
+                None if !self.cats.is_empty() => {
+                    return Some(ScheduleOutcome::Invalid {
+                        reason: "a wave of an event with categories names its category",
+                    });
+                }
+                Some(c) if self.cat(c).is_none() => {
+                    return Some(ScheduleOutcome::CategoryNotFound {
+                        category: c.to_string(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        let sum = waves
+            .iter()
+            .fold(self.total, |a, w| a.saturating_add(w.qty));
+        (sum > MAX_TOTAL).then_some(ScheduleOutcome::Invalid {
+            reason: "the total with every wave above 2^53",
+        })
     }
 
     fn cat_mut(&mut self, id: &CategoryId) -> Option<&mut CatData> {
@@ -479,10 +628,10 @@ impl EventData {
         let next = cats
             .iter()
             .map(|spec| {
-                let (held, confirmed) = self
+                let (held, confirmed, version) = self
                     .cat(&spec.id)
-                    .map(|c| (c.held, c.confirmed))
-                    .unwrap_or((0, 0));
+                    .map(|c| (c.held, c.confirmed, c.version))
+                    .unwrap_or((0, 0, None));
                 CatData {
                     id: spec.id.clone(),
                     total: spec.total,
@@ -490,6 +639,7 @@ impl EventData {
                     held,
                     confirmed,
                     limit: spec.cart_limit,
+                    version,
                 }
             })
             .collect();
@@ -705,6 +855,8 @@ impl EventData {
                 payment_event_id: None,
                 items,
                 categories: Vec::new(),
+                reason: None,
+                waves: Vec::new(),
             },
         );
         true
@@ -755,6 +907,239 @@ impl EventData {
         }
     }
 
+    /// Expires lapsed holds oldest first while `short` says units are
+    /// missing, or until none lapsed is left.
+    fn reap_while(&mut self, event: &EventId, cap: usize, now: u64, short: impl Fn(&Self) -> bool) {
+        while short(self) {
+            let Some((deadline, member)) =
+                self.deadlines.first().filter(|(d, _)| *d <= now).cloned()
+            else {
+                break;
+            };
+            self.expire_member(event, cap, deadline, &member, now);
+        }
+    }
+
+    /// One row of a stock feed: feed.lua's steps, in its order. `marker`
+    /// is the event's load marker (an event snapshot raises it).
+    fn apply_stock(
+        &mut self,
+        event: &EventId,
+        cap: usize,
+        now: u64,
+        row: &StockRow,
+        marker: &mut u64,
+    ) -> FeedOutcome {
+        let cat_name = row.category.as_ref().map(CategoryId::as_str).unwrap_or("");
+        if let StockChange::Delta { delta, key } = &row.change
+            && let Some((text, exp)) = self.feed_keys.get(key)
+            && *exp > now
+        {
+            return match parse_key_record(text) {
+                Some((c, d, first)) if c == cat_name && d == *delta => FeedOutcome::Replayed(first),
+                _ => FeedOutcome::KeyReused,
+            };
+        }
+        let cat = match (&row.category, self.cats.is_empty()) {
+            (None, true) => None,
+            (None, false) => return FeedOutcome::CategoryRequired,
+            // A category the event does not have (any, on an event
+            // without categories).
+            (Some(c), _) if self.cat(c).is_none() => {
+                return FeedOutcome::CategoryNotFound {
+                    category: c.to_string(),
+                };
+            }
+            (Some(c), _) => Some(c.clone()),
+        };
+        match &row.change {
+            StockChange::Delta { delta, key } => {
+                let n = delta.unsigned_abs();
+                let avail_of = |e: &Self| match &cat {
+                    Some(c) => e.cat(c).map(|c| c.available).unwrap_or(0),
+                    None => e.available,
+                };
+                if *delta < 0 {
+                    self.reap_while(event, cap, now, |e| avail_of(e) < n);
+                    let available = avail_of(self);
+                    if available < n {
+                        return FeedOutcome::StockNegative { available };
+                    }
+                } else {
+                    let ctotal = cat.as_ref().and_then(|c| self.cat(c)).map(|c| c.total);
+                    if self.total.saturating_add(n) > MAX_TOTAL
+                        || ctotal.is_some_and(|t| t.saturating_add(n) > MAX_TOTAL)
+                    {
+                        return FeedOutcome::Invalid {
+                            reason: "total above 2^53",
+                        };
+                    }
+                }
+                let shift = |total: &mut u64, avail: &mut u64, held: u64, confirmed: u64| {
+                    if *delta < 0 {
+                        *total = total.saturating_sub(n);
+                        *avail = avail.saturating_sub(n);
+                    } else {
+                        *total += n;
+                        let room = total.saturating_sub(held).saturating_sub(confirmed);
+                        *avail = avail.saturating_add(n).min(room);
+                    }
+                };
+                if let Some(c) = cat.as_ref().and_then(|c| self.cat_mut(c)) {
+                    shift(&mut c.total, &mut c.available, c.held, c.confirmed);
+                }
+                shift(
+                    &mut self.total,
+                    &mut self.available,
+                    self.held,
+                    self.confirmed,
+                );
+                if cat.is_none()
+                    && let Some(t) = self.shard_total.as_mut()
+                {
+                    *t = if *delta < 0 {
+                        t.saturating_sub(n)
+                    } else {
+                        t.saturating_add(n)
+                    };
+                }
+                let applied = self.applied(cat.as_ref());
+                self.feed_keys.insert(
+                    key.clone(),
+                    (
+                        key_record(cat.as_ref(), *delta, &applied),
+                        now.saturating_add(ms(FEED_KEY_TTL)),
+                    ),
+                );
+                self.log_stock(cap, now, "delta");
+                FeedOutcome::Applied(applied)
+            }
+            StockChange::Snapshot { total, version } => {
+                match &cat {
+                    None if self.shard_total.is_some() => {
+                        // Shard 0 of a sharded event: the event's total
+                        // moves to `total`, shard 0's own by the difference.
+                        if *version <= self.version {
+                            return FeedOutcome::Stale {
+                                current_version: self.version,
+                            };
+                        }
+                        let before = self.shard_total.unwrap_or(0);
+                        if *total < before {
+                            let drop = before - total;
+                            self.reap_while(event, cap, now, |e| e.available < drop);
+                            if self.available < drop {
+                                return FeedOutcome::StockNegative {
+                                    available: self.available,
+                                };
+                            }
+                            self.total -= drop;
+                            self.available -= drop;
+                        } else {
+                            let add = total - before;
+                            self.total = self.total.saturating_add(add);
+                            let room = self
+                                .total
+                                .saturating_sub(self.held)
+                                .saturating_sub(self.confirmed);
+                            self.available = self.available.saturating_add(add).min(room);
+                        }
+                        self.shard_total = Some(*total);
+                        self.version = *version;
+                        *marker = (*marker).max(*version);
+                    }
+                    None => {
+                        if *version <= self.version {
+                            return FeedOutcome::Stale {
+                                current_version: self.version,
+                            };
+                        }
+                        if *total < self.held + self.confirmed {
+                            return FeedOutcome::BelowCommitted {
+                                held: self.held,
+                                confirmed: self.confirmed,
+                            };
+                        }
+                        self.total = *total;
+                        self.available = total - self.held - self.confirmed;
+                        self.version = *version;
+                        *marker = (*marker).max(*version);
+                    }
+                    Some(id) => {
+                        let Some(c) = self.cat(id) else {
+                            return FeedOutcome::CategoryNotFound {
+                                category: id.to_string(),
+                            };
+                        };
+                        if let Some(v) = c.version
+                            && *version <= v
+                        {
+                            return FeedOutcome::Stale { current_version: v };
+                        }
+                        if *total < c.held + c.confirmed {
+                            return FeedOutcome::CategoryBelowCommitted {
+                                category: id.to_string(),
+                                held: c.held,
+                                confirmed: c.confirmed,
+                            };
+                        }
+                        let event_total = (self.total - c.total).saturating_add(*total);
+                        if event_total > MAX_TOTAL {
+                            return FeedOutcome::Invalid {
+                                reason: "total above 2^53",
+                            };
+                        }
+                        let old_avail = c.available;
+                        let new_avail = total - c.held - c.confirmed;
+                        if let Some(c) = self.cat_mut(id) {
+                            c.total = *total;
+                            c.available = new_avail;
+                            c.version = Some(*version);
+                        }
+                        self.total = event_total;
+                        self.available = (self.available - old_avail.min(self.available))
+                            .saturating_add(new_avail);
+                    }
+                }
+                self.log_stock(cap, now, "snapshot");
+                FeedOutcome::Applied(self.applied(cat.as_ref()))
+            }
+        }
+    }
+
+    /// The counters an applied row answers.
+    fn applied(&self, cat: Option<&CategoryId>) -> FeedApplied {
+        let c = cat.and_then(|c| self.cat(c));
+        FeedApplied {
+            total: self.total,
+            available: self.available,
+            category_total: c.map(|c| c.total),
+            category_available: c.map(|c| c.available),
+            version: match cat {
+                Some(_) => c.and_then(|c| c.version),
+                None => Some(self.version),
+            },
+        }
+    }
+
+    /// The `stock` entry of an applied feed row.
+    fn log_stock(&mut self, cap: usize, now: u64, reason: &str) {
+        let t = Transition {
+            kind: TransitionKind::Stock,
+            hold_id: String::new(),
+            visitor: String::new(),
+            qty: self.total,
+            available: self.available,
+            ts_ms: now,
+            payment_event_id: None,
+            items: Vec::new(),
+            categories: self.category_specs(),
+            reason: Some(reason.to_owned()),
+            waves: self.waves.clone(),
+        };
+        self.log(cap, t);
+    }
+
     fn purge(&mut self, now: u64) {
         if now.saturating_sub(self.last_purge_ms) < PURGE_EVERY_MS {
             return;
@@ -763,6 +1148,7 @@ impl EventData {
         self.holds.retain(|_, h| h.purge_at_ms > now);
         self.idem.retain(|_, (_, exp)| *exp > now);
         self.payments.retain(|_, (_, _, exp)| *exp > now);
+        self.feed_keys.retain(|_, (_, exp)| *exp > now);
     }
 
     /// The hold's record, unless it is gone (past its retention).
@@ -842,6 +1228,8 @@ impl EventData {
                 payment_event_id: payment_event_id.map(str::to_owned),
                 items,
                 categories: Vec::new(),
+                reason: None,
+                waves: Vec::new(),
             },
         );
     }
@@ -871,14 +1259,158 @@ impl EventData {
 // === impl Inventory ===
 
 impl Inventory for MemoryInventory {
-    async fn hold(
+    async fn apply_stock(&self, event: &EventId, row: &StockRow) -> Result<FeedOutcome> {
+        if let Some(reason) = row.problem() {
+            return Ok(FeedOutcome::Invalid { reason });
+        }
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let mut markers = self.inner.markers.lock();
+        let Some(e) = events.get_mut(event) else {
+            return Ok(FeedOutcome::NotReady);
+        };
+        let marker = markers.entry(event.clone()).or_insert(e.version);
+        // waves due first, as every stock change (feed.lua)
+        e.release_waves(cap, now);
+        Ok(e.apply_stock(event, cap, now, row, marker))
+    }
+
+    async fn hold_in_layout(
         &self,
         event: &EventId,
         visitor: &str,
         qty: u32,
         idempotency_key: Option<&str>,
+        shards: u32,
     ) -> Result<HoldOutcome> {
-        Ok(self.hold_locked(event, visitor, qty, None, idempotency_key))
+        Ok(self.hold_locked(event, visitor, qty, None, idempotency_key, shards))
+    }
+
+    async fn set_layout(&self, event: &EventId, layout: &ShardLayout) -> Result<LayoutOutcome> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(event) else {
+            return Ok(LayoutOutcome::NotReady);
+        };
+        if let Some(v) = layout.version
+            && v < e.version
+        {
+            return Ok(LayoutOutcome::Stale {
+                current_version: e.version,
+            });
+        }
+        if layout.require_idle {
+            e.reap(event, cap, now, usize::MAX);
+            if e.held > 0 || e.confirmed > 0 {
+                return Ok(LayoutOutcome::Busy {
+                    held: e.held,
+                    confirmed: e.confirmed,
+                });
+            }
+        }
+        e.shards = layout.shards;
+        match layout.shard_total {
+            ShardTotal::Keep => {}
+            ShardTotal::Set(t) => e.shard_total = Some(t),
+            ShardTotal::Clear => e.shard_total = None,
+        }
+        e.cart_limit = layout.cart_limit;
+        e.hold_ttl_ms = layout.hold_ttl_ms;
+        e.room = layout.room.clone();
+        if let Some(v) = layout.version {
+            e.version = v;
+        }
+        e.log_shard(cap, now, "layout");
+        Ok(LayoutOutcome::Set)
+    }
+
+    async fn transfer_out(
+        &self,
+        from: &EventId,
+        to: &EventId,
+        id: &str,
+        max: u64,
+    ) -> Result<TransferOut> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(from) else {
+            return Ok(TransferOut::NotReady);
+        };
+        if e.shards == 0 {
+            return Ok(TransferOut::Frozen);
+        }
+        e.reap_until_available(from, cap, now, max);
+        let qty = max.min(e.available);
+        if qty > 0 {
+            e.available -= qty;
+            e.total -= qty;
+            e.xout.insert(id.to_owned(), (to.clone(), qty, now));
+            e.log_shard(cap, now, "transfer_out");
+        }
+        Ok(TransferOut::Moved {
+            qty,
+            available: e.available,
+        })
+    }
+
+    async fn transfer_in(
+        &self,
+        to: &EventId,
+        _from: &EventId,
+        id: &str,
+        qty: u64,
+    ) -> Result<TransferIn> {
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(to) else {
+            return Ok(TransferIn::NotReady);
+        };
+        let keep = ms(FEED_KEY_TTL);
+        e.xin.retain(|_, at| now.saturating_sub(*at) < keep);
+        if e.xin.contains_key(id) {
+            return Ok(TransferIn::Replayed);
+        }
+        if e.shards == 0 {
+            return Ok(TransferIn::Frozen);
+        }
+        e.total = e.total.saturating_add(qty);
+        let room = e.total.saturating_sub(e.held).saturating_sub(e.confirmed);
+        e.available = e.available.saturating_add(qty).min(room);
+        e.xin.insert(id.to_owned(), now);
+        e.log_shard(cap, now, "transfer_in");
+        Ok(TransferIn::Applied {
+            available: e.available,
+        })
+    }
+
+    async fn transfer_done(&self, from: &EventId, id: &str) -> Result<()> {
+        if let Some(e) = self.inner.events.lock().get_mut(from) {
+            e.xout.remove(id);
+        }
+        Ok(())
+    }
+
+    async fn pending_transfers(&self, from: &EventId) -> Result<Vec<PendingTransfer>> {
+        let now = self.now();
+        let events = self.inner.events.lock();
+        Ok(events
+            .get(from)
+            .map(|e| {
+                e.xout
+                    .iter()
+                    .map(|(id, (to, qty, at))| PendingTransfer {
+                        id: id.clone(),
+                        to: to.clone(),
+                        qty: *qty,
+                        age_ms: now.saturating_sub(*at),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     async fn hold_items(
@@ -890,7 +1422,7 @@ impl Inventory for MemoryInventory {
     ) -> Result<HoldOutcome> {
         Ok(match crate::items_precheck(items) {
             Err(refused) => *refused,
-            Ok(qty) => self.hold_locked(event, visitor, qty, Some(items), idempotency_key),
+            Ok(qty) => self.hold_locked(event, visitor, qty, Some(items), idempotency_key, 1),
         })
     }
 
@@ -1050,6 +1582,8 @@ impl Inventory for MemoryInventory {
                 payment_event_id: None,
                 items: Vec::new(),
                 categories: cats.categories.clone(),
+                reason: None,
+                waves: Vec::new(),
             },
         );
         events.insert(event.clone(), e);
@@ -1187,6 +1721,7 @@ impl Inventory for MemoryInventory {
         let Some(e) = events.get_mut(event) else {
             return Ok(0);
         };
+        e.release_waves(cap, now);
         let n = e.reap(event, cap, now, max);
         e.purge(now);
         Ok(n)
@@ -1200,6 +1735,7 @@ impl Inventory for MemoryInventory {
             return Ok(None);
         };
         e.reap(event, cap, now, usize::MAX);
+        e.release_waves(cap, now);
         Ok(Some(EventState {
             event: event.clone(),
             total: e.total,
@@ -1213,7 +1749,46 @@ impl Inventory for MemoryInventory {
             room: e.room.clone(),
             invariant_holds: e.available + e.held + e.confirmed == e.total && e.categories_add_up(),
             categories: e.category_states(),
+            waves: e.waves.clone(),
+            shards: e.shards,
+            shard_total: e.shard_total,
+            in_transit: e.xout.values().map(|(_, q, _)| q).sum(),
+            shard_states: Vec::new(),
         }))
+    }
+
+    async fn schedule_waves(&self, event: &EventId, waves: &[Wave]) -> Result<ScheduleOutcome> {
+        if let Some(reason) = waves_problem(waves) {
+            return Ok(ScheduleOutcome::Invalid { reason });
+        }
+        let mut waves = waves.to_vec();
+        waves.sort();
+        let now = self.now();
+        let cap = self.inner.log_capacity;
+        let mut events = self.inner.events.lock();
+        let Some(e) = events.get_mut(event) else {
+            return Ok(ScheduleOutcome::NotReady);
+        };
+        e.release_waves(cap, now);
+        if let Some(refused) = e.schedule_problem(&waves, now) {
+            return Ok(refused);
+        }
+        e.waves = waves.clone();
+        let t = Transition {
+            kind: TransitionKind::Stock,
+            hold_id: String::new(),
+            visitor: String::new(),
+            qty: e.total,
+            available: e.available,
+            ts_ms: now,
+            payment_event_id: None,
+            items: Vec::new(),
+            categories: e.category_specs(),
+            reason: Some("waves".to_owned()),
+            waves: waves.clone(),
+        };
+        e.log(cap, t);
+        Ok(ScheduleOutcome::Scheduled { waves })
     }
 
     async fn events(&self) -> Result<Vec<EventId>> {

@@ -10,13 +10,14 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `sluice:{ev}:stock` | string | available units. Missing = not ready (never "sold out") |
-//! | `sluice:{ev}:meta` | hash | `total`, `cart_limit`, `hold_ttl_ms`, `version`, `room`, `held`, `confirmed`; with categories also `cats` (the ids, comma-separated, in load order) and per category `c:{id}:total`, `c:{id}:avail`, `c:{id}:held`, `c:{id}:confirmed`, `c:{id}:limit` (0 = none), which add up to the event's counters |
+//! | `sluice:{ev}:meta` | hash | `total`, `cart_limit`, `hold_ttl_ms`, `version`, `room`, `held`, `confirmed`; with waves pending `waves` (`{at}:{qty}:{category}` joined by `,`, earliest first) and `wave_next` (the first one's time, ms): whoever takes a wave off the list in its script releases it, once; with categories also `cats` (the ids, comma-separated, in load order) and per category `c:{id}:total`, `c:{id}:avail`, `c:{id}:held`, `c:{id}:confirmed`, `c:{id}:limit` (0 = none), which add up to the event's counters, and `c:{id}:version` (the last feed snapshot's source version, absent before one) |
 //! | `sluice:{ev}:hold:{suffix}` | hash | one hold: `visitor`, `qty`, `status` (`held`/`confirmed`/`released`/`expired`), `deadline_ms`, `created_ms`, `ended_ms`, `member`; expires [`RedisConfig::retention`] after its end (the released retention after a release, or after its deadline for a hold that lapsed; the confirmed one after a payment) |
 //! | `sluice:{ev}:deadlines` | sorted set | member `{suffix}:{qty}:{visitor}`, or `{suffix}/{cat}={qty}/…:{qty}:{visitor}` for a hold with categories, score = deadline (ms). A hold's units are out exactly while its member is here; whoever removes it books them (each category's), once |
 //! | `sluice:{ev}:visitors` | hash | visitor → held + confirmed units (the cart limit's count, across categories) |
 //! | `sluice:{ev}:vcats` | hash | `{category}:{visitor}` → held + confirmed units in that category (a category's cart limit) |
 //! | `sluice:{ev}:vholds:{len}:{visitor}` | sorted set | the visitor's deadline-index members taken within one TTL (lapsed ones are expired and dropped by the visitor's next hold, released ones by the release), so a hold can expire the visitor's lapsed holds before its cart check; expires after its last deadline |
 //! | `sluice:{ev}:idem:{len}:{visitor}:{key}` | string | hold suffix for an `Idempotency-Key` (`len` = the visitor's byte length, so visitor and key cannot run into each other); PX [`IDEMPOTENCY_TTL`]. Naming a hold whose hash is gone, it takes a new hold under a new suffix |
+//! | `sluice:{ev}:feed:{len}:{key}` | string | a stock feed delta's key (`len` = its byte length): `{category}\|{delta}\|` and the first answer's counters ([`crate::feed`]); PX [`crate::FEED_KEY_TTL`]. The same key with the same category and delta replays that answer, with another one is refused |
 //! | `sluice:{ev}:pay:{len}:{payment_event_id}` | string | `{suffix}:{answer}`: the hold that payment event was applied to and the answer it got (the same id for another hold answers `payment_reused`); PX [`PAYMENT_TTL`] |
 //! | `sluice:{ev}:stream` | stream | transitions (`STREAM.md`), `MAXLEN ~` [`RedisConfig::stream_maxlen`] while no ledger reads it |
 //! | `sluice:{ev}:ledgered` | string | exists while `sluice ledger` consumes the stream (it sets the key when it creates its consumer group `sluice-ledger`): the scripts then append without `MAXLEN` and the ledger trims with `XTRIM MINID` below what it acknowledged. Never written by this crate |
@@ -37,7 +38,8 @@
 //! # Scripts
 //!
 //! `lua/common.lua` (shared KEYS 1–7, ARGV 1–2 and helpers) is prepended to
-//! `hold`, `release`, `confirm`, `reap`, `set_stock`, `restore` and `read`;
+//! `hold`, `release`, `confirm`, `reap`, `set_stock`, `restore`, `read` and
+//! `feed` and `schedule_waves`;
 //! `get_hold.lua` stands alone. Each file's header documents its KEYS, ARGV
 //! and return values. They run through [`redis::Script`] (EVALSHA, loaded
 //! again on `NOSCRIPT`), each call bounded by [`RedisConfig::timeout`].
@@ -77,17 +79,21 @@ use redis::{Script, Value};
 use sluice_redis::{RedisConn, RedisUrl};
 
 use crate::error::{ReservationError, Result};
+use crate::feed::{FeedOutcome, StockChange, StockRow, parse_key_record};
 use crate::record::{CategoryRecord, EventRecord, RestoreOutcome};
 use crate::retention::Retention;
+use crate::sharded::{
+    LayoutOutcome, PendingTransfer, ShardLayout, ShardTotal, TransferIn, TransferOut,
+};
 use crate::types::{
     CategoryId, CategorySpec, CategoryState, ConfirmOutcome, EventId, EventState, HoldId,
-    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, SetStockOutcome,
-    StockSpec, Transition, TransitionKind, categories_problem, items_text, parse_categories,
-    parse_items,
+    HoldOutcome, HoldStatus, HoldView, Item, LoadOutcome, ReleaseOutcome, ScheduleOutcome,
+    SetStockOutcome, StockSpec, Transition, TransitionKind, Wave, categories_problem, items_text,
+    parse_categories, parse_items, parse_waves, waves_problem,
 };
 use crate::{
-    IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, PAYMENT_TTL, category_restore_problem,
-    restore_problem, spec_problem,
+    FEED_KEY_TTL, IDEMPOTENCY_TTL, Inventory, LAZY_REAP_MAX, MAX_TOTAL, PAYMENT_TTL,
+    category_restore_problem, restore_problem, spec_problem,
 };
 
 /// The registry of events (outside any hash tag).
@@ -129,6 +135,21 @@ pub mod source {
     pub const READ: &str = concat!(
         include_str!("../lua/common.lua"),
         include_str!("../lua/read.lua")
+    );
+    /// `feed.lua` with `common.lua`.
+    pub const FEED: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/feed.lua")
+    );
+    /// `schedule_waves.lua` with `common.lua`.
+    pub const SCHEDULE_WAVES: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/schedule_waves.lua")
+    );
+    /// `shard.lua` with `common.lua`.
+    pub const SHARD: &str = concat!(
+        include_str!("../lua/common.lua"),
+        include_str!("../lua/shard.lua")
     );
     /// `get_hold.lua` (standalone).
     pub const GET_HOLD: &str = include_str!("../lua/get_hold.lua");
@@ -187,6 +208,9 @@ struct Scripts {
     set_stock: Script,
     restore: Script,
     read: Script,
+    feed: Script,
+    schedule_waves: Script,
+    shard: Script,
     get_hold: Script,
 }
 
@@ -249,6 +273,13 @@ impl Keys {
     }
     fn vholds(&self, visitor: &str) -> String {
         format!("{}vholds:{}:{visitor}", self.prefix, visitor.len())
+    }
+    /// shard.lua's KEYS[8..9]: transfers out, transfers landed.
+    fn transfers(&self) -> [String; 2] {
+        [self.key("xout"), self.key("xin")]
+    }
+    fn feed(&self, key: &str) -> String {
+        format!("{}feed:{}:{key}", self.prefix, key.len())
     }
     fn pay(&self, payment_event_id: &str) -> String {
         format!(
@@ -348,6 +379,9 @@ impl RedisInventory {
                 set_stock: Script::new(source::SET_STOCK),
                 restore: Script::new(source::RESTORE),
                 read: Script::new(source::READ),
+                feed: Script::new(source::FEED),
+                schedule_waves: Script::new(source::SCHEDULE_WAVES),
+                shard: Script::new(source::SHARD),
                 get_hold: Script::new(source::GET_HOLD),
             }),
         })
@@ -376,6 +410,9 @@ impl RedisInventory {
             &s.set_stock,
             &s.restore,
             &s.read,
+            &s.feed,
+            &s.schedule_waves,
+            &s.shard,
             &s.get_hold,
         ] {
             let mut conn = self.conn.clone();
@@ -521,6 +558,7 @@ impl RedisInventory {
         idempotency_key: Option<&str>,
         suffix: &str,
         named: Option<&str>,
+        shards: u32,
     ) -> Result<(Vec<Value>, u32)> {
         let mut extra = vec![keys.hold(suffix), keys.vholds(visitor)];
         if let Some(k) = idempotency_key {
@@ -537,6 +575,7 @@ impl RedisInventory {
             self.released_ms.clone(),
             if lines.is_some() { "i" } else { "q" }.to_owned(),
             lines.map(items_text).unwrap_or_default(),
+            shards.to_string(),
         ];
         let (v, acked) = self
             .run_durable(&self.scripts.hold, event, keys, &extra, &args)
@@ -703,6 +742,7 @@ impl RedisInventory {
         qty: u32,
         items: Option<&[Item]>,
         idempotency_key: Option<&str>,
+        shards: u32,
     ) -> Result<HoldOutcome> {
         let keys = Keys::new(event);
         // A new hold always gets a fresh suffix; a REDIRECT names the hold
@@ -725,6 +765,7 @@ impl RedisInventory {
                     idempotency_key,
                     &suffix,
                     named.as_deref(),
+                    shards,
                 )
                 .await?;
             if text(r.first())? == "REDIRECT" {
@@ -764,6 +805,9 @@ impl RedisInventory {
             "HELD" => HoldOutcome::Held(view(&r, &suffix)?),
             "REPLAYED" => HoldOutcome::Replayed(view(&r, named.as_deref().unwrap_or(&suffix))?),
             "NOT_READY" => HoldOutcome::NotReady,
+            "RESHARDED" => HoldOutcome::Resharded {
+                shards: text(r.get(1))?.parse().unwrap_or(0),
+            },
             "INVALID_QTY" => HoldOutcome::InvalidQuantity {
                 limit: u32_of(r.get(1))?,
             },
@@ -830,15 +874,231 @@ fn restore_category_args(record: &EventRecord, cats: &CategoryRecord, args: &mut
 }
 
 impl Inventory for RedisInventory {
-    async fn hold(
+    async fn apply_stock(&self, event: &EventId, row: &StockRow) -> Result<FeedOutcome> {
+        if let Some(reason) = row.problem() {
+            return Ok(FeedOutcome::Invalid { reason });
+        }
+        let keys = Keys::new(event);
+        let mut extra = vec![keys.loaded()];
+        let category = row
+            .category
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        let args = match &row.change {
+            StockChange::Delta { delta, key } => {
+                extra.push(keys.feed(key));
+                [
+                    "d".to_owned(),
+                    category,
+                    delta.to_string(),
+                    String::new(),
+                    ms(FEED_KEY_TTL).to_string(),
+                    key.clone(),
+                    MAX_TOTAL.to_string(),
+                ]
+            }
+            StockChange::Snapshot { total, version } => [
+                "s".to_owned(),
+                category,
+                total.to_string(),
+                version.to_string(),
+                String::new(),
+                String::new(),
+                MAX_TOTAL.to_string(),
+            ],
+        };
+        let r = items(
+            self.run_common(&self.scripts.feed, event, &keys, &extra, &args)
+                .await?,
+        )?;
+        let applied = |v: Option<&Value>| -> Result<crate::FeedApplied> {
+            let t = text(v)?;
+            parse_key_record(&t)
+                .map(|(_, _, a)| a)
+                .ok_or_else(|| ReservationError::Protocol(format!("feed record {t}")))
+        };
+        Ok(match text(r.first())?.as_str() {
+            "APPLIED" => FeedOutcome::Applied(applied(r.get(1))?),
+            "REPLAYED" => FeedOutcome::Replayed(applied(r.get(1))?),
+            "NOT_READY" => FeedOutcome::NotReady,
+            "KEY_REUSED" => FeedOutcome::KeyReused,
+            "CATEGORY_REQUIRED" => FeedOutcome::CategoryRequired,
+            "CATEGORY_NOT_FOUND" => FeedOutcome::CategoryNotFound {
+                category: text(r.get(1))?,
+            },
+            "STOCK_NEGATIVE" => FeedOutcome::StockNegative {
+                available: uint(r.get(1))?,
+            },
+            "STALE" => FeedOutcome::Stale {
+                current_version: text(r.get(1))?.parse().unwrap_or(0),
+            },
+            "BELOW" => FeedOutcome::BelowCommitted {
+                held: uint(r.get(1))?,
+                confirmed: uint(r.get(2))?,
+            },
+            "CAT_BELOW" => FeedOutcome::CategoryBelowCommitted {
+                category: text(r.get(1))?,
+                held: uint(r.get(2))?,
+                confirmed: uint(r.get(3))?,
+            },
+            "INVALID" => FeedOutcome::Invalid {
+                reason: "total above 2^53",
+            },
+            other => return Err(ReservationError::Protocol(format!("feed: {other}"))),
+        })
+    }
+
+    async fn hold_in_layout(
         &self,
         event: &EventId,
         visitor: &str,
         qty: u32,
         idempotency_key: Option<&str>,
+        shards: u32,
     ) -> Result<HoldOutcome> {
-        self.hold_any(event, visitor, qty, None, idempotency_key)
+        self.hold_any(event, visitor, qty, None, idempotency_key, shards)
             .await
+    }
+
+    async fn set_layout(&self, event: &EventId, layout: &ShardLayout) -> Result<LayoutOutcome> {
+        let keys = Keys::new(event);
+        let args = [
+            "layout".to_owned(),
+            layout.shards.to_string(),
+            match layout.shard_total {
+                ShardTotal::Keep => String::new(),
+                ShardTotal::Clear => "-".to_owned(),
+                ShardTotal::Set(t) => t.to_string(),
+            },
+            layout.cart_limit.to_string(),
+            layout.hold_ttl_ms.to_string(),
+            layout.room.clone(),
+            layout.version.map(|v| v.to_string()).unwrap_or_default(),
+            if layout.require_idle { "1" } else { "0" }.to_owned(),
+        ];
+        let r = items(
+            self.run_common(&self.scripts.shard, event, &keys, &keys.transfers(), &args)
+                .await?,
+        )?;
+        Ok(match text(r.first())?.as_str() {
+            "SET" => LayoutOutcome::Set,
+            "NOT_READY" => LayoutOutcome::NotReady,
+            "STALE" => LayoutOutcome::Stale {
+                current_version: text(r.get(1))?.parse().unwrap_or(0),
+            },
+            "BUSY" => LayoutOutcome::Busy {
+                held: uint(r.get(1))?,
+                confirmed: uint(r.get(2))?,
+            },
+            other => return Err(ReservationError::Protocol(format!("layout: {other}"))),
+        })
+    }
+
+    async fn transfer_out(
+        &self,
+        from: &EventId,
+        to: &EventId,
+        id: &str,
+        max: u64,
+    ) -> Result<TransferOut> {
+        let keys = Keys::new(from);
+        let args = [
+            "out".to_owned(),
+            id.to_owned(),
+            to.to_string(),
+            max.to_string(),
+        ];
+        let r = items(
+            self.run_common(&self.scripts.shard, from, &keys, &keys.transfers(), &args)
+                .await?,
+        )?;
+        Ok(match text(r.first())?.as_str() {
+            "MOVED" => TransferOut::Moved {
+                qty: uint(r.get(1))?,
+                available: uint(r.get(2))?,
+            },
+            "NOT_READY" => TransferOut::NotReady,
+            "FROZEN" => TransferOut::Frozen,
+            other => return Err(ReservationError::Protocol(format!("transfer out: {other}"))),
+        })
+    }
+
+    async fn transfer_in(
+        &self,
+        to: &EventId,
+        _from: &EventId,
+        id: &str,
+        qty: u64,
+    ) -> Result<TransferIn> {
+        let keys = Keys::new(to);
+        let args = [
+            "in".to_owned(),
+            id.to_owned(),
+            qty.to_string(),
+            ms(FEED_KEY_TTL).to_string(),
+        ];
+        let r = items(
+            self.run_common(&self.scripts.shard, to, &keys, &keys.transfers(), &args)
+                .await?,
+        )?;
+        Ok(match text(r.first())?.as_str() {
+            "APPLIED" => TransferIn::Applied {
+                available: uint(r.get(1))?,
+            },
+            "REPLAYED" => TransferIn::Replayed,
+            "NOT_READY" => TransferIn::NotReady,
+            "FROZEN" => TransferIn::Frozen,
+            other => return Err(ReservationError::Protocol(format!("transfer in: {other}"))),
+        })
+    }
+
+    async fn transfer_done(&self, from: &EventId, id: &str) -> Result<()> {
+        let keys = Keys::new(from);
+        self.run_common(
+            &self.scripts.shard,
+            from,
+            &keys,
+            &keys.transfers(),
+            &["done".to_owned(), id.to_owned()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn pending_transfers(&self, from: &EventId) -> Result<Vec<PendingTransfer>> {
+        let keys = Keys::new(from);
+        let r = items(
+            self.run_common(
+                &self.scripts.shard,
+                from,
+                &keys,
+                &keys.transfers(),
+                &["list".to_owned()],
+            )
+            .await?,
+        )?;
+        let now = uint(r.first())?;
+        let mut out = Vec::new();
+        for pair in r.get(1..).unwrap_or_default().chunks(2) {
+            let id = text(pair.first())?;
+            let rec = text(pair.get(1))?;
+            let mut f = rec.split('|');
+            let (Some(to), Some(qty), Some(at)) = (f.next(), f.next(), f.next()) else {
+                return Err(ReservationError::Protocol(format!("transfer {id}: {rec}")));
+            };
+            let (Some(to), Ok(qty), Ok(at)) = (EventId::parse(to), qty.parse(), at.parse::<u64>())
+            else {
+                return Err(ReservationError::Protocol(format!("transfer {id}: {rec}")));
+            };
+            out.push(PendingTransfer {
+                id,
+                to,
+                qty,
+                age_ms: now.saturating_sub(at),
+            });
+        }
+        Ok(out)
     }
 
     async fn hold_items(
@@ -851,7 +1111,7 @@ impl Inventory for RedisInventory {
         match crate::items_precheck(items) {
             Err(refused) => Ok(*refused),
             Ok(qty) => {
-                self.hold_any(event, visitor, qty, Some(items), idempotency_key)
+                self.hold_any(event, visitor, qty, Some(items), idempotency_key, 1)
                     .await
             }
         }
@@ -1146,7 +1406,7 @@ impl Inventory for RedisInventory {
                     &self.scripts.read,
                     event,
                     &keys,
-                    &[],
+                    &keys.transfers()[..1],
                     &[LAZY_REAP_MAX.to_string()],
                 )
                 .await?,
@@ -1166,7 +1426,13 @@ impl Inventory for RedisInventory {
             None | Some(Value::Nil) => None,
             v => Some(uint(v)?),
         };
-        let categories = category_states(r.get(9..).unwrap_or_default())?;
+        let waves_field = text(r.get(9))?;
+        let waves = parse_waves(&waves_field)
+            .ok_or_else(|| ReservationError::Protocol(format!("bad waves {waves_field}")))?;
+        let shards = text(r.get(10))?.parse().unwrap_or(1);
+        let shard_total = text(r.get(11))?.parse().ok();
+        let in_transit = uint(r.get(12))?;
+        let categories = category_states(r.get(13..).unwrap_or_default())?;
         Ok(Some(EventState {
             event: event.clone(),
             total,
@@ -1181,7 +1447,64 @@ impl Inventory for RedisInventory {
             invariant_holds: available.is_some_and(|a| a + held + confirmed == total)
                 && categories_add_up(&categories, total, available, held, confirmed),
             categories,
+            waves,
+            shards,
+            shard_total,
+            in_transit,
+            shard_states: Vec::new(),
         }))
+    }
+
+    async fn schedule_waves(&self, event: &EventId, waves: &[Wave]) -> Result<ScheduleOutcome> {
+        if let Some(reason) = waves_problem(waves) {
+            return Ok(ScheduleOutcome::Invalid { reason });
+        }
+        let mut waves = waves.to_vec();
+        waves.sort();
+        let keys = Keys::new(event);
+        let mut args = vec![waves.len().to_string()];
+        for w in &waves {
+            args.push(w.at_ms.to_string());
+            args.push(w.qty.to_string());
+            args.push(
+                w.category
+                    .as_ref()
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        let r = items(
+            self.run_common(&self.scripts.schedule_waves, event, &keys, &[], &args)
+                .await?,
+        )?;
+        Ok(match text(r.first())?.as_str() {
+            "NOT_READY" => ScheduleOutcome::NotReady,
+            "IN_PAST" => ScheduleOutcome::WaveInPast {
+                at_ms: uint(r.get(1))?,
+                now_ms: uint(r.get(2))?,
+            },
+            "CATEGORY_REQUIRED" => ScheduleOutcome::Invalid {
+                reason: "a wave of an event with categories names its category",
+            },
+            "CATEGORY_NOT_FOUND" => ScheduleOutcome::CategoryNotFound {
+                category: text(r.get(1))?,
+            },
+            "TOO_BIG" => ScheduleOutcome::Invalid {
+                reason: "the total with every wave above 2^53",
+            },
+            "SCHEDULED" => {
+                let t = text(r.get(1))?;
+                ScheduleOutcome::Scheduled {
+                    waves: parse_waves(&t)
+                        .ok_or_else(|| ReservationError::Protocol(format!("bad waves {t}")))?,
+                }
+            }
+            other => {
+                return Err(ReservationError::Protocol(format!(
+                    "schedule_waves: {other}"
+                )));
+            }
+        })
     }
 
     async fn events(&self) -> Result<Vec<EventId>> {
@@ -1230,6 +1553,8 @@ impl Inventory for RedisInventory {
                 payment_event_id: None,
                 items: Vec::new(),
                 categories: Vec::new(),
+                reason: None,
+                waves: Vec::new(),
             };
             for pair in fields.chunks(2) {
                 let name = text(pair.first())?;
@@ -1248,8 +1573,15 @@ impl Inventory for RedisInventory {
                     "payment_event_id" => t.payment_event_id = Some(value),
                     "items" => t.items = parse_items(&value).unwrap_or_default(),
                     "categories" => t.categories = parse_categories(&value).unwrap_or_default(),
+                    "reason" => t.reason = Some(value),
+                    "waves" => t.waves = parse_waves(&value).unwrap_or_default(),
                     _ => {}
                 }
+            }
+            // Only a stock entry's reason is part of a Transition (a
+            // hold's `reason` field says why it ended: STREAM.md).
+            if t.kind != TransitionKind::Stock {
+                t.reason = None;
             }
             out.push(t);
         }

@@ -8,6 +8,10 @@ use serde::Serialize;
 
 /// Longest event id, in bytes.
 pub const MAX_EVENT_ID_LEN: usize = 64;
+/// Most shards one event may be split into ([`crate::sharded`]).
+pub const MAX_SHARDS: u32 = 64;
+/// Separates an event id from its shard number in a shard's id (`hot~3`).
+pub const SHARD_SEP: char = '~';
 /// Characters of the random part of a hold id (128 bits in unpadded base64url).
 pub const HOLD_SUFFIX_LEN: usize = 22;
 
@@ -29,6 +33,14 @@ impl EventId {
     /// Validates an event id; `None` when it is empty, longer than 64 bytes
     /// or holds a character outside `[A-Za-z0-9_-]`.
     pub fn parse(s: &str) -> Option<Self> {
+        if let Some((base, k)) = s.split_once(SHARD_SEP) {
+            // A shard of a sharded event: `{base}~{k}`, k in 1..MAX_SHARDS
+            // in canonical decimal (shard 0 is the event itself).
+            let k_ok = !k.starts_with('0')
+                && k.bytes().all(|b| b.is_ascii_digit())
+                && k.parse::<u32>().is_ok_and(|k| (1..MAX_SHARDS).contains(&k));
+            return (k_ok && Self::parse(base).is_some()).then(|| Self(s.to_owned()));
+        }
         if s.is_empty() || s.len() > MAX_EVENT_ID_LEN || !s.bytes().all(is_id_char) {
             return None;
         }
@@ -38,6 +50,38 @@ impl EventId {
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Shard `k` of this event: the event itself for 0, else
+    /// `{event}~{k}` (its own hash tag, so a Redis Cluster puts it in a
+    /// slot of its own). Called on a shard, shards of its event.
+    pub fn shard(&self, k: u32) -> EventId {
+        let base = self.base();
+        if k == 0 {
+            base
+        } else {
+            Self(format!("{}{SHARD_SEP}{k}", base.0))
+        }
+    }
+
+    /// `(event, k)` when this id is shard `k ≥ 1` of `event`.
+    pub fn shard_of(&self) -> Option<(EventId, u32)> {
+        let (base, k) = self.0.split_once(SHARD_SEP)?;
+        Some((Self(base.to_owned()), k.parse().ok()?))
+    }
+
+    /// Whether this id is a shard `k ≥ 1` of a sharded event (never an
+    /// event operators or visitors name).
+    pub fn is_shard(&self) -> bool {
+        self.0.contains(SHARD_SEP)
+    }
+
+    /// The event this id belongs to: itself, or the event of a shard.
+    pub fn base(&self) -> EventId {
+        match self.0.split_once(SHARD_SEP) {
+            Some((base, _)) => Self(base.to_owned()),
+            None => self.clone(),
+        }
     }
 }
 
@@ -321,6 +365,15 @@ pub enum SetStockOutcome {
         /// Units sold in it.
         confirmed: u64,
     },
+    /// A sharded event's shard count cannot change while units are held
+    /// or sold in it (a visitor's cart lives on its home shard, which the
+    /// count decides): nothing changed (HTTP 409 `shards_busy`).
+    ShardsBusy {
+        /// Units held, all shards.
+        held: u64,
+        /// Units sold, all shards.
+        confirmed: u64,
+    },
     /// The spec itself is unusable (cart limit 0, TTL 0, total above
     /// 2^53): nothing changed (HTTP 422 `invalid_setting`).
     Invalid {
@@ -504,6 +557,15 @@ pub enum HoldOutcome {
         /// Units of it this visitor already holds or bought.
         held: u32,
     },
+    /// The event (or shard) is split into another number of shards than
+    /// the caller routed by (0: frozen while its shards change): nothing
+    /// held. [`crate::sharded::Sharded`] learns the layout from this and
+    /// routes again; a gateway never shows it to a visitor (503
+    /// `inventory_not_ready` if it ever did).
+    Resharded {
+        /// The layout stored with the event.
+        shards: u32,
+    },
 }
 
 /// Answer to `release`.
@@ -614,6 +676,41 @@ pub struct EventState {
     pub invariant_holds: bool,
     /// Per-category counters, in the order loaded (empty: no categories).
     pub categories: Vec<CategoryState>,
+    /// Scheduled waves not yet released, earliest first (every wave due
+    /// by the store's clock was released before this was read).
+    pub waves: Vec<Wave>,
+    /// Shards the event is split into ([`crate::sharded`]): 1 for a plain
+    /// event, 0 while its shard count changes (frozen: nothing is held).
+    /// Read through [`crate::sharded::Sharded`], the counters above are
+    /// the sums over every shard and `total` the event's.
+    pub shards: u32,
+    /// Shard 0 of a sharded event read alone: the event's total (`total`
+    /// is then shard 0's own). `None` otherwise.
+    pub shard_total: Option<u64>,
+    /// Units moved off one shard and not yet landed on another (a
+    /// transfer in flight, [`crate::sharded`]): neither available nor
+    /// held, and part of `total`. 0 for a plain event.
+    pub in_transit: u64,
+    /// Each shard's own counters, shard 0 first (empty for a plain event,
+    /// or read from one shard alone).
+    pub shard_states: Vec<ShardState>,
+}
+
+/// One shard's counters in a sharded event's [`EventState`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ShardState {
+    /// The shard's id (the event itself for shard 0, `{event}~{k}` after).
+    pub id: EventId,
+    /// The shard's own total (moves as units are transferred).
+    pub total: u64,
+    /// Its available units (`None`: the shard is not ready).
+    pub available: Option<u64>,
+    /// Units held on it.
+    pub held: u64,
+    /// Units sold on it.
+    pub confirmed: u64,
+    /// Units it sent that have not landed yet.
+    pub sending: u64,
 }
 
 impl EventState {
@@ -621,6 +718,145 @@ impl EventState {
     pub fn ready(&self) -> bool {
         self.available.is_some()
     }
+
+    /// The earliest pending wave, if any.
+    pub fn next_wave(&self) -> Option<&Wave> {
+        self.waves.first()
+    }
+
+    /// When the next wave opens (Unix ms), if one is pending.
+    pub fn next_wave_at_ms(&self) -> Option<u64> {
+        self.next_wave().map(|w| w.at_ms)
+    }
+
+    /// Units of every wave opening at the next wave's time (all
+    /// categories), 0 when none is pending.
+    pub fn next_wave_qty(&self) -> u64 {
+        let Some(at) = self.next_wave_at_ms() else {
+            return 0;
+        };
+        self.waves
+            .iter()
+            .filter(|w| w.at_ms == at)
+            .map(|w| w.qty)
+            .sum()
+    }
+
+    /// How many waves are pending.
+    pub fn pending_waves(&self) -> usize {
+        self.waves.len()
+    }
+}
+
+// === waves ===
+
+/// Most waves one schedule may hold.
+pub const MAX_WAVES: usize = 1000;
+
+/// A scheduled release of stock: at `at_ms` (the store's clock, Unix ms),
+/// `qty` units are added to the event's total and available (and to
+/// `category`'s, for an event with categories), exactly once.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Wave {
+    /// When it opens, Unix milliseconds (store time).
+    pub at_ms: u64,
+    /// Units it adds.
+    pub qty: u64,
+    /// The category it adds to (`None` for an event without categories).
+    pub category: Option<CategoryId>,
+}
+
+/// Waves as the stores write them (the settings hash's `waves` field, the
+/// stream's `waves` field): `at:qty:category` (category empty when none)
+/// joined by `,`.
+pub fn waves_text(waves: &[Wave]) -> String {
+    let parts: Vec<String> = waves
+        .iter()
+        .map(|w| {
+            let c = w.category.as_ref().map(CategoryId::as_str).unwrap_or("");
+            format!("{}:{}:{c}", w.at_ms, w.qty)
+        })
+        .collect();
+    parts.join(",")
+}
+
+/// Parses [`waves_text`]'s format; `None` when malformed.
+pub fn parse_waves(text: &str) -> Option<Vec<Wave>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|part| {
+            let mut f = part.splitn(3, ':');
+            let at_ms = f.next()?.parse().ok()?;
+            let qty = f.next()?.parse().ok()?;
+            let c = f.next()?;
+            let category = if c.is_empty() {
+                None
+            } else {
+                Some(CategoryId::parse(c)?)
+            };
+            Some(Wave {
+                at_ms,
+                qty,
+                category,
+            })
+        })
+        .collect()
+}
+
+/// Why a schedule is refused before any store sees it
+/// ([`ScheduleOutcome::Invalid`]): too many waves, a wave of 0 units or
+/// above 2^53 in all.
+pub fn waves_problem(waves: &[Wave]) -> Option<&'static str> {
+    if waves.len() > MAX_WAVES {
+        return Some("more than 1000 waves");
+    }
+    if waves.iter().any(|w| w.qty == 0) {
+        return Some("a wave's qty must be at least 1");
+    }
+    let sum = waves.iter().fold(0u64, |a, w| a.saturating_add(w.qty));
+    if sum > crate::MAX_TOTAL {
+        return Some("waves' units above 2^53");
+    }
+    None
+}
+
+/// Answer to [`crate::Inventory::schedule_waves`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ScheduleOutcome {
+    /// The pending schedule is now `waves` (earliest first). Waves of the
+    /// old schedule that were due were released first.
+    Scheduled {
+        /// The schedule as stored.
+        waves: Vec<Wave>,
+    },
+    /// The store has no stock for the event (never loaded, or lost):
+    /// nothing changed (HTTP 503 `inventory_not_ready`, or 404
+    /// `event_not_found` for an event the gateway does not know).
+    NotReady,
+    /// A wave opens at or before the store's clock: nothing changed (HTTP
+    /// 422 `wave_in_past`).
+    WaveInPast {
+        /// The first such wave's time.
+        at_ms: u64,
+        /// The store's clock.
+        now_ms: u64,
+    },
+    /// A wave names a category the event does not have (or the event has
+    /// none): nothing changed (HTTP 404 `category_not_found`).
+    CategoryNotFound {
+        /// The category.
+        category: String,
+    },
+    /// Unusable: a qty of 0, too many waves, a wave without a category on
+    /// an event with categories, the total pushed above 2^53 (HTTP 422
+    /// `invalid_setting`). Nothing changed.
+    Invalid {
+        /// What is wrong.
+        reason: &'static str,
+    },
 }
 
 // === transitions ===
@@ -705,6 +941,11 @@ pub struct Transition {
     /// For `stock` and `restored`: the categories as loaded (empty
     /// without categories).
     pub categories: Vec<CategorySpec>,
+    /// For `stock`: `wave` when a scheduled wave was released, `waves`
+    /// when the schedule was replaced, `None` for a stock load.
+    pub reason: Option<String>,
+    /// For `stock` entries of waves: the schedule still pending after it.
+    pub waves: Vec<Wave>,
 }
 
 /// Categories as the stream's `categories` field writes them:

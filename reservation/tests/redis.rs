@@ -11,6 +11,10 @@
 #[allow(unreachable_pub)] // shared with the crates that export it
 mod redis_server;
 
+#[path = "../../tests/src/cluster.rs"]
+#[allow(unreachable_pub, dead_code)] // shared with the crates that export it
+mod cluster;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -631,8 +635,128 @@ fn categories_property() {
         .unwrap();
 }
 
+/// Scheduled waves over a real `redis-server`: random interleavings of
+/// holds, releases, payments, expiries, schedule replacements and waves
+/// coming due in real time agree with the model after every step; each
+/// wave is released exactly once (one `reason=wave` stream entry).
+#[test]
+fn waves_property() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(h) = rt.block_on(harness_with_ttl(Duration::from_millis(300))) else {
+        return;
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(24),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&conformance::waves::wave_case(25), |(case, ops)| {
+            rt.block_on(conformance::waves::run_wave_case(&h, &case, &ops))
+                .map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
+}
+
 async fn harness_with_ttl(ttl: Duration) -> Option<Harness> {
     let (mut h, _) = harness_with(RedisOptions::default()).await?;
     h.short_ttl = ttl;
     Some(h)
+}
+
+/// The sharded property test ([`conformance::shards`]) over a real
+/// `redis-server` (every shard on one server).
+#[test]
+fn sharded_property_on_redis() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(h) = rt.block_on(harness()) else {
+        return;
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(24),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&conformance::shards::shard_case(30), |case| {
+            rt.block_on(conformance::shards::run_shard_case(&h, &case));
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// 56 visitors race for the last 50 units over 8 shards of one Redis, 5
+/// times (uneven homes: shards pull from each other): exactly 50 held,
+/// none sold out while units were left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_last_units_race_on_redis() {
+    let Some(h) = harness().await else { return };
+    for _ in 0..5 {
+        conformance::shards::sharded_last_units_race(&h, 8, 50, 56).await;
+    }
+}
+
+/// A sharded event on a real 3-primary Redis Cluster: its 8 shards spread
+/// over the primaries (each shard its own hash tag), the routing and
+/// refusal tests, a transfer cut in half, the last-units race and the
+/// property test, all across slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_event_on_a_cluster() {
+    let Some(c) = cluster::RedisCluster::start(3, 0) else {
+        return;
+    };
+    let inv = RedisInventory::connect(&RedisConfig::new(c.url()))
+        .await
+        .unwrap();
+    let h = Harness::new(
+        InventoryBackend::Redis(inv),
+        TimeControl::Real,
+        Duration::from_secs(1),
+    );
+    let ev = h.event("spread");
+    let s = conformance::shards::sharded(&h);
+    s.set_sharded_stock(&ev, &spec(80, 2, Duration::from_secs(600), 1), 8)
+        .await
+        .unwrap();
+    let primaries: std::collections::HashSet<u16> = (0..8)
+        .map(|k| c.primary_for(&format!("sluice:{{{}}}:stock", ev.shard(k))))
+        .collect();
+    assert_eq!(primaries.len(), 3, "8 shards on {primaries:?}");
+    conformance::sharded_routing_and_refusals(&h).await;
+    conformance::sharded_transfer_cut_in_half_lands_once(&h).await;
+    conformance::sharded_stock_changes(&h).await;
+    conformance::sharded_reshard_only_when_idle(&h).await;
+    for _ in 0..3 {
+        conformance::shards::sharded_last_units_race(&h, 8, 50, 56).await;
+    }
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(12);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = conformance::shards::shard_case(25);
+    for _ in 0..cases {
+        let case = proptest::strategy::ValueTree::current(
+            &proptest::strategy::Strategy::new_tree(&strategy, &mut runner).unwrap(),
+        );
+        conformance::shards::run_shard_case(&h, &case).await;
+    }
 }

@@ -11,6 +11,7 @@
   var api = '/_sluice/events/' + encodeURIComponent(event);
   var $ = function (id) { return document.getElementById(id); };
   var availableEl = $('available'), totalEl = $('of-total'), fill = $('meter-fill');
+  var waveEl = $('next-wave');
   var qtyEl = $('qty'), form = $('hold-form'), holdBtn = $('hold-btn');
   var holdBox = $('hold'), buyBox = $('buy'), countdownEl = $('countdown');
   var holdQtyEl = $('hold-qty'), payLink = $('pay'), releaseBtn = $('release'), msg = $('message');
@@ -108,7 +109,21 @@
       qtyEl.value = String(Math.min(keep, want));
     }
     holdBtn.disabled = e.available === 0 && !hold;
-    if (e.available === 0 && !hold) say('Sold out. Held tickets that are not paid come back: keep this page open.');
+    var wave = nextWaveText(e);
+    waveEl.hidden = !wave;
+    waveEl.textContent = wave;
+    if (e.available === 0 && !hold) {
+      say(wave ? 'Sold out for now. ' + wave + ' Keep this page open.'
+        : 'Sold out. Held tickets that are not paid come back: keep this page open.');
+    }
+  }
+
+  // A scheduled wave is pending (next_wave_at_ms): when, and how many.
+  function nextWaveText(e) {
+    if (typeof e.next_wave_at_ms !== 'number') return '';
+    var d = new Date(e.next_wave_at_ms);
+    var when = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    return 'Next release: ' + (e.next_wave_qty || 0).toLocaleString() + ' more tickets at ' + when + ' (your time).';
   }
 
   function refresh() {

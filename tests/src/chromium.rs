@@ -3,6 +3,10 @@
 //! chromedriver child process with one session; both end when it is
 //! dropped, and its temporary profile is removed.
 //!
+//! The same [`Browser`] drives WebKit ([`Browser::start_webkit`]: Safari's
+//! engine, Debian's `webkit2gtk-driver`, its `WebKitWebDriver` running
+//! WebKitGTK's MiniBrowser on an `Xvfb` display of its own).
+//!
 //! Without chromium or chromedriver, [`Browser::start`] prints a loud
 //! `SKIPPED` line and answers `None`, except under `CI=true`, where that is
 //! a failure ([`crate::browser::installed`]).
@@ -19,12 +23,17 @@ use crate::redis_server::free_port;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const WEBKIT_DRIVER: &str = "/usr/bin/WebKitWebDriver";
+const MINIBROWSER: &str = "/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser";
+const XVFB: &str = "/usr/bin/Xvfb";
 
 /// A chromedriver child process with one headless Chromium session.
 pub struct Browser {
     client: Option<Client>,
     _turn: tokio::sync::MutexGuard<'static, ()>,
     driver: Child,
+    /// The X display of a WebKit session.
+    xvfb: Option<Child>,
     profile: PathBuf,
     artifacts: PathBuf,
     shots: u32,
@@ -56,10 +65,11 @@ impl Browser {
             std::process::id(),
             rand::random::<u32>()
         ));
-        let mut b = Browser {
+        let b = Browser {
             client: None,
             _turn: turn,
             driver,
+            xvfb: None,
             profile,
             artifacts: artifacts_dir(test),
             shots: 0,
@@ -77,6 +87,76 @@ impl Browser {
                 ],
             },
         });
+        Some(b.connect(port, caps, "chromedriver").await)
+    }
+
+    /// [`Browser::start`] in WebKit: WebKitGTK's MiniBrowser driven by
+    /// `WebKitWebDriver` on an `Xvfb` display of its own (`window` is the
+    /// screen's size). `None` (after the loud SKIPPED line) without them.
+    pub async fn start_webkit(test: &str, window: (u32, u32)) -> Option<Browser> {
+        if !installed(
+            test,
+            &[WEBKIT_DRIVER, MINIBROWSER, XVFB],
+            "apt-get install webkit2gtk-driver xvfb",
+        ) {
+            return None;
+        }
+        let turn = ONE_BROWSER.lock().await;
+        // A display number nobody uses.
+        let display = (90..400)
+            .map(|_| 90 + rand::random::<u32>() % 300)
+            .find(|n| !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists())
+            .expect("a free X display");
+        let xvfb = Command::new(XVFB)
+            .args([
+                format!(":{display}"),
+                "-screen".into(),
+                "0".into(),
+                format!("{}x{}x24", window.0.max(640), window.1.max(480)),
+                "-nolisten".into(),
+                "tcp".into(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start Xvfb");
+        let socket = format!("/tmp/.X11-unix/X{display}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !Path::new(&socket).exists() {
+            assert!(Instant::now() < deadline, "Xvfb :{display} never came up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let port = free_port();
+        let driver = Command::new(WEBKIT_DRIVER)
+            .arg(format!("--port={port}"))
+            .env("DISPLAY", format!(":{display}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start WebKitWebDriver");
+        let b = Browser {
+            client: None,
+            _turn: turn,
+            driver,
+            xvfb: Some(xvfb),
+            profile: std::env::temp_dir().join("sluice-webkit-none"),
+            artifacts: artifacts_dir(test),
+            shots: 0,
+        };
+        let caps = json!({
+            "browserName": "MiniBrowser",
+            "webkitgtk:browserOptions": {
+                "binary": MINIBROWSER,
+                "args": ["--automation"],
+            },
+        });
+        let b = b.connect(port, caps, "WebKitWebDriver").await;
+        let _ = b.c().set_window_size(window.0, window.1).await;
+        Some(b)
+    }
+
+    /// A WebDriver session with `caps` from the driver on `port`.
+    async fn connect(mut self, port: u16, caps: Value, driver: &str) -> Browser {
         let Value::Object(caps) = caps else {
             unreachable!()
         };
@@ -93,11 +173,11 @@ impl Browser {
                 Err(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => panic!("no WebDriver session from chromedriver within 20 s: {e}"),
+                Err(e) => panic!("no WebDriver session from {driver} within 20 s: {e}"),
             }
         };
-        b.client = Some(client);
-        Some(b)
+        self.client = Some(client);
+        self
     }
 
     /// The WebDriver session.
@@ -194,6 +274,10 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+        if let Some(x) = &mut self.xvfb {
+            let _ = x.kill();
+            let _ = x.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
@@ -234,5 +318,20 @@ impl crate::shop_path::Page for Browser {
 
     async fn shot(&mut self, name: &str) -> PathBuf {
         Browser::shot(self, name).await
+    }
+
+    async fn attr(&self, css: &str, name: &str) -> String {
+        match self.c().find(Locator::Css(css)).await {
+            Ok(e) => e.attr(name).await.ok().flatten().unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    async fn goto(&self, url: &str) {
+        self.c().goto(url).await.expect("open the URL");
+    }
+
+    async fn clear_cookies(&self) {
+        self.c().delete_all_cookies().await.expect("delete cookies");
     }
 }

@@ -129,6 +129,19 @@ impl TestClient {
         }
     }
 
+    /// [`TestClient::send`], `None` when the connection fails or drops
+    /// before the whole answer (a server killed under the request).
+    pub async fn try_send(&self, req: Request<ReqBody>) -> Option<Answer> {
+        let res = self.inner.request(req).await.ok()?;
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.ok()?.to_bytes();
+        Some(Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
     /// Sends a request and returns the streaming response.
     pub async fn send_streaming(
         &self,

@@ -579,4 +579,25 @@ impl crate::shop_path::Page for Firefox {
     async fn shot(&mut self, name: &str) -> PathBuf {
         Firefox::shot(self, name).await
     }
+
+    async fn attr(&self, css: &str, name: &str) -> String {
+        let (css, name) = (Value::from(css), Value::from(name));
+        self.try_js(&format!(
+            "const e = document.querySelector({css}); return e ? (e.getAttribute({name}) || '') : '';"
+        ))
+        .await
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+    }
+
+    async fn goto(&self, url: &str) {
+        Firefox::goto(self, url).await;
+    }
+
+    async fn clear_cookies(&self) {
+        self.command("storage.deleteCookies", json!({}))
+            .await
+            .expect("delete cookies");
+    }
 }

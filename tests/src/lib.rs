@@ -20,6 +20,7 @@ pub mod postgres;
 #[path = "redis_server.rs"]
 pub mod redis_server;
 pub mod redis_tls_certs;
+pub mod relay;
 pub mod sentinel;
 pub mod shop_path;
 pub mod tls;
@@ -207,7 +208,7 @@ impl GatewayProcess {
         client: &client::TestClient,
         filter: Option<&str>,
     ) -> GatewayProcess {
-        Self::spawn_with(args, filter, Some(client.clone()))
+        Self::spawn_with(args, filter, Some(client.clone()), None)
     }
 
     /// A gateway of a group sharing one store: `--redis`, `--origin`,
@@ -247,18 +248,32 @@ impl GatewayProcess {
         )
     }
 
-    fn shared(
+    /// [`GatewayProcess::start_shared`] listening on `addr`: a gateway
+    /// restarted where a killed one listened, so that clients that know
+    /// its address find it again.
+    pub fn start_shared_at(
+        addr: SocketAddr,
         redis_url: &str,
         origin_url: &str,
         config: &Path,
         keys_dir: &Path,
         pow_secret: &str,
-        extra: &[&str],
-        filter: Option<&str>,
     ) -> GatewayProcess {
+        let args = Self::shared_args(redis_url, origin_url, config, keys_dir, pow_secret);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::spawn_with(&args, None, None, Some(addr))
+    }
+
+    fn shared_args(
+        redis_url: &str,
+        origin_url: &str,
+        config: &Path,
+        keys_dir: &Path,
+        pow_secret: &str,
+    ) -> Vec<String> {
         let config = config.to_str().expect("a UTF-8 config path");
         let keys = keys_dir.to_str().expect("a UTF-8 keys path");
-        let mut args = vec![
+        [
             "--redis",
             redis_url,
             "--origin",
@@ -273,8 +288,23 @@ impl GatewayProcess {
             ADMIN_TOKEN,
             // the group's first deploy: configured stock goes into the store
             "--load-stock",
-        ];
-        args.extend_from_slice(extra);
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    fn shared(
+        redis_url: &str,
+        origin_url: &str,
+        config: &Path,
+        keys_dir: &Path,
+        pow_secret: &str,
+        extra: &[&str],
+        filter: Option<&str>,
+    ) -> GatewayProcess {
+        let mut args = Self::shared_args(redis_url, origin_url, config, keys_dir, pow_secret);
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Self::spawn(&args, filter)
     }
 
@@ -296,16 +326,19 @@ impl GatewayProcess {
     }
 
     fn spawn(args: &[&str], log_filter: Option<&str>) -> GatewayProcess {
-        Self::spawn_with(args, log_filter, None)
+        Self::spawn_with(args, log_filter, None, None)
     }
 
     fn spawn_with(
         args: &[&str],
         log_filter: Option<&str>,
         https: Option<client::TestClient>,
+        at: Option<SocketAddr>,
     ) -> GatewayProcess {
-        let port = redis_server::free_port();
-        let listen = format!("127.0.0.1:{port}");
+        let listen = match at {
+            Some(addr) => addr.to_string(),
+            None => format!("127.0.0.1:{}", redis_server::free_port()),
+        };
         let mut cmd = Command::new(sluice_bin());
         cmd.arg("serve")
             .arg("--listen")

@@ -40,6 +40,13 @@ pub trait Page {
     async fn url(&self) -> String;
     /// Saves a screenshot named `NN-name.png`; returns its path.
     async fn shot(&mut self, name: &str) -> PathBuf;
+    /// The attribute `name` of the element matching `css`, or "" when
+    /// there is none.
+    async fn attr(&self, css: &str, name: &str) -> String;
+    /// Opens `url` in this tab.
+    async fn goto(&self, url: &str);
+    /// Forgets every cookie (a new visitor in the same browser).
+    async fn clear_cookies(&self);
 }
 
 /// The demo shop (event `demo`, 100 tickets, 4 a cart, holds of 5 min)

@@ -197,3 +197,20 @@ impl Visitor {
             .await
     }
 }
+
+/// The join body for a challenge answer (status 200 asserted): the
+/// challenge solved natively, with `return_to`. For tests that send the
+/// challenge and the join themselves (with an invite code or an enqueue
+/// token).
+pub async fn join_body(challenge: &Answer, return_to: &str) -> Value {
+    assert_eq!(challenge.status, 200, "challenge: {}", challenge.text());
+    let v = challenge.json();
+    let ch = v["challenge"].as_str().expect("challenge").to_owned();
+    let k = v["puzzles"].as_u64().expect("puzzles") as u8;
+    let b = v["difficulty_bits"].as_u64().expect("bits") as u8;
+    let c2 = ch.clone();
+    let solutions = tokio::task::spawn_blocking(move || sluice_pow::solve(&c2, k, b, 1))
+        .await
+        .expect("solver");
+    json!({"challenge": ch, "solutions": solutions, "return_to": return_to})
+}

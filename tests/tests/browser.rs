@@ -284,30 +284,69 @@ async fn an_operator_template_and_colour_restyle_the_page() {
     assert!(csp.contains("style-src 'self'") && !csp.contains("unsafe-inline"));
     let html = res.text();
     assert!(html.contains("Acme &lt;Tix&gt; &amp; Co"), "{html}");
+    // The room's files linked by their hashed names (issue 21): the name
+    // in `"/_sluice/static/{stem}{16 hex digits}{ext}"`.
+    let linked = |stem: &str, ext: &str| -> String {
+        let quoted = format!("\"/_sluice/static/{stem}");
+        let at = html
+            .find(&quoted)
+            .unwrap_or_else(|| panic!("{stem}: {html}"))
+            + quoted.len()
+            - stem.len();
+        let file = &html[at..at + html[at..].find('"').unwrap()];
+        let hash = &file[stem.len()..file.len() - ext.len()];
+        assert!(
+            file.ends_with(ext) && hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{file}"
+        );
+        file.to_owned()
+    };
+    let logo_file = linked("logo.default.", ".svg");
     assert!(
-        html.contains("<img class=\"logo\" src=\"/_sluice/static/logo.default.svg\" alt=\"Acme &lt;Tix&gt; &amp; Co\">"),
+        html.contains(&format!(
+            "<img class=\"logo\" src=\"/_sluice/static/{logo_file}\" alt=\"Acme &lt;Tix&gt; &amp; Co\">"
+        )),
         "{html}"
     );
-    assert!(html.contains("href=\"/_sluice/static/waiting.default.css\""));
-    assert!(html.contains("href=\"/_sluice/static/theme.default.css\""));
+    let css_file = linked("waiting.default.", ".css");
+    let theme_file = linked("theme.default.", ".css");
     assert!(!html.contains("{{"), "every placeholder filled: {html}");
     assert!(
         html.contains("?a=&#39;b&#39;"),
         "the return URL escaped: {html}"
     );
-    let get = |f: &'static str| {
+    let get = |f: &str| {
         let c = &c;
         let url = format!("{}/_sluice/static/{f}", gw.url());
         async move { c.get(&url, &[]).await }
     };
+    // Each by its hashed name, cached for a year, and by its plain one.
+    for (hashed, plain) in [
+        (&theme_file, "theme.default.css"),
+        (&css_file, "waiting.default.css"),
+        (&logo_file, "logo.default.svg"),
+    ] {
+        let (h, p) = (get(hashed).await, get(plain).await);
+        assert_eq!(
+            (h.status.as_u16(), p.status.as_u16()),
+            (200, 200),
+            "{hashed} {plain}"
+        );
+        assert_eq!(h.body, p.body, "{hashed}");
+        assert_eq!(
+            h.header("cache-control"),
+            Some("public, max-age=31536000, immutable"),
+            "{hashed}"
+        );
+        assert_eq!(p.header("cache-control"), Some("no-store"), "{plain}");
+    }
     let theme = get("theme.default.css").await;
-    assert_eq!(theme.status, 200);
     assert!(theme.text().contains("--accent: #aa3300;"));
     assert_eq!(
         get("waiting.default.css").await.text(),
         "body { font-family: serif; }"
     );
-    let logo = get("logo.default.svg").await;
+    let logo = get(&logo_file).await;
     assert_eq!(logo.header("content-type"), Some("image/svg+xml"));
     assert_eq!(get("logo.default.png").await.status, 404);
     assert_eq!(get("theme.nope.css").await.status, 404);
@@ -385,10 +424,53 @@ async fn before_a_scheduled_opening_the_page_counts_down_then_admits() {
     gw.shutdown().await;
 }
 
+/// A room of the `reject` queueing method that is full: the page says so
+/// at once (no line, no work: the challenge is refused), in the visitor's
+/// language, and keeps trying by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_reject_room_says_so_on_the_page() {
+    let Some(mut b) = Browser::start("room-full", WINDOW).await else {
+        return;
+    };
+    // the one slot goes to a JSON visitor
+    let (gw, _shop) =
+        room_admitting_nobody_by(Duration::ZERO, sluice_admission::QueueMethod::Reject).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.c()
+        .goto(&format!("{}/shop/demo", gw.url()))
+        .await
+        .unwrap();
+    let state = wait_for(Duration::from_secs(10), "the room-full text", || async {
+        let s = b.text("#state").await;
+        s.contains("full").then_some(s)
+    })
+    .await;
+    assert!(state.contains("keeps no line"), "{state}");
+    let attr = b
+        .js("return document.getElementById('sluice').getAttribute('data-state');")
+        .await;
+    assert_eq!(attr, json!("full"));
+    b.shot("room-full").await;
+    // nobody took a place
+    let view = sluice_tests::admin_room(&gw.url(), "default").await;
+    assert_eq!(view["tail"], 1, "{view}");
+    assert_eq!(view["queue_length"], 0, "{view}");
+    b.close().await;
+    gw.shutdown().await;
+}
+
 /// The demo shop behind a gateway whose room admits nobody (its one credit
 /// already spent by a JSON visitor, so the next visitor waits at place 2),
 /// with an easy proof of work and `attack_min_solve` under attack.
 async fn room_admitting_nobody(attack_min_solve: Duration) -> (TestGateway, demo_origin::DemoShop) {
+    room_admitting_nobody_by(attack_min_solve, sluice_admission::QueueMethod::default()).await
+}
+
+/// [`room_admitting_nobody`] queueing by `method`.
+async fn room_admitting_nobody_by(
+    attack_min_solve: Duration,
+    method: sluice_admission::QueueMethod,
+) -> (TestGateway, demo_origin::DemoShop) {
     let shop = demo_origin::spawn(DemoOptions::default()).await.unwrap();
     let gw = TestGateway::builder()
         .origin(shop.url())
@@ -401,12 +483,14 @@ async fn room_admitting_nobody(attack_min_solve: Duration) -> (TestGateway, demo
                 difficulty_ceiling_bits: 6,
                 join_limit_per_prefix_per_min: 0,
                 attack_min_solve,
+                method,
                 ..RoomConfig::default()
             }];
         })
         .spawn()
         .await;
-    Visitor::new(&gw.url(), "default").join("/").await;
+    let first = Visitor::new(&gw.url(), "default").join("/").await;
+    assert_eq!(first.status, 200, "the one credit: {}", first.text());
     (gw, shop)
 }
 
@@ -551,5 +635,121 @@ async fn a_lost_join_answer_keeps_the_place() {
         .await,
         0.0
     );
+    gw.shutdown().await;
+}
+
+// === page weight ===
+
+/// The page's and its files' transfer sizes (Resource Timing: 0 for an
+/// answer taken from the browser's cache): `(page, [(path, transferSize,
+/// encodedBodySize, decodedBodySize)])`, for the files under
+/// `/_sluice/static/`.
+async fn transfers(b: &Browser) -> (u64, Vec<(String, u64, u64, u64)>) {
+    let v = b
+        .js(
+            "const nav = performance.getEntriesByType('navigation')[0];
+             return {page: nav ? nav.transferSize : -1,
+                     files: performance.getEntriesByType('resource')
+                       .map(e => [new URL(e.name).pathname, e.transferSize, e.encodedBodySize, e.decodedBodySize])
+                       .filter(e => e[0].startsWith('/_sluice/static/'))};",
+        )
+        .await;
+    let n = |x: &serde_json::Value| x.as_u64().unwrap_or_else(|| panic!("a size: {v}"));
+    let files = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e[0].as_str().unwrap().to_owned(),
+                n(&e[1]),
+                n(&e[2]),
+                n(&e[3]),
+            )
+        })
+        .collect();
+    (n(&v["page"]), files)
+}
+
+/// Page weight in Chromium (issue 21): a first load fetches the page and
+/// its files (compressed); a reload fetches the page again (no-store) and
+/// takes every file, named by its hash and cached for a year, from the
+/// browser's cache: 0 bytes transferred.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_in_chromium_moves_the_page_alone() {
+    let Some(b) = Browser::start("page-weight", WINDOW).await else {
+        return;
+    };
+    let (gw, _shop) = room_admitting_nobody(Duration::ZERO).await;
+    let position = || async { b.text("#position").await.trim().parse::<u64>().ok() };
+    b.c()
+        .goto(&format!("{}/shop/demo", gw.url()))
+        .await
+        .expect("open");
+    // In line: the scripts ran and the worker solved the challenge.
+    wait_for(Duration::from_secs(20), "a position on the page", position).await;
+    let (page, files) = transfers(&b).await;
+    b.c().refresh().await.expect("reload");
+    wait_for(
+        Duration::from_secs(20),
+        "a position after the reload",
+        position,
+    )
+    .await;
+    let (page_again, files_again) = transfers(&b).await;
+
+    let sum = |f: &[(String, u64, u64, u64)]| f.iter().map(|e| e.1).sum::<u64>();
+    eprintln!(
+        "chromium, first load: page {page} B, files {} B:",
+        sum(&files)
+    );
+    for (path, transfer, encoded, decoded) in &files {
+        eprintln!(
+            "  {path:<52} {transfer:>6} B transferred ({encoded} B encoded, {decoded} B decoded)"
+        );
+    }
+    eprintln!(
+        "chromium, reload: page {page_again} B, files {} B:",
+        sum(&files_again)
+    );
+    for (path, transfer, ..) in &files_again {
+        eprintln!("  {path:<52} {transfer:>6} B transferred");
+    }
+    for (stem, ext) in [
+        ("waiting.", ".css"),
+        ("theme.default.", ".css"),
+        ("pow-solver.", ".js"),
+        ("waiting.", ".js"),
+    ] {
+        let loaded = |f: &[(String, u64, u64, u64)]| {
+            f.iter()
+                .find(|e| e.0.starts_with(&format!("/_sluice/static/{stem}")) && e.0.ends_with(ext))
+                .map(|e| (e.1, e.2, e.3))
+                .unwrap_or_else(|| panic!("{stem}…{ext} loaded: {f:?}"))
+        };
+        let (transfer, encoded, decoded) = loaded(&files);
+        assert!(transfer > 0, "{stem}…{ext}: fetched on the first load");
+        if decoded >= 1024 {
+            assert!(
+                encoded * 2 < decoded,
+                "{stem}…{ext}: compressed ({encoded} of {decoded} B)"
+            );
+        }
+        assert_eq!(
+            loaded(&files_again).0,
+            0,
+            "{stem}…{ext}: from the cache on reload"
+        );
+    }
+    assert!(
+        page > 0 && page_again > 0,
+        "the page itself is fetched each time"
+    );
+    assert_eq!(
+        sum(&files_again),
+        0,
+        "no file moves on reload: {files_again:?}"
+    );
+    b.close().await;
     gw.shutdown().await;
 }

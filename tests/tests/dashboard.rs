@@ -334,12 +334,31 @@ async fn the_page_and_the_what_if() {
     assert_eq!(res.status, 200);
     let csp = res.header("content-security-policy").unwrap();
     assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"));
-    assert!(res.text().contains("/_sluice/static/admin.js"));
-    for file in ["admin.js", "admin.css"] {
-        let res = client
-            .get(&format!("{}/_sluice/static/{file}", gw.url()), &[])
-            .await;
-        assert_eq!(res.status, 200, "{file}");
+    // Its script and stylesheet by their hashed names, cached for a year;
+    // the plain names still answer (no-store).
+    let page = res.text();
+    for ext in [".js", ".css"] {
+        let url = page
+            .match_indices("\"/_sluice/static/admin.")
+            .map(|(at, _)| &page[at + 1..at + 1 + page[at + 1..].find('"').unwrap()])
+            .find(|url| url.ends_with(ext))
+            .unwrap_or_else(|| panic!("admin{ext}: {page}"));
+        let hash = &url["/_sluice/static/admin.".len()..url.len() - ext.len()];
+        assert!(
+            hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{url}"
+        );
+        let res = client.get(&format!("{}{url}", gw.url()), &[]).await;
+        assert_eq!(res.status, 200, "{url}");
+        assert_eq!(
+            res.header("cache-control"),
+            Some("public, max-age=31536000, immutable"),
+            "{url}"
+        );
+        let plain = format!("{}/_sluice/static/admin{ext}", gw.url());
+        let res = client.get(&plain, &[]).await;
+        assert_eq!(res.status, 200, "{plain}");
+        assert_eq!(res.header("cache-control"), Some("no-store"), "{plain}");
     }
 
     // A line of 20 (the first visitor takes the credit).
@@ -391,5 +410,94 @@ async fn the_page_and_the_what_if() {
         )
         .await;
     assert_eq!(res.status, 401);
+    gw.shutdown().await;
+}
+
+/// An invite-only room shows its codes on the dashboard: issued, redeemed
+/// and revoked, kept live; a room open to all shows no such line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invite_only_room_shows_its_codes() {
+    let Some(mut b) = Browser::start("dashboard-invites", WINDOW).await else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            c.rooms = vec![
+                RoomConfig {
+                    id: "vip".into(),
+                    paths: vec!["/vip".into()],
+                    invite_only: true,
+                    ..RoomConfig::default()
+                },
+                RoomConfig::default(),
+            ];
+        })
+        .spawn()
+        .await;
+    let client = TestClient::new();
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let url = format!("{}/_sluice/admin/rooms/vip/invites", gw.url());
+    let res = client
+        .post_json(&url, &headers, &json!({"count": 3, "label": "press"}))
+        .await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let ids: Vec<String> = res.json()["invites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_owned())
+        .collect();
+    let res = client
+        .call(
+            Method::DELETE,
+            &format!("{url}/{}", ids[2]),
+            &headers,
+            sluice_tests::client::body(String::new()),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+
+    b.c()
+        .goto(&format!("{}/_sluice/admin/", gw.url()))
+        .await
+        .expect("open the dashboard");
+    wait_for(Duration::from_secs(10), "the token prompt", || async {
+        b.c()
+            .find(Locator::Css("#login-token"))
+            .await
+            .ok()?
+            .is_displayed()
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await;
+    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
+        .await;
+    wait_for(Duration::from_secs(10), "the invites line", || async {
+        (b.text_content("#vip-invites").await == "3 issued · 0 redeemed · 1 revoked").then_some(())
+    })
+    .await;
+    // one more issued: the line follows
+    let res = client.post_json(&url, &headers, &json!({})).await;
+    assert_eq!(res.status, 201);
+    wait_for(Duration::from_secs(10), "the line to follow", || async {
+        b.text_content("#vip-invites")
+            .await
+            .starts_with("4 issued")
+            .then_some(())
+    })
+    .await;
+    let hidden = b
+        .js("return document.querySelector('#room-default .invites').hidden")
+        .await;
+    assert_eq!(hidden, json!(true), "an open room has no invites line");
+    b.shot("invites").await;
     gw.shutdown().await;
 }

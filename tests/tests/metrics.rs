@@ -114,6 +114,11 @@ async fn metrics_parse_and_name_everything_documented() {
         "sluice_ledger_behind",
         "sluice_ledger_drift_units",
         "sluice_ledger_rebuilds_total",
+        // the stock feeds' lane, once rows were posted (tests/feeds.rs)
+        "sluice_feed_rows_total",
+        "sluice_feed_depth",
+        // a full `reject` room (tests/methods.rs)
+        "sluice_room_full_total",
     ];
     let documented = documented_metrics();
     assert!(documented.len() >= 20, "{documented:?}");

@@ -97,6 +97,13 @@ impl Site {
     fn buyer(&self, base: &str) -> Visitor {
         sluice_tests::admitted_visitor(&self.keys, base, "hall")
     }
+
+    /// The same visitor (its admission token) at another gateway.
+    fn buyer_as(&self, base: &str, v: &Visitor) -> Visitor {
+        let mut again = Visitor::new(base, "hall");
+        again.admission_token = v.admission_token.clone();
+        again
+    }
 }
 
 /// The seq a join gave: in the answer while waiting, in the admission
@@ -1139,4 +1146,390 @@ async fn random_category_sales_come_back_exactly_from_the_ledger() {
         .expect("the ledger stops")
         .unwrap()
         .unwrap();
+}
+
+// === Stock feeds ===
+
+/// An admin call with a JSON body.
+async fn admin_json(base: &str, method: Method, path: &str, body_json: Value) -> Answer {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    TestClient::new()
+        .call(
+            method,
+            &format!("{base}{path}"),
+            &[
+                ("authorization", auth.as_str()),
+                ("content-type", "application/json"),
+            ],
+            body(body_json.to_string()),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feed_rows_reach_the_ledger_per_category_and_come_back_by_rebuild() {
+    let Some(mut site) = Site::start().await else {
+        return;
+    };
+    site.extra = TIERS.to_owned();
+    let gw = site.gateway(true, false, true);
+    let base = gw.url();
+    until("tiers loaded", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["available"] == 18).then_some(e)
+    })
+    .await;
+    let (open, _) = tiers_sale(&site, &base).await;
+    let stock = async |row: Value| {
+        admin_json(
+            &base,
+            Method::POST,
+            "/_sluice/admin/events/tiers/stock",
+            row,
+        )
+        .await
+    };
+    // Deltas (one replayed, one refused) and a snapshot, one row at once.
+    for row in [
+        json!({"delta": 5, "key": "po-1", "category": "floor"}),
+        json!({"delta": 5, "key": "po-1", "category": "floor"}),
+        json!({"delta": -2, "key": "dmg-1", "category": "balcony"}),
+        json!({"total": 20, "version": 3, "category": "floor"}),
+    ] {
+        let res = stock(row).await;
+        assert_eq!(res.status, 200, "{}", res.text());
+    }
+    let res = stock(json!({"delta": -1, "key": "dmg-2", "category": "vip"})).await;
+    assert_eq!(res.status, 409, "{}", res.text());
+    // And a row through the lane.
+    let res = admin_json(
+        &base,
+        Method::POST,
+        "/_sluice/admin/events/tiers/feed",
+        json!({"rows": [{"delta": 3, "key": "po-2", "category": "vip"}]}),
+    )
+    .await;
+    assert_eq!(res.status, 202, "{}", res.text());
+    until("the lane drained", Duration::from_secs(10), async || {
+        let l = admin(&base, Method::GET, "/_sluice/admin/events/tiers/feed")
+            .await
+            .json();
+        (l["applied"] == 1).then_some(l)
+    })
+    .await;
+    let before = tiers_caught_up(&base).await;
+    let expected = json!({
+        "floor": [20, 14, 2, 4],
+        "vip": [7, 3, 2, 2],
+        "balcony": [4, 0, 1, 3],
+    });
+    assert_eq!(tier_counts(&before), expected, "{before}");
+    // The ledger took each category's new total.
+    assert_eq!(ledger_tier_counts(&site.pg), expected);
+    assert_eq!(
+        site.pg
+            .psql("SELECT categories FROM events WHERE event = 'tiers'"),
+        "floor:20:3,vip:7:0,balcony:4:2"
+    );
+    assert_eq!(
+        site.pg.psql(
+            "SELECT count(*) FROM hold_transitions WHERE event = 'tiers' AND kind = 'stock' AND reason IN ('delta', 'snapshot')"
+        ),
+        "4"
+    );
+
+    // Lost and rebuilt: the totals the feeds set come back.
+    assert!(site.redis.command("FLUSHALL").contains("OK"));
+    until("the loss is seen", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["ready"] == false).then_some(e)
+    })
+    .await;
+    let res = rebuild_tiers(&base).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let after = until("rebuilt", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["ready"] == true).then_some(e)
+    })
+    .await;
+    assert_eq!(tier_counts(&after), expected, "{after}");
+    assert_eq!(after["total"], 31, "{after}");
+    assert_eq!(after["invariant_holds"], true, "{after}");
+    // The open holds still hold their units.
+    for h in &open {
+        let res = h
+            .owner
+            .call_admitted(Method::GET, &format!("/_sluice/holds/{}", h.id), None, &[])
+            .await;
+        assert_eq!(res.json()["status"], "held", "{}", res.text());
+    }
+}
+
+/// Scheduled waves across a loss: a released wave's total reaches the
+/// ledger (its `stock` entry `reason=wave`), so the rebuild restores it;
+/// the wave still ahead that the rebuilding gateway saw pending is
+/// scheduled again (`waves_rescheduled`); the released one is never
+/// applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_keeps_released_waves_and_schedules_again_the_waves_ahead() {
+    let Some(site) = Site::start().await else {
+        return;
+    };
+    let gw = site.gateway(true, false, true);
+    let base = gw.url();
+    until("stock loaded", Duration::from_secs(10), async || {
+        let e = admin(&base, Method::GET, "/_sluice/admin/events/gig")
+            .await
+            .json();
+        (e["available"] == TOTAL).then_some(e)
+    })
+    .await;
+    let now = sluice_gateway::app::clock::now_ms();
+    let (soon, later) = (now + 2_000, now + 600_000);
+    let res = TestClient::new()
+        .call(
+            Method::PUT,
+            &format!("{base}/_sluice/admin/events/gig/waves"),
+            &[
+                ("authorization", &format!("Bearer {ADMIN_TOKEN}")),
+                ("content-type", "application/json"),
+            ],
+            body(json!({"waves": [{"at": soon, "qty": 5}, {"at": later, "qty": 7}]}).to_string()),
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    // The first wave opens; the ledger records the total it reached.
+    until(
+        "the ledger's total after the wave",
+        Duration::from_secs(20),
+        async || {
+            admin(&base, Method::GET, "/_sluice/admin/events/gig").await;
+            let t = site
+                .pg
+                .try_psql("SELECT total FROM events WHERE event = 'gig'")
+                .unwrap_or_default();
+            (t.trim() == (TOTAL + 5).to_string()).then_some(json!(t))
+        },
+    )
+    .await;
+
+    assert!(site.redis.command("FLUSHALL").contains("OK"));
+    until("the loss is seen", Duration::from_secs(10), async || {
+        let e = admin(&base, Method::GET, "/_sluice/admin/events/gig")
+            .await
+            .json();
+        (e["ready"] == false).then_some(e)
+    })
+    .await;
+    let res = admin(&base, Method::POST, "/_sluice/admin/events/gig/rebuild").await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    let r = res.json();
+    assert_eq!(r["total"], TOTAL + 5, "{r}");
+    assert_eq!(r["waves_rescheduled"], 1, "{r}");
+    // The first wave, if this gateway's view (refreshed every second)
+    // still had it pending: due, so never scheduled again (it is in the
+    // ledger's total), only reported.
+    let skipped = r["waves_skipped"].as_array().unwrap();
+    assert!(
+        skipped.is_empty() || (skipped.len() == 1 && skipped[0]["at_ms"] == soon),
+        "{r}"
+    );
+    let e = admin(&base, Method::GET, "/_sluice/admin/events/gig")
+        .await
+        .json();
+    assert_eq!(
+        (
+            e["total"].clone(),
+            e["available"].clone(),
+            e["pending_waves"].clone(),
+            e["next_wave_at_ms"].clone()
+        ),
+        (json!(TOTAL + 5), json!(TOTAL + 5), json!(1), json!(later)),
+        "{e}"
+    );
+    assert_eq!(e["invariant_holds"], true, "{e}");
+}
+
+// === A sharded event ===
+
+/// `hot` in room `hall`: 40 units over 4 shards, at most 4 per visitor.
+const HOT: &str = "[[events]]\nid = \"hot\"\nroom = \"hall\"\ntotal = 40\ncart_limit = 4\nhold_ttl = \"300s\"\nshards = 4\n";
+
+async fn hot_view(base: &str) -> Value {
+    admin(base, Method::GET, "/_sluice/admin/events/hot")
+        .await
+        .json()
+}
+
+async fn hot_hold(v: &Visitor, qty: u64) -> Answer {
+    v.call_admitted(
+        Method::POST,
+        "/_sluice/events/hot/holds",
+        Some(json!({"qty": qty})),
+        &[],
+    )
+    .await
+}
+
+/// Waits until the ledger's counters of every shard (total, held, sold)
+/// are the store's.
+async fn hot_ledger_caught_up(site: &Site, base: &str) -> Value {
+    until("the ledger has every shard", Duration::from_secs(30), async || {
+        let v = hot_view(base).await;
+        let shards = v["shard_states"].as_array()?.clone();
+        for s in &shards {
+            let id = s["id"].as_str()?;
+            let row = site
+                .pg
+                .try_psql(&format!(
+                    "SELECT total || ',' || held_units || ',' || confirmed_units FROM events WHERE event = '{id}'"
+                ))
+                .ok()?;
+            let want = format!("{},{},{}", s["total"], s["held"], s["confirmed"]);
+            if row.trim() != want {
+                return None;
+            }
+        }
+        (shards.len() == 4 && v["in_transit"] == 0).then_some(v)
+    })
+    .await
+}
+
+/// The counters a rebuild must bring back, and the per-shard totals.
+fn hot_counts(v: &Value) -> Value {
+    json!({
+        "total": v["total"], "available": v["available"], "held": v["held"],
+        "confirmed": v["confirmed"], "shards": v["shards"],
+        "per_shard": v["shard_states"].as_array().unwrap().iter()
+            .map(|s| json!([s["id"], s["total"], s["held"], s["confirmed"]]))
+            .collect::<Vec<_>>(),
+    })
+}
+
+/// A sharded event comes back from the ledger shard by shard: one shard's
+/// keys lost behind a running gateway (only that shard rebuilt, the
+/// others left live), then the whole store flushed with the gateway
+/// SIGKILLed and restarted. Each time the counters per shard, the open
+/// and paid holds, the carts and the layout come back, and in the end
+/// exactly the stock is sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_event_is_rebuilt_shard_by_shard() {
+    let Some(mut site) = Site::start().await else {
+        return;
+    };
+    site.extra = HOT.to_owned();
+    let mut gw = site.gateway(true, true, true);
+    let base = gw.url();
+    until("stock loaded", Duration::from_secs(15), async || {
+        let v = hot_view(&base).await;
+        (v["ready"] == true && v["shards"] == 4).then_some(v)
+    })
+    .await;
+    // The sale: 12 buyers hold 1 to 4 units (their homes uneven, so
+    // shards pull from each other); every other one pays.
+    let mut open = Vec::new();
+    let mut paid = Vec::new();
+    for i in 0..12u64 {
+        let v = site.buyer(&base);
+        let qty = 1 + i % CART;
+        let res = hot_hold(&v, qty).await;
+        assert_eq!(res.status, 201, "{}", res.text());
+        let id = res.json()["hold_id"].as_str().unwrap().to_owned();
+        if i % 2 == 0 {
+            assert_eq!(pay(&base, &id).await.json()["status"], "confirmed");
+            paid.push((v, id, qty));
+        } else {
+            open.push((v, id, qty));
+        }
+    }
+    let before = hot_counts(&hot_ledger_caught_up(&site, &base).await);
+
+    // One shard's keys go behind the running gateway: it is rebuilt
+    // alone, automatically.
+    let lost = "hot~2";
+    let reply = site.redis.command(&format!(
+        "EVAL \"local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do n = n + redis.call('DEL', k) end return n\" 0 sluice:{{{lost}}}:*"
+    ));
+    assert!(reply.starts_with(':') && reply.trim() != ":0", "{reply}");
+    let after = until(
+        "the shard is rebuilt",
+        Duration::from_secs(20),
+        async || {
+            let v = hot_view(&base).await;
+            (v["ready"] == true && v["invariant_holds"] == true).then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(hot_counts(&after), before, "{after}");
+    assert!(
+        gw.log_lines()
+            .iter()
+            .any(|l| l.contains("lost shards rebuilt") && l.contains("\"shards\":1")),
+        "one shard rebuilt"
+    );
+
+    // Everything flushed, the gateway SIGKILLed and restarted: rebuilt.
+    hot_ledger_caught_up(&site, &base).await;
+    gw.signal("KILL");
+    gw.wait(Duration::from_secs(5));
+    assert!(site.redis.command("FLUSHALL").contains("OK"));
+    let gw = site.gateway(true, true, true);
+    let base = gw.url();
+    let after = until(
+        "the event is rebuilt",
+        Duration::from_secs(30),
+        async || {
+            let v = hot_view(&base).await;
+            (v["ready"] == true && v["shards"] == 4 && v["invariant_holds"] == true).then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(hot_counts(&after), before, "{after}");
+    for (v, id, qty) in &open {
+        let v = site.buyer_as(&base, v);
+        let h = v
+            .call_admitted(Method::GET, &format!("/_sluice/holds/{id}"), None, &[])
+            .await
+            .json();
+        assert_eq!(
+            (h["status"].as_str(), h["qty"].as_u64()),
+            (Some("held"), Some(*qty)),
+            "{h}"
+        );
+        if *qty == CART {
+            let res = hot_hold(&v, 1).await;
+            assert_eq!(res.json()["code"], "cart_limit_exceeded", "{}", res.text());
+        }
+    }
+    for (v, id, _) in &paid {
+        let v = site.buyer_as(&base, v);
+        let h = v
+            .call_admitted(Method::GET, &format!("/_sluice/holds/{id}"), None, &[])
+            .await
+            .json();
+        assert_eq!(h["status"], "confirmed", "{h}");
+    }
+    // The open holds are paid, the rest sold out: exactly the stock.
+    for (_, id, _) in &open {
+        assert_eq!(pay(&base, id).await.json()["status"], "confirmed");
+    }
+    let mut more = 0;
+    for _ in 0..40 {
+        let v = site.buyer(&base);
+        let res = hot_hold(&v, 1).await;
+        if res.status == 201 {
+            more += 1;
+        } else {
+            assert_eq!(res.json()["code"], "sold_out", "{}", res.text());
+            break;
+        }
+    }
+    let sold: u64 = open.iter().chain(&paid).map(|(_, _, q)| q).sum();
+    assert_eq!(sold + more, 40, "units sold in all");
+    let end = hot_view(&base).await;
+    assert_eq!(
+        (end["available"].as_u64(), end["in_transit"].as_u64()),
+        (Some(0), Some(0)),
+        "{end}"
+    );
 }

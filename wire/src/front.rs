@@ -133,7 +133,7 @@ where
         let head_only = req.method() == Method::HEAD;
         let res = answer(req).await;
         let close = asked_close || stopping();
-        let kept = write_response(io, &mut out, res, head_only, close).await;
+        let kept = write_response(io, &mut out, &mut buf, res, head_only, close).await;
         watch.idle();
         if out.capacity() > 4 * FLUSH_AT {
             out = Vec::with_capacity(4096);
@@ -301,7 +301,8 @@ enum Framing {
 }
 
 /// Writes `res` to `io` as hyper's server would, `close` adding
-/// `connection: close`. `Some(keep)`: the response went out whole and the
+/// `connection: close`; `read` is the connection's read buffer, given back
+/// with `out` while the body waits ([`release`]). `Some(keep)`: the response went out whole and the
 /// connection may carry another (`keep`) or is to be closed; `None`: it
 /// failed midway (the client went, or the body broke) and the connection is
 /// unusable.
@@ -314,6 +315,7 @@ enum Framing {
 async fn write_response<S, B>(
     io: &mut S,
     out: &mut Vec<u8>,
+    read: &mut BytesMut,
     res: Response<B>,
     head_only: bool,
     mut close: bool,
@@ -325,6 +327,8 @@ where
 {
     let (parts, mut body) = res.into_parts();
     out.clear();
+    // Given back while an earlier body waited: taken again at its size.
+    out.reserve(4096);
     let mut status = parts.status;
     let mut headers = &parts.headers;
     let none = HeaderMap::new();
@@ -440,6 +444,9 @@ where
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
+    // The head is written: its fields are not kept for as long as the body
+    // takes (an event stream's, hours).
+    drop(parts);
 
     if framing == Framing::Length(0) {
         // HEAD, 204, 304, an empty body: whatever the body holds is not
@@ -448,7 +455,7 @@ where
         io.write_all(out).await.ok()?;
         return Some(!close);
     }
-    write_body(io, out, body, framing).await?;
+    write_body(io, out, read, body, framing).await?;
     Some(!close)
 }
 
@@ -457,6 +464,7 @@ where
 async fn write_body<S, B>(
     io: &mut S,
     out: &mut Vec<u8>,
+    read: &mut BytesMut,
     mut body: B,
     framing: Framing,
 ) -> Option<()>
@@ -479,6 +487,7 @@ where
                     io.write_all(out).await.ok()?;
                     out.clear();
                 }
+                release(out, read);
                 body.frame().await
             }
         };
@@ -499,6 +508,9 @@ where
             continue;
         }
         let len = data.len() as u64;
+        // Exactly what this frame needs after a release, not a doubling
+        // from nothing.
+        out.reserve(data.len().min(DIRECT_AT) + 16);
         if framing == Framing::Chunked {
             put_hex(out, len);
             out.extend_from_slice(b"\r\n");
@@ -544,6 +556,23 @@ where
         out.clear();
     }
     Some(())
+}
+
+/// Gives back the connection's buffers while a body waits for its next
+/// frame: such a wait may be long (an event stream waits minutes between
+/// events), and every open connection would keep 12 KiB for nothing
+/// (issue 21: an idle status stream costs at most 4 KiB of the gateway's
+/// memory, `tests/bench/streams.sh`). The read buffer only when it holds
+/// nothing (a pipelined request stays); both are taken again, at the size
+/// needed, by the next write or read. Costs a free and an allocation per
+/// wait, against the write to the socket that comes with each.
+fn release(out: &mut Vec<u8>, read: &mut BytesMut) {
+    if out.capacity() > 0 {
+        *out = Vec::new();
+    }
+    if read.is_empty() && read.capacity() > 0 {
+        *read = BytesMut::new();
+    }
 }
 
 fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

@@ -1,7 +1,10 @@
 //! The operator's dashboard at `/_sluice/admin/`: one embedded page (no
 //! token needed to load it; every figure it shows comes from the admin API
-//! with the token the operator types once), its script and stylesheet
-//! (served with the page's other files under `/_sluice/static/`), and the
+//! with the token the operator types once; a gateway without an admin
+//! token says so in the page, which then shows a read-only view from the
+//! public room state instead of asking for a token nobody has), its script
+//! and stylesheet (served with the page's other files under
+//! `/_sluice/static/`, linked by their hashed names), and the
 //! "what if" the page asks before a change is applied.
 //!
 //! `GET /_sluice/admin/rooms/{room}/whatif?rate_per_sec=…` runs the real
@@ -10,6 +13,9 @@
 //! line would drain. The line is capped at [`WHATIF_MAX_VISITORS`] (a
 //! longer one is simulated at that size and the drain time scaled), so an
 //! answer takes milliseconds even for a line of millions.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -23,8 +29,19 @@ use sluice_admission::sim::{self, Arrivals, SimConfig};
 use crate::app::problem::Problem;
 use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
+use crate::visitor::assets;
 
 const PAGE: &str = include_str!("../../../static/admin.html");
+
+/// The page with its script and stylesheet linked by their hashed names
+/// (cached for a year, [`crate::visitor::assets`]), made once.
+static PAGE_HTML: LazyLock<String> = LazyLock::new(|| {
+    let values = HashMap::from([
+        ("admin_css_url", assets::embedded_url("admin.css")),
+        ("admin_js_url", assets::embedded_url("admin.js")),
+    ]);
+    crate::visitor::template::render(PAGE, &values)
+});
 
 /// Longest line the what-if simulates as is.
 pub const WHATIF_MAX_VISITORS: u64 = 20_000;
@@ -45,10 +62,20 @@ pub fn routes() -> Router<AppState> {
         .route("/_sluice/admin/rooms/{room}/whatif", get(whatif))
 }
 
+/// Where the page says whether the gateway has an admin token.
+const TOKEN_MARK: &str = r#"data-admin-token="configured""#;
+
 /// `GET /_sluice/admin/`: the page, under the same strict policy as the
-/// waiting page (no inline code, same-origin everything, no framing).
-async fn page() -> Response {
-    let mut res = PAGE.into_response();
+/// waiting page (no inline code, same-origin everything, no framing);
+/// `<body data-admin-token="none">` when the gateway has no admin token.
+async fn page(State(state): State<AppState>) -> Response {
+    let mut res = if state.config().admin_token.is_some() {
+        PAGE_HTML.as_str().into_response()
+    } else {
+        PAGE_HTML
+            .replacen(TOKEN_MARK, r#"data-admin-token="none""#, 1)
+            .into_response()
+    };
     let h = res.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -192,5 +219,17 @@ pub fn audit_who(headers: &HeaderMap, client: Option<&ClientInfo>) -> String {
     match client {
         Some(c) => format!("token:{fp} ip:{}", c.ip),
         None => format!("token:{fp} ip:unknown"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_carries_the_admin_token_mark_once() {
+        // the mark `page` swaps for a gateway without an admin token
+        assert_eq!(PAGE.matches(TOKEN_MARK).count(), 1);
+        assert!(PAGE.contains(&format!("<body {TOKEN_MARK}>")));
     }
 }

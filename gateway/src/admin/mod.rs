@@ -5,6 +5,7 @@
 //! - [`dashboard`] — the admin dashboard page and its audit log view.
 
 pub mod dashboard;
+pub mod invites;
 pub mod lockout;
 
 use axum::extract::{Path, Request, State};

@@ -10,7 +10,8 @@
 //! 3. `TraceLayer` — one span per request with method, path and request id;
 //!    a 5xx is logged at ERROR, except 503, an expected answer (debug).
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
-//! 5. The router: `/_sluice/…` handlers (bodies limited, no-store, the
+//! 5. The router: `/_sluice/…` handlers (bodies limited, no-store but the
+//!    static files under their hashed names, the
 //!    store-bound ones behind `store_bound`, admin calls behind
 //!    `admin::admin_guard`), and as fallback the guarded proxy (whose forwards
 //!    to the origin are bounded by `limits.max_origin_requests`).
@@ -97,6 +98,14 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
             "/_sluice/admin/rooms/{room}",
             get(admin::admin_get_room).patch(admin::admin_patch_room),
         )
+        .route(
+            "/_sluice/admin/rooms/{room}/invites",
+            get(admin::invites::list).post(admin::invites::issue),
+        )
+        .route(
+            "/_sluice/admin/rooms/{room}/invites/{id}",
+            get(admin::invites::get_one).delete(admin::invites::revoke),
+        )
         .merge(crate::reserve::routes())
         .merge(crate::admin::dashboard::routes())
         .route("/metrics", get(admin::metrics))
@@ -151,10 +160,13 @@ const COMPRESSION_QUALITY: i32 = 4;
 /// relayed from the origin ([`gate::FromOrigin`]): compressing the
 /// origin's content is the origin's (or its CDN's) choice, and doing it on
 /// the gate's path would spend the CPU a sale needs.
+/// Nor a static file's, whose form was picked from the ones stored
+/// compressed at start ([`visitor::assets::Precompressed`]).
 fn compressible() -> impl Predicate {
     DefaultPredicate::new().and(SizeAbove::new(256)).and(
         |_: StatusCode, _: http::Version, _: &http::HeaderMap, ext: &http::Extensions| {
             ext.get::<gate::FromOrigin>().is_none()
+                && ext.get::<visitor::assets::Precompressed>().is_none()
         },
     )
 }
@@ -185,9 +197,20 @@ fn on_failure(
     }
 }
 
+/// Every control-plane answer is `no-store` (API.md), but a static file
+/// under its hashed name ([`visitor::assets::Immutable`]), which keeps its
+/// year-long caching unless it sets a cookie: an answer that sets one is
+/// never storable by a shared cache.
 async fn no_store(mut res: Response) -> Response {
-    res.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    let immutable = res
+        .extensions()
+        .get::<visitor::assets::Immutable>()
+        .is_some()
+        && !res.headers().contains_key(header::SET_COOKIE);
+    if !immutable {
+        res.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     res
 }
 
@@ -352,7 +375,14 @@ async fn read_body(state: &AppState, req: Request) -> Result<Request, Problem> {
     if http_body::Body::is_end_stream(req.body()) {
         return Ok(req);
     }
-    let limit = state.config().limits.control_body_bytes;
+    // A feed batch (`POST /_sluice/admin/events/{event}/feed`) has a limit
+    // of its own (`feeds.max_body_bytes`): thousands of rows.
+    let path = req.uri().path();
+    let limit = if path.starts_with("/_sluice/admin/events/") && path.ends_with("/feed") {
+        state.config().feeds.max_body_bytes
+    } else {
+        state.config().limits.control_body_bytes
+    };
     let deadline = state.config().timeouts.body_read;
     let (parts, body) = req.into_parts();
     let bytes = match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
@@ -371,6 +401,34 @@ async fn read_body(state: &AppState, req: Request) -> Result<Request, Problem> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn only_a_hashed_file_without_a_cookie_escapes_no_store() {
+        let asset = || {
+            let mut res = Response::new(Body::empty());
+            res.headers_mut().insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static(visitor::assets::IMMUTABLE),
+            );
+            res
+        };
+        let mut kept = asset();
+        kept.extensions_mut().insert(visitor::assets::Immutable);
+        let kept = no_store(kept).await;
+        assert_eq!(kept.headers()["cache-control"], visitor::assets::IMMUTABLE);
+
+        let plain = no_store(asset()).await;
+        assert_eq!(plain.headers()["cache-control"], "no-store");
+
+        let mut cookie = asset();
+        cookie.extensions_mut().insert(visitor::assets::Immutable);
+        cookie.headers_mut().insert(
+            header::SET_COOKIE,
+            HeaderValue::from_static("sluice_q_default=x"),
+        );
+        let cookie = no_store(cookie).await;
+        assert_eq!(cookie.headers()["cache-control"], "no-store");
+    }
 
     #[test]
     fn store_bound_paths() {

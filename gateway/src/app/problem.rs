@@ -58,6 +58,11 @@ impl Problem {
         self.code
     }
 
+    /// The `reason` field, when the problem has one.
+    pub fn reason(&self) -> Option<&str> {
+        self.extra.get("reason").and_then(Value::as_str)
+    }
+
     // === the codes of API.md ===
 
     /// 400 `malformed_request`.
@@ -70,12 +75,31 @@ impl Problem {
         .with("detail", detail.into())
     }
 
-    /// 401 `unauthorized` (admin API).
+    /// 401 `unauthorized` (admin API): no bearer token, or not the
+    /// admin token (`reason` `token_refused`).
     pub fn unauthorized() -> Problem {
         Problem::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "A valid admin token is required",
+        )
+        .with("reason", "token_refused")
+    }
+
+    /// 401 `unauthorized` from a gateway started without an admin token
+    /// (`reason` `no_admin_token`): no token opens its admin API, and the
+    /// detail says how to give it one. Telling this apart costs nothing:
+    /// there is no token to guess.
+    pub fn no_admin_token() -> Problem {
+        Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "A valid admin token is required",
+        )
+        .with("reason", "no_admin_token")
+        .with(
+            "detail",
+            "this gateway has no admin token (start it with --admin-token or SLUICE_ADMIN_TOKEN)",
         )
     }
 
@@ -231,6 +255,19 @@ impl Problem {
         )
     }
 
+    /// 503 `room_full`: a room of the `reject` queueing method cannot let
+    /// the visitor in now and keeps no line; nothing was taken (no place,
+    /// no seq, the proof of work and any invite stay good). `Retry-After`
+    /// is when the bucket is likely to hold an admission again.
+    pub fn room_full(retry_after: u64) -> Problem {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "room_full",
+            "This room is full and keeps no line: try again later",
+        )
+        .retry_after(retry_after.max(1))
+    }
+
     /// 429 `pow_too_early`: a valid solution sent before the challenge's
     /// minimum solve age; the same solution is accepted for the same place
     /// once `retry_after_ms` have passed.
@@ -261,6 +298,7 @@ impl From<sluice_admission::AdmissionError> for Problem {
         use sluice_admission::AdmissionError as E;
         match &e {
             E::Closed(_) => Problem::room_closed(),
+            E::Full(_) => Problem::room_full(1),
             E::InvalidRoomId(_) => Problem::room_not_found(),
             E::InvalidSetting(i) => Problem::invalid_setting(i.field, i.reason.clone()),
             _ => Problem::store_unavailable().log_cause(&e),

@@ -21,7 +21,7 @@ use sluice_admission::{
     AdmitClaims, Keyring, QueueBackend, QueueClaims, QueueStore, TokenError, VerifyCache,
 };
 use sluice_pow::{Keyset, ReplayGuard};
-use sluice_reservation::InventoryBackend;
+use sluice_reservation::StockBackend;
 
 /// An [`AppState`] that does not keep it alive.
 #[derive(Clone)]
@@ -49,7 +49,13 @@ struct Inner {
     verify_cache: VerifyCache,
     pow: Keyset,
     replay_guard: ReplayGuard,
-    inventory: InventoryBackend,
+    inventory: StockBackend,
+    /// Invite codes of invite-only rooms.
+    invites: sluice_admission::invites::InviteStore,
+    /// The place bound to each account (enqueue tokens).
+    accounts: sluice_admission::enqueue::AccountPlaces,
+    /// The stock feeds' ingestion lane (`reserve::feeds`).
+    feed_lane: crate::reserve::feeds::FeedLane,
     events: crate::reserve::events::Events,
     /// The ledger's lag, its database, rebuilds (`reserve::ledger`).
     ledger: Arc<crate::reserve::ledger::LedgerLink>,
@@ -64,6 +70,8 @@ struct Inner {
     store_slots: Arc<tokio::sync::Semaphore>,
     /// Permits of the admin API's calls (`limits.max_admin_requests`).
     admin_slots: Arc<tokio::sync::Semaphore>,
+    /// Open server-sent event streams (`visitor::stream`).
+    stream_slots: Arc<crate::visitor::stream::StreamSlots>,
     background: Vec<tokio::task::AbortHandle>,
 }
 
@@ -78,8 +86,8 @@ impl Drop for Inner {
 impl AppState {
     /// Builds the state from a validated configuration whose `origin` is
     /// set: connects the stores (Redis when configured, else memory), loads
-    /// or makes the keys, and starts the background tasks (the admission
-    /// ticker and the reservation reaper).
+    /// or makes the keys, stores the static files, and starts the
+    /// background tasks (the admission ticker and the reservation reaper).
     pub async fn new(config: Config) -> anyhow::Result<AppState> {
         let origin = config
             .origin
@@ -95,6 +103,9 @@ impl AppState {
             telemetry.clone(),
         )?;
         let rooms = Arc::new(Rooms::from_config(&config)?);
+        // The page's files hashed and compressed now, not on a visitor's
+        // request (once per process).
+        crate::visitor::assets::warm();
         let stores = crate::app::stores::connect(&config).await?;
         let keyring = match &config.keys_dir {
             Some(dir) => Keyring::load_dir(dir)
@@ -178,6 +189,15 @@ impl AppState {
                     .abort_handle(),
             );
         }
+        background.push(
+            tokio::spawn(crate::reserve::feeds::run_consumer(
+                stores.feed_lane.clone(),
+                stores.inventory.clone(),
+                config.feeds.clone(),
+                telemetry.clone(),
+            ))
+            .abort_handle(),
+        );
         let hold_limiter = Arc::new(crate::reserve::hold_limit::HoldLimiter::new(
             config.limits.holds_per_visitor_per_min,
         ));
@@ -192,6 +212,11 @@ impl AppState {
             config.limits.max_admin_requests,
         ));
         let verify_cache = VerifyCache::new(config.limits.token_cache_entries);
+        let stream_slots = Arc::new(crate::visitor::stream::StreamSlots::new(
+            config.limits.max_connections,
+            config.limits.streams_per_prefix,
+            config.limits.stream_heartbeat,
+        ));
         let state = AppState {
             inner: Arc::new(Inner {
                 config,
@@ -203,6 +228,9 @@ impl AppState {
                 pow,
                 replay_guard: stores.replay_guard,
                 inventory: stores.inventory,
+                invites: stores.invites,
+                accounts: stores.accounts,
+                feed_lane: stores.feed_lane,
                 events,
                 ledger,
                 hold_limiter,
@@ -211,6 +239,7 @@ impl AppState {
                 admin_failures: AdminFailures::default(),
                 store_slots,
                 admin_slots,
+                stream_slots,
                 background,
             }),
         };
@@ -279,9 +308,24 @@ impl AppState {
         &self.inner.replay_guard
     }
 
+    /// The invite codes of invite-only rooms.
+    pub fn invites(&self) -> &sluice_admission::invites::InviteStore {
+        &self.inner.invites
+    }
+
+    /// The place bound to each account (enqueue tokens).
+    pub fn accounts(&self) -> &sluice_admission::enqueue::AccountPlaces {
+        &self.inner.accounts
+    }
+
     /// The reservation store.
-    pub fn inventory(&self) -> &InventoryBackend {
+    pub fn inventory(&self) -> &StockBackend {
         &self.inner.inventory
+    }
+
+    /// The stock feeds' ingestion lane.
+    pub fn feed_lane(&self) -> &crate::reserve::feeds::FeedLane {
+        &self.inner.feed_lane
     }
 
     /// This gateway's metrics.
@@ -384,6 +428,14 @@ impl AppState {
     /// Marks the gateway as draining: readiness fails from now on.
     pub fn begin_shutdown(&self) {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
+        // Streams end with a short `retry`: their clients reconnect to
+        // another gateway (`visitor::stream`).
+        self.inner.stream_slots.shut_down();
+    }
+
+    /// The open server-sent event streams and their bounds.
+    pub fn stream_slots(&self) -> &Arc<crate::visitor::stream::StreamSlots> {
+        &self.inner.stream_slots
     }
 
     /// Whether the gateway is draining.
@@ -392,10 +444,10 @@ impl AppState {
     }
 
     /// Checks the admin bearer token in constant time. No token configured:
-    /// nobody is admin.
+    /// nobody is admin, and the answer says so.
     pub fn check_admin(&self, headers: &http::HeaderMap) -> Result<(), Problem> {
         let Some(expected) = self.inner.config.admin_token.as_deref() else {
-            return Err(Problem::unauthorized());
+            return Err(Problem::no_admin_token());
         };
         let given = headers
             .get(header::AUTHORIZATION)

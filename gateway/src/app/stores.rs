@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use sluice_admission::{MemoryQueueStore, QueueBackend, RedisConfig, RedisQueueStore, SystemClock};
 use sluice_pow::{RedisReplayGuard, ReplayGuard};
-use sluice_reservation::{InventoryBackend, MemoryInventory, RedisInventory};
+use sluice_reservation::{
+    InventoryBackend, MemoryInventory, RedisInventory, Sharded, StockBackend,
+};
 
 use crate::config::Config;
 
@@ -20,8 +22,15 @@ pub struct Stores {
     pub queue: QueueBackend,
     /// Proof-of-work replay guard.
     pub replay_guard: ReplayGuard,
-    /// Reservation inventory.
-    pub inventory: InventoryBackend,
+    /// Reservation inventory (sharded events routed).
+    pub inventory: StockBackend,
+    /// Invite codes of invite-only rooms.
+    pub invites: sluice_admission::invites::InviteStore,
+    /// The place bound to each account (enqueue tokens).
+    pub accounts: sluice_admission::enqueue::AccountPlaces,
+    /// The stock feeds' lane (`crate::reserve::feeds`), a consumer named
+    /// after this gateway.
+    pub feed_lane: crate::reserve::feeds::FeedLane,
 }
 
 /// Bound on every admission-store call: a slow Redis answers 503 quickly
@@ -34,9 +43,12 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
         return Ok(Stores {
             queue: QueueBackend::Memory(MemoryQueueStore::new(std::sync::Arc::new(SystemClock))),
             replay_guard: ReplayGuard::memory(),
-            inventory: InventoryBackend::Memory(
+            inventory: Sharded::new(InventoryBackend::Memory(
                 MemoryInventory::new().with_retention(config.reservation.retention()),
-            ),
+            )),
+            invites: sluice_admission::invites::InviteStore::memory(),
+            accounts: sluice_admission::enqueue::AccountPlaces::memory(),
+            feed_lane: crate::reserve::feeds::FeedLane::Memory(Default::default()),
         });
     };
     // `validate` read the TLS files already; read again here, the same way.
@@ -68,10 +80,27 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
         .connect_with(STORE_TIMEOUT, &tls)
         .await
         .map_err(|e| anyhow::anyhow!("replay guard at {url}: {e}"))?;
+    // the invites share the replay guard's connection (keys under the
+    // room's hash tag, as the queue's)
+    let prefix = sluice_admission::redis_store::RedisConfig::default().prefix;
+    let invites = sluice_admission::invites::InviteStore::redis(replay_guard.clone(), &prefix);
+    let accounts = sluice_admission::enqueue::AccountPlaces::redis(replay_guard.clone(), &prefix);
     let replay_guard = ReplayGuard::Redis(RedisReplayGuard::new(replay_guard));
+    let lane_conn = sluice_redis::RedisUrl::parse(url)?
+        .connect_with(STORE_TIMEOUT, &tls)
+        .await
+        .map_err(|e| anyhow::anyhow!("feed lane at {url}: {e}"))?;
+    let feed_lane = crate::reserve::feeds::FeedLane::Redis(crate::reserve::feeds::RedisLane::new(
+        lane_conn,
+        format!("gw-{:016x}", rand::random::<u64>()),
+        config.feeds.claim_after,
+    ));
     Ok(Stores {
         queue: QueueBackend::Redis(queue),
         replay_guard,
-        inventory: InventoryBackend::Redis(inventory),
+        inventory: Sharded::new(InventoryBackend::Redis(inventory)),
+        invites,
+        accounts,
+        feed_lane,
     })
 }

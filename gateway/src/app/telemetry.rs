@@ -22,6 +22,8 @@
 //! | `sluice_store_up` | gauge | room | 1 when the store answered the last tick |
 //! | `sluice_challenges_total` | counter | room | challenges issued by this gateway |
 //! | `sluice_pow_rejections_total` | counter | room, code | joins refused for their proof of work |
+//! | `sluice_invites_total` | counter | room, result | invite codes of invite-only rooms: `redeemed`, `returned` (a failed join gave its use back), or a refusal's reason (`required`, `malformed`, `unknown`, `exhausted`, `revoked`, `expired`) |
+//! | `sluice_room_full_total` | counter | room | challenges and joins a `reject` room refused with 503 `room_full` |
 //! | `sluice_rate_limited_total` | counter | room, limit | requests refused by a rate limit: `network` (challenges and joins per client network, `join_limit_per_prefix_per_min`), `holds` (hold requests per admitted visitor, `limits.holds_per_visitor_per_min`; `room` is the room selling the event) |
 //! | `sluice_waiting_room_served_total` | counter | room, kind | waiting answers (`page` or `json`) |
 //! | `sluice_upstream_request_duration_seconds` | histogram | status_class | time to the origin's response headers |
@@ -211,6 +213,22 @@ impl Telemetry {
             .increment(1);
     }
 
+    /// A challenge or join a `reject` room refused as full.
+    pub fn room_full(&self, room: &str) {
+        self.counter("sluice_room_full_total", &[("room", room.to_owned())])
+            .increment(1);
+    }
+
+    /// An invite code checked, redeemed, given back or refused (`result`:
+    /// `redeemed`, `returned`, or the refusal's reason).
+    pub fn invite(&self, room: &str, result: &str) {
+        self.counter(
+            "sluice_invites_total",
+            &[("room", room.to_owned()), ("result", result.to_owned())],
+        )
+        .increment(1);
+    }
+
     /// A join was refused for its proof of work.
     pub fn pow_rejected(&self, room: &str, code: &str) {
         self.counter(
@@ -345,6 +363,19 @@ impl Telemetry {
     pub fn tls_handshake_failed(&self) {
         self.counter("sluice_tls_handshake_failures_total", &[])
             .increment(1);
+    }
+
+    /// `n` stock feed rows ended with `result` (`accepted` into the lane,
+    /// `applied`, `replayed`, `rejected`).
+    pub fn feed_rows(&self, result: &'static str, n: u64) {
+        self.counter("sluice_feed_rows_total", &[("result", result.to_owned())])
+            .increment(n);
+    }
+
+    /// Rows waiting in an event's feed lane.
+    pub fn feed_depth(&self, event: &str, depth: u64) {
+        self.gauge("sluice_feed_depth", &[("event", event.to_owned())])
+            .set(depth as f64);
     }
 
     /// A hold attempt ended with `outcome`.

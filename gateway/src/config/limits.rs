@@ -58,6 +58,16 @@ pub struct Limits {
     /// of theirs to be valid, it asks the store whether each admitted
     /// request's session lives (gauge `sluice_ended_overflow`).
     pub ended_sessions_per_room: usize,
+    /// Server-sent event streams one client network may hold open at once
+    /// (default 256; 0: no per-network cap; `network_prefix`: a /24 or a
+    /// /48). Past it, or past `max_connections` streams in all, a stream is
+    /// refused with 429 `rate_limited` and the page polls instead.
+    pub streams_per_prefix: u32,
+    /// The longest silence on a stream (default 15 s, 1 s to 60 s): a
+    /// comment line is written at least this often, which also finds a
+    /// client that went away (its slot comes back within two of these).
+    #[serde(with = "humantime_serde")]
+    pub stream_heartbeat: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -74,6 +84,8 @@ impl Default for Limits {
             status_polls_per_token_per_min: 120,
             holds_per_visitor_per_min: 60,
             ended_sessions_per_room: 300_000,
+            streams_per_prefix: 256,
+            stream_heartbeat: crate::visitor::stream::HEARTBEAT,
         }
     }
 }
@@ -113,6 +125,14 @@ impl Limits {
             return Err(ConfigError::invalid(
                 "limits.token_cache_entries",
                 "must be from 16 to 10000000",
+            ));
+        }
+        if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(60))
+            .contains(&self.stream_heartbeat)
+        {
+            return Err(ConfigError::invalid(
+                "limits.stream_heartbeat",
+                "must be from 1s to 60s",
             ));
         }
         if !(1..=10_000_000).contains(&self.ended_sessions_per_room) {

@@ -15,7 +15,7 @@
 //!   Redis URL, secrets, keys), loading from TOML, and the checks that span
 //!   sections (ids unique, events naming configured rooms);
 //! - [`server`] (`[server]`), [`replication`] (`[replication]`),
-//!   [`ledger`] (`[ledger]`),
+//!   [`ledger`] (`[ledger]`), [`feeds`] (`[feeds]`),
 //!   [`reservation`] (`[reservation]`), [`timeouts`] (`[timeouts]`),
 //!   [`limits`] (`[limits]`), [`proxy`] (`[proxy]`);
 //! - [`room`] (`[[rooms]]`), with [`adaptive`] (`[rooms.adaptive]`; the
@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 pub mod adaptive;
 pub mod error;
 pub mod event;
+pub mod feeds;
 pub mod ledger;
 pub mod limits;
 pub mod proxy;
@@ -61,6 +62,7 @@ pub mod timeouts;
 
 pub use error::{ConfigError, EXIT_CONFIG};
 pub use event::EventConfig;
+pub use feeds::FeedsConfig;
 pub use ledger::LedgerConfig;
 pub use limits::Limits;
 pub use proxy::ProxyConfig;
@@ -113,6 +115,8 @@ pub struct Config {
     pub load_stock: Option<bool>,
     /// How long the reservation store keeps ended holds (`[reservation]`).
     pub reservation: ReservationConfig,
+    /// The stock feeds' ingestion lane (`[feeds]`).
+    pub feeds: FeedsConfig,
     /// Bearer token of the admin API (`--admin-token`). None: every admin
     /// call answers 401.
     pub admin_token: Option<String>,
@@ -165,6 +169,7 @@ impl Default for Config {
             ledger: LedgerConfig::default(),
             load_stock: None,
             reservation: ReservationConfig::default(),
+            feeds: FeedsConfig::default(),
             admin_token: None,
             pow_secret: None,
             pow_previous_secrets: Vec::new(),
@@ -292,6 +297,7 @@ impl Config {
         self.timeouts.validate()?;
         self.limits.validate()?;
         self.reservation.validate()?;
+        self.feeds.validate()?;
         self.server.validate()?;
         self.proxy.validate()?;
         self.validate_rooms()?;
@@ -448,6 +454,34 @@ mod tests {
         let c = Config::from_toml("").unwrap();
         assert_eq!(c.listen, SocketAddr::from(([127, 0, 0, 1], 8080)));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_rooms_queueing_method() {
+        let room = |extra: &str| format!("[[rooms]]\nid = \"r\"\n{extra}\n");
+        let c = Config::from_toml(&room("method = \"queue_all\"")).unwrap();
+        assert_eq!(
+            c.rooms[0].settings().method,
+            sluice_admission::QueueMethod::QueueAll
+        );
+        c.validate().unwrap();
+        assert_eq!(
+            Config::from_toml(&room("")).unwrap().rooms[0].method,
+            sluice_admission::QueueMethod::Fifo
+        );
+        for bad in ["method = \"lottery\"", "method = 2", "method = \"FIFO\""] {
+            assert!(Config::from_toml(&room(bad)).is_err(), "{bad}");
+        }
+        let scheduled = room("method = \"reject\"\nopens_at = \"2999-01-01T00:00:00Z\"");
+        let err = Config::from_toml(&scheduled)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rooms[0].method"), "{err}");
+        let random = Config::from_toml(&room("method = \"random\"")).unwrap();
+        let err = random.validate().unwrap_err().to_string();
+        assert!(err.contains("method"), "{err}");
     }
 
     #[test]

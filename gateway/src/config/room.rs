@@ -72,6 +72,16 @@ pub struct RoomConfig {
     /// Challenges and joins allowed per client network prefix per minute
     /// (0: no limit).
     pub join_limit_per_prefix_per_min: u32,
+    /// Invite-only: a challenge and a join must carry a valid invite code
+    /// (README, "Invite codes"). Off by default.
+    pub invite_only: bool,
+    /// Invite codes tried per client network prefix per minute, valid or
+    /// not (0: no limit): guessing costs time as well as 128 bits.
+    pub invite_attempts_per_prefix_per_min: u32,
+    /// Enqueue tokens from the origin (`[rooms.enqueue]`): the keys the
+    /// room trusts, and whether a join must carry one (README, "One place
+    /// per account").
+    pub enqueue: EnqueueConfig,
     /// Puzzles per challenge (k).
     pub puzzles: u8,
     /// Lowest proof-of-work difficulty (leading zero bits per puzzle).
@@ -95,6 +105,14 @@ pub struct RoomConfig {
     /// opening and the pre-queue draw"). Applied when the room is first
     /// created in the store; later changes go through the admin API.
     pub opens_at: Option<String>,
+    /// How the line is ordered: `"fifo"` (the default: first come, first
+    /// served, a lone visitor passes straight through), `"random"` (the
+    /// visitors waiting at each draw ordered by a verifiable shuffle),
+    /// `"queue_all"` (FIFO, nobody passes straight through) or `"reject"`
+    /// (nobody waits: a full room answers 503 `room_full` at once). README,
+    /// "Queueing methods". Like `opens_at`, applied when the room is first
+    /// created in the store; later changes go through the admin API.
+    pub method: sluice_admission::QueueMethod,
     /// The waiting page's look (`[rooms.page]`): brand name, accent
     /// colour, an operator's template directory (see `docs/waiting-page.md`).
     pub page: crate::visitor::template::PageConfig,
@@ -133,6 +151,7 @@ impl RoomConfig {
             safety_margin: self.safety_margin,
             requests_per_visitor_per_sec: self.requests_per_visitor_per_sec,
             session_length: self.session_length,
+            method: self.method,
             adaptive: sluice_admission::AdaptiveState {
                 enabled: self.adaptive.enabled,
                 ..Default::default()
@@ -192,6 +211,9 @@ impl Default for RoomConfig {
             failure_policy: FailurePolicy::Closed,
             waiting_status: 200,
             join_limit_per_prefix_per_min: 60,
+            invite_only: false,
+            invite_attempts_per_prefix_per_min: 30,
+            enqueue: EnqueueConfig::default(),
             puzzles: 16,
             difficulty_floor_bits: 18,
             difficulty_ceiling_bits: 20,
@@ -199,6 +221,7 @@ impl Default for RoomConfig {
             challenge_ttl: Duration::from_secs(300),
             queue_token_ttl: Duration::from_secs(86_400),
             opens_at: None,
+            method: sluice_admission::QueueMethod::Fifo,
             page: crate::visitor::template::PageConfig::default(),
             adaptive: crate::config::adaptive::AdaptiveConfig::default(),
         }
@@ -233,6 +256,15 @@ impl RoomConfig {
             && let Err(e) = crate::gate::schedule::parse_rfc3339_ms(t)
         {
             return Err(ConfigError::invalid(format!("{field}.opens_at"), e));
+        }
+        if self.opens_at.is_some() && self.method == sluice_admission::QueueMethod::Reject {
+            return Err(ConfigError::invalid(
+                format!("{field}.method"),
+                "a scheduled room lines up its early arrivals: reject cannot be scheduled",
+            ));
+        }
+        if let Err(e) = self.enqueue.verifier() {
+            return Err(ConfigError::invalid(format!("{field}.enqueue"), e));
         }
         if !matches!(self.waiting_status, 200 | 202 | 429 | 503) {
             return Err(ConfigError::invalid(
@@ -462,5 +494,59 @@ mod tests {
             .validate()
             .unwrap();
         }
+    }
+}
+
+/// `[rooms.enqueue]`: enqueue tokens the origin signs for its logged-in
+/// visitors (API.md wave 2, "Enqueue tokens").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnqueueConfig {
+    /// A join must carry a valid enqueue token (403
+    /// `enqueue_token_required` without one).
+    pub required: bool,
+    /// HS256 secret shared with the origin (at least 32 bytes).
+    pub hmac_secret: Option<String>,
+    /// The origin's JWKS (Ed25519 keys, each with a `kid`), read at start.
+    pub jwks_file: Option<std::path::PathBuf>,
+    /// Longest a token may live (`exp` at most this far ahead).
+    #[serde(with = "humantime_serde")]
+    pub max_ttl: Duration,
+}
+
+impl Default for EnqueueConfig {
+    fn default() -> Self {
+        Self {
+            required: false,
+            hmac_secret: None,
+            jwks_file: None,
+            max_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+impl EnqueueConfig {
+    /// The verifier of the room's enqueue tokens; `None` when the room
+    /// trusts no key (tokens are then ignored, and `required` refused).
+    pub fn verifier(&self) -> Result<Option<sluice_admission::enqueue::EnqueueVerifier>, String> {
+        if self.hmac_secret.is_none() && self.jwks_file.is_none() {
+            if self.required {
+                return Err("required needs hmac_secret or jwks_file".into());
+            }
+            return Ok(None);
+        }
+        let jwks = match &self.jwks_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .map_err(|e| format!("jwks_file {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        sluice_admission::enqueue::EnqueueVerifier::new(
+            self.hmac_secret.as_deref().map(str::as_bytes),
+            jwks.as_deref(),
+            self.max_ttl,
+        )
+        .map(Some)
     }
 }

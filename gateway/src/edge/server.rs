@@ -418,7 +418,10 @@ async fn connection(
     let header_timeout = shared.header_timeout;
     if let (Entry::Tls, Some(tls)) = (entry, shared.tls.clone()) {
         let telemetry = shared.state.telemetry();
-        let Some((stream, alpn)) = tls.accept(stream, header_timeout, telemetry, peer).await else {
+        // Boxed: the handshake's state would otherwise stay in the task
+        // for the connection's life (see [`serve_http1`]).
+        let accepted = Box::pin(tls.accept(stream, header_timeout, telemetry, peer));
+        let Some((stream, alpn)) = accepted.await else {
             return;
         };
         let version = match alpn {
@@ -435,14 +438,20 @@ async fn connection(
 }
 
 /// Serves one connection's stream, TLS or plain, in `version`.
-async fn serve_stream<S>(
+///
+/// Not an `async fn`: its arguments would be kept in the connection's
+/// task for the connection's life, a TLS stream among them (more than a
+/// KiB); the stream moves on at once, into hyper's boxed connection or the
+/// task of [`serve_http1`], and what is awaited here is small.
+fn serve_stream<S>(
     shared: Arc<Shared>,
     stream: S,
     peer: SocketAddr,
     version: Version,
     entry: Entry,
     hold: crate::proxy::ConnHold,
-) where
+) -> impl Future<Output = ()> + Send
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (header_timeout, upstream_response) = (shared.header_timeout, shared.upstream_response);
@@ -460,54 +469,76 @@ async fn serve_stream<S>(
         hold,
     });
     let Some(watch) = watch else {
-        // HTTP/2 bounds its streams and pings of its own.
+        // HTTP/2 bounds its streams and pings of its own. Boxed, as
+        // hyper's HTTP/1 connection is: see [`serve_http1`].
         let svc = TowerToHyperService::new(service(ctx));
-        let conn = shared.http2.serve_connection(TokioIo::new(stream), svc);
-        let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());
-        if let Err(e) = drained.await {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
-        }
-        return;
-    };
-    let serving = watch.clone();
-    let conn = async move {
-        let mut stream = stream;
-        // Plain requests are read and answered here (`sluice_wire::front`) until
-        // one is not: hyper takes the connection from there.
-        let read = if shared.native_http1 {
-            let stopping = || shared.drain.started();
-            let answered = sluice_wire::front::serve(
-                &mut stream,
-                shared.front_limits,
-                &serving,
-                stopping,
-                |req| answer(&ctx, req),
-            );
-            // Woken when the drain starts, to close an idle connection.
-            match shared.drain.watch(answered, |_| {}).await {
-                sluice_wire::front::Outcome::Closed => return,
-                sluice_wire::front::Outcome::Handoff(read) => read,
+        let drained = Box::pin(async move {
+            let conn = shared.http2.serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = shared.drain.watch(conn, |c| c.graceful_shutdown()).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
-        } else {
-            bytes::BytesMut::new()
-        };
-        let io = TokioIo::new(sluice_wire::front::Prefixed::new(read, stream));
-        let svc = TowerToHyperService::new(service(ctx));
-        let conn = shared.http1.serve_connection(io, svc).with_upgrades();
-        let drained = shared.drain.watch(conn, |c| c.graceful_shutdown());
-        if let Err(e) = drained.await {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
-        }
+        });
+        return futures_util::future::Either::Left(drained);
     };
     // The connection in a task of its own, so that this one, the
     // deadline's, wakes only for its timer or the connection's end.
-    let mut conn = tokio::spawn(conn);
-    tokio::select! {
-        _ = &mut conn => {}
-        () = watch.enforce(header_timeout, upstream_response) => {
-            tracing::debug!(%peer, "closed: no request head within the header timeout");
-            conn.abort();
+    let mut conn = tokio::spawn(serve_http1(shared, stream, peer, ctx, watch.clone()));
+    futures_util::future::Either::Right(async move {
+        tokio::select! {
+            _ = &mut conn => {}
+            () = watch.enforce(header_timeout, upstream_response) => {
+                tracing::debug!(%peer, "closed: no request head within the header timeout");
+                conn.abort();
+            }
         }
+    })
+}
+
+/// Serves an HTTP/1 connection: plain requests read and answered by
+/// [`sluice_wire::front`] until one is not, hyper's server from there on.
+///
+/// A connection's task is as large as the largest state of its future,
+/// for as long as it is open, whatever state it is in: an idle status
+/// stream (issue 21: at most 4 KiB each) must not carry hyper's
+/// connection or a proxied request's state. So hyper's connection is
+/// boxed (one allocation per connection handed over) and the proxy's
+/// future too ([`answer`]); what stays inline is the front's own loop.
+async fn serve_http1<S>(
+    shared: Arc<Shared>,
+    mut stream: S,
+    peer: SocketAddr,
+    ctx: Arc<ConnCtx>,
+    serving: Arc<ConnWatch>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // Plain requests are read and answered here (`sluice_wire::front`) until
+    // one is not: hyper takes the connection from there.
+    let read = if shared.native_http1 {
+        let stopping = || shared.drain.started();
+        let answered = sluice_wire::front::serve(
+            &mut stream,
+            shared.front_limits,
+            &serving,
+            stopping,
+            |req| answer(&ctx, req),
+        );
+        // Woken when the drain starts, to close an idle connection.
+        match shared.drain.watch(answered, |_| {}).await {
+            sluice_wire::front::Outcome::Closed => return,
+            sluice_wire::front::Outcome::Handoff(read) => read,
+        }
+    } else {
+        bytes::BytesMut::new()
+    };
+    let io = TokioIo::new(sluice_wire::front::Prefixed::new(read, stream));
+    let svc = TowerToHyperService::new(service(ctx));
+    let drained = Box::pin(shared.drain.watch(
+        shared.http1.serve_connection(io, svc).with_upgrades(),
+        |c| c.graceful_shutdown(),
+    ));
+    if let Err(e) = drained.await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 
@@ -733,7 +764,11 @@ fn answer(
             }
         };
         let ctx = ctx.clone();
-        return futures_util::future::Either::Left(futures_util::future::Either::Left(
+        // Boxed: a proxied request's state is several KiB, and inline it
+        // would be part of every connection's task for the connection's
+        // whole life (an idle status stream's too; see [`serve_http1`]).
+        // One allocation per proxied request.
+        return futures_util::future::Either::Left(futures_util::future::Either::Left(Box::pin(
             async move {
                 let forward = ctx.st.proxy().forward_watched(
                     req,
@@ -750,7 +785,7 @@ fn answer(
                 res.headers_mut().insert(REQUEST_ID, id);
                 res
             },
-        ));
+        )));
     };
     if let Some(guard) = guard {
         req.extensions_mut().insert(guard);

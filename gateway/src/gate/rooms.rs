@@ -67,6 +67,10 @@ pub struct Room {
     pub difficulty: DifficultyPolicy,
     join_limit_per_min: AtomicU32,
     limiter: ArcSwap<Option<DefaultKeyedRateLimiter<NetPrefix>>>,
+    /// Invite codes tried per network (`invite_attempts_per_prefix_per_min`).
+    invite_limiter: Option<DefaultKeyedRateLimiter<NetPrefix>>,
+    /// The keys of the origin's enqueue tokens (`[rooms.enqueue]`), if any.
+    pub enqueue: Option<sluice_admission::enqueue::EnqueueVerifier>,
     /// The settings this gateway creates the room with in an empty store.
     initial: RoomSettings,
     /// seq → place of the latest pre-queue draw, once built.
@@ -102,6 +106,8 @@ pub struct Room {
     passthrough_budget: std::sync::atomic::AtomicI64,
     /// Status polls per queue token (its epoch and seq).
     poll_limiter: Option<DefaultKeyedRateLimiter<(u64, u64)>>,
+    /// The room's open status streams, by seq (`visitor::stream`).
+    pub streams: crate::visitor::stream::StreamHub,
     /// The last settings error read from the store, so it is logged once.
     bad_settings: Mutex<Option<String>>,
     /// The store's settings version last read (good or refused): settings
@@ -131,7 +137,12 @@ impl Room {
         let difficulty = DifficultyPolicy::new(config.difficulty())
             .map_err(|e| anyhow::anyhow!("room {}: difficulty: {e}", config.id))?;
         let limit = config.join_limit_per_prefix_per_min;
+        let enqueue = config
+            .enqueue
+            .verifier()
+            .map_err(|e| anyhow::anyhow!("room {}: enqueue: {e}", config.id))?;
         let room = Room {
+            enqueue,
             snapshot: ArcSwap::from_pointee(empty_snapshot(&config.id, &settings)),
             initial: settings.clone(),
             place_map: ArcSwap::from_pointee(None),
@@ -148,6 +159,7 @@ impl Room {
             difficulty,
             join_limit_per_min: AtomicU32::new(limit),
             limiter: ArcSwap::from_pointee(limiter(limit)),
+            invite_limiter: limiter(config.invite_attempts_per_prefix_per_min),
             window: crate::gate::window::Window::default(),
             steering: AtomicBool::new(false),
             ended: Mutex::new(HashMap::new()),
@@ -162,6 +174,7 @@ impl Room {
             }),
             bad_settings: Mutex::new(None),
             read_settings_version: AtomicU64::new(0),
+            streams: Default::default(),
             config,
         };
         Ok(room)
@@ -180,6 +193,38 @@ impl Room {
     /// The room's settings as last read from the store.
     pub fn settings(&self) -> Arc<RoomSettings> {
         self.settings.load_full()
+    }
+
+    /// How the room orders its line (from the store's settings).
+    pub fn method(&self) -> sluice_admission::QueueMethod {
+        self.settings.load().method
+    }
+
+    /// For a `reject` room that looks full in the latest snapshot (no
+    /// whole admission in the bucket by now, someone waiting, or the active
+    /// cap reached): the seconds until it may take one. `None` when the
+    /// room is not `reject` or may have room: the join decides atomically,
+    /// this only spares a visitor the proof of work a full room would
+    /// refuse anyway.
+    pub fn looks_full(&self, now_ms: u64) -> Option<u64> {
+        if self.method() != sluice_admission::QueueMethod::Reject {
+            return None;
+        }
+        let snap = self.snapshot();
+        let elapsed = now_ms.saturating_sub(snap.store_now_ms) as f64 / 1000.0;
+        let halted = snap.paused || snap.closed || snap.prequeue_open;
+        let credit = if halted {
+            snap.credit
+        } else {
+            (snap.credit + snap.rate_per_sec * elapsed).min(snap.burst.max(1.0))
+        };
+        let capped = snap
+            .max_active
+            .is_some_and(|m| snap.active_sessions + snap.pending_claims >= m);
+        if credit >= 1.0 && !capped && snap.queue_length() == 0 && !halted {
+            return None;
+        }
+        Some(full_retry_after(snap.rate_per_sec, credit))
     }
 
     /// Replaces the cached settings with ones just written to the store.
@@ -231,15 +276,13 @@ impl Room {
     /// `Err(seconds)` to wait when over it.
     pub fn check_rate_limit(&self, prefix: NetPrefix) -> Result<(), u64> {
         let limiter = self.limiter.load();
-        match limiter.as_ref() {
-            None => Ok(()),
-            Some(l) => l.check_key(&prefix).map_err(|not_until| {
-                let wait = not_until.wait_time_from(governor::clock::Clock::now(
-                    &governor::clock::DefaultClock::default(),
-                ));
-                wait.as_secs().max(1)
-            }),
-        }
+        check_keyed(limiter.as_ref().as_ref(), prefix)
+    }
+
+    /// Takes one invite attempt of the network `prefix`, or the seconds to
+    /// wait.
+    pub fn check_invite_attempt(&self, prefix: NetPrefix) -> Result<(), u64> {
+        check_keyed(self.invite_limiter.as_ref(), prefix)
     }
 
     /// Forgets the rate-limit state of networks whose budget is full again,
@@ -251,6 +294,10 @@ impl Room {
             l.shrink_to_fit();
         }
         if let Some(l) = &self.poll_limiter {
+            l.retain_recent();
+            l.shrink_to_fit();
+        }
+        if let Some(l) = &self.invite_limiter {
             l.retain_recent();
             l.shrink_to_fit();
         }
@@ -606,7 +653,7 @@ impl Room {
 
 /// The snapshot a room shows before the store first answered: nobody in
 /// line, nothing admitted.
-fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
+pub(crate) fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
     Snapshot {
         room: room.to_owned(),
         tail: 0,
@@ -633,6 +680,23 @@ fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
         carried_epoch: 0,
         carried_tail: 0,
         settings_version: 0,
+    }
+}
+
+/// One cell of `limiter` for `prefix` (always granted without a limiter),
+/// or the whole seconds to wait (at least 1).
+fn check_keyed(
+    limiter: Option<&DefaultKeyedRateLimiter<NetPrefix>>,
+    prefix: NetPrefix,
+) -> Result<(), u64> {
+    match limiter {
+        None => Ok(()),
+        Some(l) => l.check_key(&prefix).map_err(|not_until| {
+            let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                &governor::clock::DefaultClock::default(),
+            ));
+            wait.as_secs().max(1)
+        }),
     }
 }
 
@@ -787,6 +851,15 @@ pub async fn run_ticker(
                 }
                 Err(e) => mark_down(room, &e),
             }
+            // The streams hear what changed (at once for admissions and
+            // state changes, at their poll cadence otherwise).
+            let snap = room.snapshot();
+            let sold_out = events.room_sold_out(room.id()) || room.settings().sold_out;
+            let rate = room.admits_per_sec().max(snap.rate_per_sec);
+            room.streams
+                .tick(&snap, sold_out, crate::app::clock::now_ms(), |pos| {
+                    sluice_admission::poll_after_ms_eta(pos, rate, &mut rand::rng())
+                });
             telemetry.room(
                 &room.snapshot(),
                 room.admits_per_sec(),
@@ -1118,6 +1191,8 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         "paused": settings.paused,
         "sold_out": settings.sold_out,
         "closed": snap.closed,
+        // extension: the room takes invite codes only (README, "Invite codes")
+        "invite_only": room.config.invite_only,
         "tail": snap.tail,
         "frontier": snap.frontier,
         "queue_length": snap.queue_length(),
@@ -1141,6 +1216,7 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         "claim_window_secs": settings.claim_window.as_secs_f64(),
         "session_ttl_secs": settings.session_ttl.as_secs_f64(),
         "join_limit_per_prefix_per_min": room.join_limit_per_min.load(Ordering::Relaxed),
+        "method": settings.method.as_str(),
         "epoch": snap.epoch,
         "admitted_total": snap.admitted_total,
         "claimed_total": snap.claimed_total,
@@ -1238,6 +1314,7 @@ struct AdminPatch {
     opens_at: Option<Option<u64>>,
     adaptive_enabled: Option<bool>,
     override_secs: Option<u64>,
+    method: Option<sluice_admission::QueueMethod>,
 }
 
 impl AdminPatch {
@@ -1256,6 +1333,7 @@ impl AdminPatch {
             opens_at: None,
             adaptive_enabled: None,
             override_secs: None,
+            method: None,
         };
         for (k, v) in obj {
             if k == "opens_at" {
@@ -1309,6 +1387,18 @@ impl AdminPatch {
                     p.adaptive_enabled = Some(
                         v.as_bool()
                             .ok_or_else(|| Problem::invalid_setting(k, "must be true or false"))?,
+                    );
+                }
+                "method" => {
+                    let name = v.as_str().ok_or_else(|| {
+                        Problem::invalid_setting(
+                            k,
+                            "must be one of fifo, random, queue_all, reject",
+                        )
+                    })?;
+                    p.method = Some(
+                        sluice_admission::QueueMethod::parse(name)
+                            .map_err(|e| Problem::invalid_setting(e.field, e.reason))?,
                     );
                 }
                 "adaptive_override_secs" => {
@@ -1370,6 +1460,9 @@ impl AdminPatch {
         if let Some(l) = self.join_limit {
             settings.join_limit_per_prefix_per_min = Some(l);
         }
+        if let Some(m) = self.method {
+            settings.method = m;
+        }
         settings
             .to_stored()
             .map_err(|e| Problem::invalid_setting(e.field, e.reason))?;
@@ -1414,6 +1507,16 @@ fn small_int(field: &str, v: &Value, lo: u64, hi: u64) -> Result<u64, Problem> {
             format!("must be an integer from {lo} to {hi}"),
         )),
     }
+}
+
+/// Seconds until a bucket at `rate` holding `credit` has a whole
+/// admission (at least 1, at most 60: the cap or a pause may hold longer).
+pub fn full_retry_after(rate: f64, credit: f64) -> u64 {
+    if rate <= 0.0 || !rate.is_finite() {
+        return 60;
+    }
+    let need = (1.0 - credit).max(0.0) / rate;
+    (need.ceil() as u64).clamp(1, 60)
 }
 
 /// What a room's store failure means for a new visitor.

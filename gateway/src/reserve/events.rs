@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 use sluice_reservation::{
-    EventId, EventState, Inventory, InventoryBackend, LoadOutcome, StockSpec,
+    EventId, EventState, Inventory, LoadOutcome, StockBackend, StockSpec, Wave,
 };
 
 use crate::config::{Config, EventConfig};
@@ -53,12 +53,19 @@ struct Entry {
     /// Whether the event was last known with categories (its configuration
     /// or the store's last answer): a rebuild must then restore them.
     categorized: bool,
+    /// The pending waves of the store's last answer, kept after the store
+    /// lost the event: a rebuild from the ledger schedules again those
+    /// still in the future (`ledger::rebuild`).
+    last_waves: Vec<Wave>,
 }
 
 /// Known events (configured or created through the admin API).
 #[derive(Clone, Default)]
 pub struct Events {
     inner: Arc<RwLock<HashMap<String, Entry>>>,
+    /// Bumped whenever an event's cached state changes (the availability
+    /// streams wait on it).
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Events {
@@ -75,12 +82,14 @@ impl Events {
                         state: None,
                         settings: Some((e.cart_limit, duration_ms(e.hold_ttl))),
                         categorized: !e.categories.is_empty(),
+                        last_waves: Vec::new(),
                     },
                 )
             })
             .collect();
         Events {
             inner: Arc::new(RwLock::new(map)),
+            changed: Arc::default(),
         }
     }
 
@@ -95,12 +104,29 @@ impl Events {
         })
     }
 
+    /// A receiver woken when any event's cached state changes.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
     /// Records an event created or changed through the admin API.
     pub fn upsert(&self, event: &str, room: &str, state: Option<EventState>) {
+        self.bump();
         let mut map = self.inner.write();
         let categorized = match &state {
             Some(s) => !s.categories.is_empty(),
             None => map.get(event).is_some_and(|e| e.categorized),
+        };
+        let last_waves = match &state {
+            Some(s) => s.waves.clone(),
+            None => map
+                .get(event)
+                .map(|e| e.last_waves.clone())
+                .unwrap_or_default(),
         };
         map.insert(
             event.to_owned(),
@@ -109,6 +135,7 @@ impl Events {
                 settings: state.as_ref().map(|s| (s.cart_limit, s.hold_ttl_ms)),
                 state,
                 categorized,
+                last_waves,
             },
         );
     }
@@ -132,7 +159,8 @@ impl Events {
     }
 
     /// A room is sold out when it sells at least one event and every one
-    /// of them is loaded with nothing available. Stock held in carts may
+    /// of them is loaded with nothing available and no wave pending (a
+    /// scheduled wave will put more on sale). Stock held in carts may
     /// still come back (see [`Events::room_stock_may_return`]): the room
     /// stops admitting meanwhile and resumes when it does.
     pub fn room_sold_out(&self, room: &str) -> bool {
@@ -154,7 +182,7 @@ impl Events {
             any = true;
             match &e.state {
                 Some(s) => {
-                    if !(s.available == Some(0) && s.total > 0) {
+                    if !(s.available == Some(0) && s.total > 0 && s.waves.is_empty()) {
                         sold_out = false;
                     }
                 }
@@ -174,16 +202,42 @@ impl Events {
         })
     }
 
+    /// When the next scheduled wave of any of `room`'s events opens (Unix
+    /// ms, the store's clock), as last read from the store.
+    pub fn room_next_wave_ms(&self, room: &str) -> Option<u64> {
+        self.inner
+            .read()
+            .values()
+            .filter_map(|e| e.state.as_ref())
+            .filter(|s| s.room == room)
+            .filter_map(EventState::next_wave_at_ms)
+            .min()
+    }
+
     fn set_state(&self, event: &str, state: Option<EventState>) {
         let mut map = self.inner.write();
         if let Some(e) = map.get_mut(event) {
+            if e.state != state {
+                self.bump();
+            }
             if let Some(s) = &state {
                 e.room = s.room.clone();
                 e.settings = Some((s.cart_limit, s.hold_ttl_ms));
                 e.categorized = !s.categories.is_empty();
+                e.last_waves = s.waves.clone();
             }
             e.state = state;
         }
+    }
+
+    /// The waves this gateway last saw pending for the event (kept after
+    /// the store lost it).
+    pub fn last_waves(&self, event: &str) -> Vec<Wave> {
+        self.inner
+            .read()
+            .get(event)
+            .map(|e| e.last_waves.clone())
+            .unwrap_or_default()
     }
 
     /// The cart limit and hold TTL (ms) this gateway last knew the event
@@ -306,7 +360,7 @@ fn write_state(path: &Path, seen: &BTreeMap<String, u64>) -> std::io::Result<()>
 /// returns each hold's stock once.
 pub async fn run_reaper(
     events: Events,
-    inventory: InventoryBackend,
+    inventory: StockBackend,
     configured: Vec<EventConfig>,
     load_stock: bool,
     state_file: Option<PathBuf>,
@@ -328,7 +382,8 @@ pub async fn run_reaper(
         if ticks.is_multiple_of(10)
             && let Ok(ids) = inventory.events().await
         {
-            for id in ids {
+            // A shard (`hot~3`) is part of its event, reaped with it.
+            for id in ids.into_iter().filter(|id| !id.is_shard()) {
                 if events.room_of(id.as_str()).is_none()
                     && let Ok(Some(state)) = inventory.read(&id).await
                 {
@@ -345,6 +400,13 @@ pub async fn run_reaper(
             if let Err(e) = inventory.reap(&event, 10_000).await {
                 tracing::debug!(event = %id, error = %e, "reap failed");
                 continue;
+            }
+            // The other shards of a sharded event: reaped, and their
+            // transfers cut in half by a gateway that stopped landed.
+            for k in 1..inventory.cached_shards(&event) {
+                if let Err(e) = inventory.reap(&event.shard(k), 10_000).await {
+                    tracing::debug!(event = %id, shard = k, error = %e, "reap failed");
+                }
             }
             match inventory.read(&event).await {
                 Ok(state) => {
@@ -370,7 +432,7 @@ pub async fn run_reaper(
 /// so gateways (re)started from now on refuse to load configured stock into
 /// it even when the flush took the marker, and say so once.
 async fn lost_behind_us(
-    inventory: &InventoryBackend,
+    inventory: &StockBackend,
     event: &EventId,
     version: u64,
     guard: &mut LoadGuard,
@@ -396,7 +458,7 @@ async fn lost_behind_us(
 /// ready until an operator loads it. False when the store could not be
 /// asked (try again on the next tick).
 async fn load_configured(
-    inventory: &InventoryBackend,
+    inventory: &StockBackend,
     configured: &[EventConfig],
     load: bool,
     guard: &mut LoadGuard,
@@ -471,13 +533,20 @@ async fn load_configured(
             version: 1,
             room: ec.room.clone(),
         };
-        match inventory
-            .load_if_new_with_categories(&event, &spec, &ec.category_specs())
-            .await
-        {
+        let loaded = if ec.shards > 1 {
+            inventory
+                .load_sharded_if_new(&event, &spec, ec.shards)
+                .await
+        } else {
+            inventory
+                .load_if_new_with_categories(&event, &spec, &ec.category_specs())
+                .await
+        };
+        match loaded {
             Ok(LoadOutcome::Loaded { .. }) => {
                 tracing::info!(event = %ec.id, total = ec.effective_total(), "stock loaded from the configuration");
                 guard.saw(&ec.id, spec.version);
+                schedule_configured(inventory, &event, ec).await;
             }
             Ok(LoadOutcome::Present) => guard.saw(&ec.id, spec.version),
             Ok(LoadOutcome::Lost { last_version }) => {
@@ -499,6 +568,34 @@ async fn load_configured(
         }
     }
     true
+}
+
+/// Schedules an event's configured waves, right after its configured
+/// stock was loaded. Waves whose time has passed (by this gateway's
+/// clock; the store checks its own too) are skipped with a warning: a
+/// configuration written for a sale keeps starting after it. Anything
+/// the store refuses is logged; the stock stays loaded.
+async fn schedule_configured(inventory: &StockBackend, event: &EventId, ec: &EventConfig) {
+    if ec.waves.is_empty() {
+        return;
+    }
+    let now = crate::app::clock::now_ms();
+    let (future, past): (Vec<_>, Vec<_>) = ec.wave_specs().into_iter().partition(|w| w.at_ms > now);
+    for w in &past {
+        tracing::warn!(event = %ec.id, at_ms = w.at_ms, qty = w.qty,
+            "configured wave already past at start: skipped (never released)");
+    }
+    match inventory.schedule_waves(event, &future).await {
+        Ok(sluice_reservation::ScheduleOutcome::Scheduled { waves }) => {
+            tracing::info!(event = %ec.id, waves = waves.len(), "waves scheduled from the configuration");
+        }
+        Ok(refused) => {
+            tracing::error!(event = %ec.id, outcome = ?refused, "configured waves refused by the store");
+        }
+        Err(e) => {
+            tracing::error!(event = %ec.id, error = %e, "configured waves could not be scheduled");
+        }
+    }
 }
 
 #[cfg(test)]

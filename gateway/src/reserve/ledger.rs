@@ -33,7 +33,9 @@ use parking_lot::RwLock;
 use serde_json::{Value, json};
 use sluice_ledger::{Lag, Ledger, LedgerError};
 use sluice_redis::{RedisConn, RedisTls, RedisUrl};
-use sluice_reservation::{CategoryRecord, EventId, Inventory, RestoreOutcome, StockSpec};
+use sluice_reservation::{
+    CategoryRecord, EventId, Inventory, RestoreOutcome, ScheduleOutcome, StockSpec, Wave,
+};
 
 use crate::app::problem::Problem;
 use crate::app::state::{AppState, WeakState};
@@ -259,6 +261,17 @@ async fn rebuild_inner(
     link: &LedgerLink,
     event: &EventId,
 ) -> Result<Value, RebuildRefused> {
+    let shards = state
+        .config()
+        .events
+        .iter()
+        .find(|e| e.id == event.as_str())
+        .map(|e| e.shards)
+        .unwrap_or(1)
+        .max(state.inventory().cached_shards(event));
+    if shards > 1 {
+        return rebuild_sharded(state, link, event, shards).await;
+    }
     let (record, categories) = link
         .with_ledger(async |l: &mut Ledger| l.event_record_with_categories(event).await)
         .await?
@@ -319,10 +332,13 @@ async fn rebuild_inner(
                 version = record.version,
                 "event rebuilt from the ledger"
             );
+            let (rescheduled, skipped) = reschedule_waves(state, event).await;
             if let Ok(s) = state.inventory().read(event).await {
                 state.events().upsert(event.as_str(), &room, s);
             }
             Ok(json!({
+                "waves_rescheduled": rescheduled,
+                "waves_skipped": skipped.iter().map(super::waves::wave_json).collect::<Vec<_>>(),
                 "event": event.as_str(),
                 "outcome": "restored",
                 "total": record.total,
@@ -337,6 +353,177 @@ async fn rebuild_inner(
         RestoreOutcome::Present => Err(RebuildRefused::Present),
         RestoreOutcome::Invalid { reason } => Err(RebuildRefused::Invalid(reason)),
     }
+}
+
+/// The rebuild of a sharded event: each shard the store lost is restored
+/// from the ledger's record of it (each shard is an event of its own in
+/// the stream and the ledger), given the layout back, and shard 0 the
+/// event's total: what its shards now have plus what is in transit
+/// between them (never more than the total shard 0 still kept, when it
+/// was not lost: units the ledger's lag lost are not put on sale).
+/// Shards the store still has are left as they are; none lost is
+/// [`RebuildRefused::Present`].
+async fn rebuild_sharded(
+    state: &AppState,
+    link: &LedgerLink,
+    event: &EventId,
+    shards: u32,
+) -> Result<Value, RebuildRefused> {
+    use sluice_reservation::{Inventory as _, ShardLayout, ShardTotal};
+    let store = |e: sluice_reservation::ReservationError| RebuildRefused::Store(e.to_string());
+    let inner = state.inventory().inner();
+    let configured = state
+        .config()
+        .events
+        .iter()
+        .find(|e| e.id == event.as_str());
+    let room = match configured {
+        Some(c) => Some(c.room.clone()),
+        None => state.events().room_of(event.as_str()),
+    }
+    .ok_or_else(|| RebuildRefused::Invalid("this gateway does not know the event's room".into()))?;
+    let (cart_limit, hold_ttl_ms) =
+        state
+            .events()
+            .last_settings(event.as_str())
+            .ok_or_else(|| {
+                RebuildRefused::Invalid(
+            "this gateway does not know the event's cart limit and hold TTL: PUT the event instead"
+                .into(),
+        )
+            })?;
+    if let Some(r) = state.rooms().get(&room)
+        && let Some(f) = link
+            .with_ledger(async |l: &mut Ledger| l.room_floors(&room).await)
+            .await?
+    {
+        r.raise_floors(f.tail, f.frontier, f.epoch);
+    }
+    let kept_total = inner
+        .read(event)
+        .await
+        .map_err(store)?
+        .and_then(|s| s.shard_total);
+    let mut restored = Vec::new();
+    let (mut held, mut confirmed, mut open_holds) = (0, 0, 0);
+    for k in 0..shards {
+        let shard = event.shard(k);
+        if inner.read(&shard).await.map_err(store)?.is_some() {
+            continue;
+        }
+        let Some((record, _)) = link
+            .with_ledger(async |l: &mut Ledger| l.event_record_with_categories(&shard).await)
+            .await?
+        else {
+            return Err(RebuildRefused::Invalid(format!(
+                "the ledger has no record of shard {shard}"
+            )));
+        };
+        let spec = StockSpec {
+            total: record.total,
+            cart_limit,
+            hold_ttl: Duration::from_millis(hold_ttl_ms),
+            version: record.version,
+            room: room.clone(),
+        };
+        match inner.restore(&shard, &spec, &record).await.map_err(store)? {
+            RestoreOutcome::Restored {
+                held: h,
+                confirmed: c,
+                ..
+            } => {
+                held += h;
+                confirmed += c;
+                open_holds += record.open_holds.len();
+                restored.push(shard);
+            }
+            // Put back meanwhile by another gateway.
+            RestoreOutcome::Present => {}
+            RestoreOutcome::Invalid { reason } => return Err(RebuildRefused::Invalid(reason)),
+        }
+    }
+    if restored.is_empty() {
+        return Err(RebuildRefused::Present);
+    }
+    let mut total = 0;
+    for k in 0..shards {
+        if let Some(s) = inner.read(&event.shard(k)).await.map_err(store)? {
+            total += s.total + s.in_transit;
+        }
+    }
+    let total = kept_total.map_or(total, |t| t.min(total));
+    // The layout back on every restored shard, and shard 0 (restored or
+    // not) the event's total, last: it is what routers read.
+    let mut layouts: Vec<&EventId> = restored.iter().filter(|s| s.is_shard()).collect();
+    layouts.push(event);
+    for shard in layouts {
+        let layout = ShardLayout {
+            shards,
+            shard_total: if shard.is_shard() {
+                ShardTotal::Keep
+            } else {
+                ShardTotal::Set(total)
+            },
+            cart_limit,
+            hold_ttl_ms,
+            room: room.clone(),
+            version: None,
+            require_idle: false,
+        };
+        inner.set_layout(shard, &layout).await.map_err(store)?;
+    }
+    tracing::warn!(event = %event, shards = restored.len(), total, held, confirmed,
+        "sharded event: lost shards rebuilt from the ledger");
+    let now = state.inventory().read(event).await.map_err(store)?;
+    let available = now.as_ref().and_then(|s| s.available);
+    state.events().upsert(event.as_str(), &room, now);
+    Ok(json!({
+        "event": event.as_str(),
+        "outcome": "restored",
+        "shards_restored": restored.iter().map(EventId::as_str).collect::<Vec<_>>(),
+        "total": total,
+        "available": available,
+        "held": held,
+        "confirmed": confirmed,
+        "open_holds": open_holds,
+        "waves_rescheduled": 0,
+        "waves_skipped": [],
+        "categories": 0,
+    }))
+}
+
+/// Pending waves after a rebuild. The ledger records the totals every
+/// released wave reached (its `stock` entries), not the schedule; this
+/// gateway schedules again the waves it last saw pending whose time is
+/// still ahead (by a second's margin over its clock): such a wave was
+/// never released, so it cannot be applied twice. Waves due since are
+/// skipped and reported (one may have been released just before the loss
+/// and be in the ledger's total already): the operator decides. A
+/// gateway that never saw the event (a restart) knows no waves: the
+/// operator puts the schedule back (`PUT .../waves`). Returns how many
+/// were scheduled and the skipped ones.
+async fn reschedule_waves(state: &AppState, event: &EventId) -> (usize, Vec<Wave>) {
+    let last = state.events().last_waves(event.as_str());
+    if last.is_empty() {
+        return (0, Vec::new());
+    }
+    let horizon = crate::app::clock::now_ms() + 1_000;
+    let (ahead, skipped): (Vec<Wave>, Vec<Wave>) =
+        last.into_iter().partition(|w| w.at_ms > horizon);
+    let n = ahead.len();
+    let done = match state.inventory().schedule_waves(event, &ahead).await {
+        Ok(ScheduleOutcome::Scheduled { .. }) => n,
+        other => {
+            tracing::error!(event = %event, outcome = ?other,
+                "rebuild: the waves pending before the loss could not be scheduled again; put the schedule back (PUT /_sluice/admin/events/{{event}}/waves)");
+            0
+        }
+    };
+    for w in &skipped {
+        tracing::warn!(event = %event, at_ms = w.at_ms, qty = w.qty,
+            "rebuild: a wave pending before the loss came due meanwhile and is not scheduled again (it may be in the ledger's total already)");
+    }
+    (done, skipped)
 }
 
 /// Why the record's per-category part cannot rebuild `event` exactly, if
@@ -391,11 +578,21 @@ pub async fn run_auto_rebuild(weak: WeakState) {
             let Some(event) = EventId::parse(&id) else {
                 continue;
             };
-            // Lost: known by its settings, absent from the store.
-            if state.events().cached(&id).is_some()
-                || state.events().last_settings(&id).is_none()
-                || !matches!(state.inventory().read(&event).await, Ok(None))
-            {
+            // Lost: known by its settings, absent from the store; or a
+            // sharded event one of whose shards the store lost.
+            let lost = match state.inventory().read(&event).await {
+                Ok(None) => {
+                    state.events().cached(&id).is_none()
+                        && state.events().last_settings(&id).is_some()
+                }
+                Ok(Some(s)) => {
+                    s.shards > 1
+                        && s.shard_states.iter().any(|x| x.available.is_none())
+                        && state.events().last_settings(&id).is_some()
+                }
+                Err(_) => false,
+            };
+            if !lost {
                 continue;
             }
             match rebuild(&state, &event).await {

@@ -54,10 +54,31 @@
 //!   is 409 `category_below_committed` with `category`, `held` and
 //!   `confirmed`; with `categories` the event's `total` is their sum (a
 //!   `total` given must equal it, else 422 `invalid_setting`).
+//! - Stock feeds (issue 20, [`feeds`]): `POST
+//!   /_sluice/admin/events/{event}/stock` applies one row (a delta with an
+//!   idempotency key, or a versioned snapshot, of the event or one
+//!   category) and answers 200 with the new counters (`replayed: true` for
+//!   a key applied before); a stale snapshot is 409 `stale_version` (as a
+//!   stale `PUT`), not a 200. The refusals, nothing applied: 409
+//!   `stock_negative` (with `available`), `feed_key_reused`,
+//!   `below_committed`, `category_below_committed`; 404
+//!   `category_not_found`; 422 `category_required` (no category on an event
+//!   with categories), `invalid_setting` (a value out of range, with
+//!   `field`); 400 `malformed_request` (not a row). `POST …/feed` queues
+//!   1 to `feeds.max_batch` rows checked for shape (one bad row refuses the
+//!   batch, naming it with `row`) and answers 202; past `feeds.max_depth`
+//!   503 `feed_full`. `GET …/feed` reports the lane.
+//! - Scheduled waves ([`waves`]): `GET`/`PUT
+//!   /_sluice/admin/events/{event}/waves`; codes `wave_in_past`,
+//!   `category_not_found`, `invalid_setting`; event views carry
+//!   `next_wave_at` while a wave is pending, and a `sold_out` refusal
+//!   then carries `next_wave_at` and `Retry-After`.
 
 pub mod events;
+pub mod feeds;
 pub mod hold_limit;
 pub mod ledger;
+pub mod waves;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -98,8 +119,20 @@ pub fn routes() -> Router<AppState> {
             get(admin_get_event).put(admin_put_event),
         )
         .route(
+            "/_sluice/admin/events/{event}/waves",
+            get(waves::admin_get_waves).put(waves::admin_put_waves),
+        )
+        .route(
             "/_sluice/admin/events/{event}/rebuild",
             post(admin_rebuild_event),
+        )
+        .route(
+            "/_sluice/admin/events/{event}/stock",
+            post(feeds::admin_post_stock),
+        )
+        .route(
+            "/_sluice/admin/events/{event}/feed",
+            get(feeds::admin_get_feed).post(feeds::admin_post_feed),
         )
 }
 
@@ -116,11 +149,17 @@ async fn admin_rebuild_event(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
-    let event = EventId::parse(&id).ok_or_else(event_not_found)?;
+    let event = public_event(&id).ok_or_else(event_not_found)?;
     let who = crate::admin::dashboard::audit_who(&headers, client.as_deref());
     let v = ledger::rebuild(&state, &event).await?;
     tracing::warn!(target: "audit", who, event = %id, result = %v, "event rebuilt from the ledger");
     Ok(axum::Json(v).into_response())
+}
+
+/// An event id a visitor or an operator may name: a shard of a sharded
+/// event (`hot~3`) is the store's business, never an event of the API.
+pub(crate) fn public_event(id: &str) -> Option<EventId> {
+    EventId::parse(id).filter(|e| !e.is_shard())
 }
 
 fn event_not_found() -> Problem {
@@ -165,7 +204,7 @@ fn store_err(e: ReservationError) -> Problem {
 /// lost (its load marker survives) is 503 `inventory_not_ready`, as on the
 /// gateways that knew it, never 404.
 async fn known_event(state: &AppState, id: &str) -> Result<(EventId, String), Problem> {
-    let event = EventId::parse(id).ok_or_else(event_not_found)?;
+    let event = public_event(id).ok_or_else(event_not_found)?;
     if let Some(room) = state.events().room_of(id) {
         return Ok((event, room));
     }
@@ -230,7 +269,8 @@ fn not_admitted() -> Problem {
 fn hold_json(h: &HoldView) -> Value {
     let mut v = json!({
         "hold_id": h.hold_id.as_str(),
-        "event": h.event.as_str(),
+        // The event asked for (a hold on shard `hot~3` is one of `hot`).
+        "event": h.event.base().as_str(),
         "qty": h.qty,
         "status": h.status.as_str(),
         "expires_at": h.expires_at,
@@ -321,14 +361,36 @@ async fn get_event(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let (event, room) = known_event(&state, &id).await?;
-    visitor_of(&state, &headers, &room, &client).await?;
+    let admission = visitor_of(&state, &headers, &room, &client).await?;
+    if crate::visitor::stream::wants_stream(&headers) {
+        let r = state.rooms().get(&room).cloned().ok_or_else(not_admitted)?;
+        let view_id = id.clone();
+        return crate::visitor::stream::availability_stream(
+            state.clone(),
+            r,
+            admission,
+            client,
+            move |state: &AppState| {
+                let s = state.events().cached(&view_id)?;
+                event_json(&view_id, &s)
+            },
+        )
+        .await;
+    }
     let s = state
         .inventory()
         .read(&event)
         .await
         .map_err(store_err)?
         .ok_or_else(not_ready)?;
-    let available = s.available.ok_or_else(not_ready)?;
+    let v = event_json(&id, &s).ok_or_else(not_ready)?;
+    Ok(axum::Json(v).into_response())
+}
+
+/// The visitor's view of an event (`GET /_sluice/events/{event}`); `None`
+/// while it is not ready.
+fn event_json(id: &str, s: &sluice_reservation::EventState) -> Option<Value> {
+    let available = s.available?;
     let mut v = json!({
         "event": id,
         "available": available,
@@ -339,7 +401,8 @@ async fn get_event(
     if !s.categories.is_empty() {
         v["categories"] = categories_json(&s.categories, false);
     }
-    Ok(axum::Json(v).into_response())
+    waves::add_next_wave(&mut v, s);
+    Some(v)
 }
 
 async fn create_hold(
@@ -412,12 +475,14 @@ async fn create_hold(
         HoldOutcome::Held(h) | HoldOutcome::Replayed(h) => {
             Ok((StatusCode::CREATED, axum::Json(hold_json(&h))).into_response())
         }
-        HoldOutcome::SoldOut { available } => {
-            Err(
-                Problem::new(StatusCode::CONFLICT, "sold_out", "Not enough tickets left")
-                    .with("available", available),
-            )
-        }
+        HoldOutcome::SoldOut { available } => Err(waves::sold_out_with_wave(
+            &state,
+            &event,
+            None,
+            Problem::new(StatusCode::CONFLICT, "sold_out", "Not enough tickets left")
+                .with("available", available),
+        )
+        .await),
         HoldOutcome::CartLimitExceeded { limit, held } => Err(Problem::new(
             StatusCode::CONFLICT,
             "cart_limit_exceeded",
@@ -426,7 +491,9 @@ async fn create_hold(
         .with("limit", limit)
         .with("held", held)),
         HoldOutcome::InvalidQuantity { limit } => Err(invalid_qty(Some(limit))),
-        HoldOutcome::NotReady => Err(not_ready()),
+        // A layout changing under the hold (the store refused it, nothing
+        // taken): retrying shortly finds the new one.
+        HoldOutcome::NotReady | HoldOutcome::Resharded { .. } => Err(not_ready()),
         HoldOutcome::CategoryNotFound { category } => Err(category_not_found(&category)),
         HoldOutcome::DuplicateCategory { category } => Err(Problem::new(
             StatusCode::BAD_REQUEST,
@@ -442,13 +509,19 @@ async fn create_hold(
         HoldOutcome::CategorySoldOut {
             category,
             available,
-        } => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "sold_out",
-            "Not enough tickets left in this category",
+        } => Err(waves::sold_out_with_wave(
+            &state,
+            &event,
+            Some(&category),
+            Problem::new(
+                StatusCode::CONFLICT,
+                "sold_out",
+                "Not enough tickets left in this category",
+            )
+            .with("available", available)
+            .with("category", category.clone()),
         )
-        .with("available", available)
-        .with("category", category)),
+        .await),
         HoldOutcome::CategoryCartLimitExceeded {
             category,
             limit,
@@ -472,7 +545,7 @@ fn outcome_label(o: &HoldOutcome) -> &'static str {
         HoldOutcome::SoldOut { .. } => "sold_out",
         HoldOutcome::CartLimitExceeded { .. } => "cart_limit_exceeded",
         HoldOutcome::InvalidQuantity { .. } => "invalid_quantity",
-        HoldOutcome::NotReady => "not_ready",
+        HoldOutcome::NotReady | HoldOutcome::Resharded { .. } => "not_ready",
         HoldOutcome::CategoryNotFound { .. } => "category_not_found",
         HoldOutcome::DuplicateCategory { .. } => "duplicate_category",
         HoldOutcome::ItemsRequired => "items_required",
@@ -489,7 +562,8 @@ async fn hold_of(
     client: &ClientInfo,
 ) -> Result<(HoldId, AdmitClaims), Problem> {
     let hold = HoldId::parse(id).ok_or_else(hold_not_found)?;
-    let event = hold.event();
+    // A hold on shard `hot~3` is a hold of event `hot`.
+    let event = hold.event().base();
     let (_, room) = known_event(state, event.as_str()).await.map_err(|p| {
         if p.code() == "event_not_found" {
             hold_not_found()
@@ -748,7 +822,7 @@ async fn admin_list_events(
 }
 
 async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> {
-    let event = EventId::parse(id).ok_or_else(event_not_found)?;
+    let event = public_event(id).ok_or_else(event_not_found)?;
     let s = state.inventory().read(&event).await.map_err(store_err)?;
     let mut v = match s {
         Some(s) => json!({
@@ -764,6 +838,21 @@ async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> 
             "ready": s.ready(),
             "invariant_holds": s.invariant_holds,
             "categories": categories_json(&s.categories, true),
+            "waves": s.waves.iter().map(waves::wave_json).collect::<Vec<_>>(),
+            "next_wave_at": s.next_wave_at_ms().map(|at| at.div_ceil(1000)),
+            "next_wave_at_ms": s.next_wave_at_ms(),
+            "next_wave_qty": s.next_wave_qty(),
+            "pending_waves": s.pending_waves(),
+            "shards": s.shards,
+            "in_transit": s.in_transit,
+            "shard_states": s.shard_states.iter().map(|x| json!({
+                "id": x.id.as_str(),
+                "total": x.total,
+                "available": x.available,
+                "held": x.held,
+                "confirmed": x.confirmed,
+                "in_transit": x.sending,
+            })).collect::<Vec<_>>(),
         }),
         None => json!({
             "event": id,
@@ -807,7 +896,7 @@ async fn admin_get_event(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
-    let event = EventId::parse(&id).ok_or_else(event_not_found)?;
+    let event = public_event(&id).ok_or_else(event_not_found)?;
     if state.events().room_of(&id).is_none()
         && state
             .inventory()
@@ -829,7 +918,7 @@ async fn admin_put_event(
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
-    let event = EventId::parse(&id)
+    let event = public_event(&id)
         .ok_or_else(|| Problem::invalid_setting("event", "must match [A-Za-z0-9_-]{1,64}"))?;
     let obj = body
         .as_object()
@@ -837,7 +926,13 @@ async fn admin_put_event(
     for k in obj.keys() {
         if !matches!(
             k.as_str(),
-            "total" | "cart_limit" | "hold_ttl_seconds" | "version" | "room" | "categories"
+            "total"
+                | "cart_limit"
+                | "hold_ttl_seconds"
+                | "version"
+                | "room"
+                | "categories"
+                | "shards"
         ) {
             return Err(Problem::invalid_setting(k, "unknown field"));
         }
@@ -877,6 +972,22 @@ async fn admin_put_event(
         ));
     }
     let version = int("version")?;
+    // Split into shards (1: plain); left out, the event keeps its layout.
+    let shards = match obj.get("shards") {
+        None => None,
+        Some(_) => Some(
+            u32::try_from(int("shards")?)
+                .ok()
+                .filter(|n| (1..=sluice_reservation::types::MAX_SHARDS).contains(n))
+                .ok_or_else(|| Problem::invalid_setting("shards", "must be from 1 to 64"))?,
+        ),
+    };
+    if shards.is_some_and(|n| n > 1) && !categories.is_empty() {
+        return Err(Problem::invalid_setting(
+            "shards",
+            "an event with categories cannot be sharded",
+        ));
+    }
     let room = match obj.get("room") {
         // An existing event keeps its room; a new one is sold by `default`.
         None => match state.events().room_of(&id) {
@@ -903,11 +1014,16 @@ async fn admin_put_event(
         version,
         room: room.clone(),
     };
-    let outcome = state
-        .inventory()
-        .set_stock_with_categories(&event, &spec, &categories)
-        .await
-        .map_err(store_err)?;
+    let outcome = match shards {
+        Some(n) => state.inventory().set_sharded_stock(&event, &spec, n).await,
+        None => {
+            state
+                .inventory()
+                .set_stock_with_categories(&event, &spec, &categories)
+                .await
+        }
+    }
+    .map_err(store_err)?;
     let mut lost_version = None;
     let status = match outcome {
         SetStockOutcome::Created { .. } => StatusCode::CREATED,
@@ -949,6 +1065,15 @@ async fn admin_put_event(
                 "A category's new total is below what visitors already hold or bought in it",
             )
             .with("category", category)
+            .with("held", held)
+            .with("confirmed", confirmed));
+        }
+        SetStockOutcome::ShardsBusy { held, confirmed } => {
+            return Err(Problem::new(
+                StatusCode::CONFLICT,
+                "shards_busy",
+                "The shard count can change only while nothing is held or sold",
+            )
             .with("held", held)
             .with("confirmed", confirmed));
         }

@@ -9,7 +9,12 @@
 //! sluice admin --url … --token T events
 //! sluice admin --url … --token T event demo set total=500 version=2
 //! sluice admin --url … --token T event demo rebuild
+//! sluice admin --url … --token T event demo waves 2026-12-01T10:15:00Z,10000
 //! sluice admin --url … --token T events --json
+//! sluice admin --url … --token T invites vip issue count=10 uses=1 label=press
+//! sluice admin --url … --token T invites vip            # list (never the codes)
+//! sluice admin --url … --token T invites vip ID         # one, with its redemptions
+//! sluice admin --url … --token T invites vip revoke ID
 //! ```
 //!
 //! `--json` may come before or after the subcommand and its arguments
@@ -59,11 +64,22 @@ pub enum AdminCommand {
     /// Every event's stock, one line each.
     Events,
     /// One event's stock, `set total=… cart_limit=… hold_ttl_seconds=… version=…`,
-    /// or `rebuild` (a lost event, from the ledger).
+    /// `rebuild` (a lost event, from the ledger), or `waves` (the pending
+    /// schedule; `waves AT,QTY[,CATEGORY] …` replaces it, `waves clear`
+    /// empties it).
     Event {
         /// Event id.
         name: String,
         /// `set` followed by `key=value` pairs.
+        rest: Vec<String>,
+    },
+    /// A room's invite codes: list, `issue count=… uses=… label=…
+    /// expires_in_seconds=…` (each code shown once), `ID` (its
+    /// redemptions) or `revoke ID`.
+    Invites {
+        /// Room id.
+        room: String,
+        /// `issue` with `key=value` pairs, `revoke ID`, or `ID`.
         rest: Vec<String>,
     },
 }
@@ -101,6 +117,38 @@ pub fn parse_pairs(
 }
 
 /// Runs `sluice admin`.
+/// `waves` arguments: `AT,QTY[,CATEGORY]` each (AT as RFC 3339 text or
+/// Unix ms), or `clear` alone; the body of `PUT .../waves`, which
+/// replaces the whole schedule.
+pub fn parse_waves(list: &[String]) -> Result<Value, String> {
+    if list.len() == 1 && list[0] == "clear" {
+        return Ok(json!({ "waves": [] }));
+    }
+    let mut waves = Vec::new();
+    for arg in list {
+        let mut f = arg.split(',');
+        let (Some(at), Some(qty)) = (f.next(), f.next()) else {
+            return Err(format!("{arg}: expected AT,QTY[,CATEGORY]"));
+        };
+        let qty: u64 = qty
+            .parse()
+            .map_err(|_| format!("{arg}: QTY must be a whole number"))?;
+        let at = match at.parse::<u64>() {
+            Ok(ms) => json!(ms),
+            Err(_) => json!(at),
+        };
+        let mut w = json!({ "at": at, "qty": qty });
+        if let Some(c) = f.next() {
+            w["category"] = json!(c);
+        }
+        if f.next().is_some() {
+            return Err(format!("{arg}: expected AT,QTY[,CATEGORY]"));
+        }
+        waves.push(w);
+    }
+    Ok(json!({ "waves": waves }))
+}
+
 pub fn run(args: AdminArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -187,7 +235,32 @@ async fn run_async(args: &AdminArgs) -> Result<Value, String> {
                 Some((rebuild, [])) if rebuild == "rebuild" => {
                     call(args, Method::POST, &format!("{url}/rebuild"), None).await
                 }
-                _ => Err("usage: event NAME [set key=value … | rebuild]".into()),
+                Some((waves, [])) if waves == "waves" => {
+                    call(args, Method::GET, &format!("{url}/waves"), None).await
+                }
+                Some((waves, list)) if waves == "waves" => {
+                    let body = parse_waves(list)?;
+                    call(args, Method::PUT, &format!("{url}/waves"), Some(body)).await
+                }
+                _ => Err(
+                    "usage: event NAME [set key=value … | rebuild | waves [AT,QTY[,CATEGORY] … | clear]]"
+                        .into(),
+                ),
+            }
+        }
+        AdminCommand::Invites { room, rest } => {
+            let url = format!("{base}/_sluice/admin/rooms/{room}/invites");
+            match rest.split_first() {
+                None => call(args, Method::GET, &url, None).await,
+                Some((issue, pairs)) if issue == "issue" => {
+                    let body = parse_pairs(pairs, |k| k)?;
+                    call(args, Method::POST, &url, Some(Value::Object(body))).await
+                }
+                Some((revoke, [id])) if revoke == "revoke" => {
+                    call(args, Method::DELETE, &format!("{url}/{id}"), None).await
+                }
+                Some((id, [])) => call(args, Method::GET, &format!("{url}/{id}"), None).await,
+                _ => Err("usage: invites ROOM [issue key=value … | revoke ID | ID]".into()),
             }
         }
     }
@@ -325,13 +398,45 @@ fn render(what: &AdminCommand, v: &Value) -> String {
             table(&rows, EVENT_COLS)
         }
         AdminCommand::Room { .. } | AdminCommand::Event { .. } => key_values(v),
+        AdminCommand::Invites { .. } => match v["invites"].as_array() {
+            // a list, or what `issue` gave (with each code, shown once)
+            Some(list) => {
+                let rows: Vec<&Value> = list.iter().collect();
+                let cols: &[&str] = if list.iter().any(|i| i.get("code").is_some()) {
+                    &["id", "code", "uses", "expires_at_ms", "label"]
+                } else {
+                    INVITE_COLS
+                };
+                table(&rows, cols)
+            }
+            None => key_values(v),
+        },
     }
 }
+
+/// Columns of `invites ROOM`.
+const INVITE_COLS: &[&str] = &["id", "label", "uses", "used", "revoked", "expires_at_ms"];
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn waves_arguments() {
+        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_waves(&s(&["2026-12-01T10:15:00Z,10000", "1800000000000,5,vip"])).unwrap(),
+            json!({"waves": [
+                {"at": "2026-12-01T10:15:00Z", "qty": 10000},
+                {"at": 1_800_000_000_000u64, "qty": 5, "category": "vip"},
+            ]})
+        );
+        assert_eq!(parse_waves(&s(&["clear"])).unwrap(), json!({"waves": []}));
+        for bad in ["10", "x,y", "1,2,c,d"] {
+            assert!(parse_waves(&s(&[bad])).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn pairs_are_typed() {

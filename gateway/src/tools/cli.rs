@@ -173,7 +173,9 @@ impl RedisTlsArgs {
 
 impl ServeArgs {
     /// The effective configuration: file, then flags and environment on top,
-    /// then the embedded default's room and event, validated.
+    /// then the embedded default's room and event, validated. With no file
+    /// and no origin (the embedded demo shop) that room is the demo's
+    /// ([`demo_origin::room`]).
     pub fn resolve(&self) -> Result<Config, ConfigError> {
         let mut c = match &self.config {
             Some(path) => Config::from_file(path)?,
@@ -233,6 +235,10 @@ impl ServeArgs {
         }
         if let Some(v) = self.log_format {
             c.log_format = v;
+        }
+        if self.config.is_none() && c.origin.is_none() && c.rooms.is_empty() {
+            // The embedded demo: its room lets the shop's crowd form a line.
+            c.rooms.push(demo_origin::room());
         }
         let c = c.with_defaults();
         c.validate()?;
@@ -344,6 +350,7 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
     } else {
         "http"
     };
+    let mut crowd = false;
     if config.origin.is_none() {
         // The demo shop's payment provider signs webhooks: with no secret
         // given, one is made up for this process and shared with it.
@@ -354,12 +361,14 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
                 bytes.iter().map(|b| format!("{b:02x}")).collect()
             })
             .clone();
+        let (gateway, reachable) = demo_gateway_url(&config, addr, plain.as_ref());
         let shop = demo_origin::spawn(demo_origin::DemoOptions {
             webhook_secret: Some(secret),
-            gateway: Some(demo_gateway_url(&config, addr, plain.as_ref())),
+            gateway: Some(gateway.clone()),
         })
         .await?;
         tracing::info!(addr = %shop.addr, "no --origin given: serving the built-in demo shop");
+        crowd = reachable && give_crowd(&shop, &gateway, &config);
         config.origin = Some(shop.url());
     }
     let state = AppState::new(config).await?;
@@ -367,26 +376,67 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
         tracing::info!(addr = %p, "plain HTTP listening beside HTTPS (server.tls.http_listen)");
     }
     println!("sluice listening on {scheme}://{addr}/ — open it in a browser");
+    if crowd {
+        println!(
+            "the demo shop's front page sends a crowd through the waiting room; watch it at {scheme}://{addr}/_sluice/admin/"
+        );
+    }
     tracing::info!(%addr, "listening");
     server::serve_with_plain(state, listener, plain, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }
 
+/// Gives the embedded shop its crowd: `sluice swarm`'s visitors sent to
+/// this gateway on loopback (a build without the tools has none, nor has a
+/// gateway the crowd cannot reach on loopback over plain HTTP); whether it
+/// got one. The crowd queues in the first room (the only one, `default`,
+/// without a config file).
+#[cfg(feature = "tools")]
+fn give_crowd(shop: &demo_origin::DemoShop, gateway: &str, config: &Config) -> bool {
+    let Some(room) = config.rooms.first() else {
+        return false;
+    };
+    match crate::tools::swarm::demo::DemoCrowd::new(gateway, &room.id) {
+        Some(crowd) => {
+            shop.set_crowd(std::sync::Arc::new(crowd));
+            true
+        }
+        None => {
+            tracing::warn!(
+                gateway,
+                "the demo shop's crowd needs the gateway on loopback over plain HTTP: its control is off"
+            );
+            false
+        }
+    }
+}
+
+#[cfg(not(feature = "tools"))]
+fn give_crowd(_: &demo_origin::DemoShop, _: &str, _: &Config) -> bool {
+    false
+}
+
 /// Where the demo shop sends its payment webhooks: the gateway's plain
 /// HTTP (its client has no TLS): `listen`, or with TLS the plain listener
 /// beside it when that one serves rather than redirects.
-fn demo_gateway_url(config: &Config, addr: SocketAddr, plain: Option<&TcpListener>) -> String {
+/// Whether it can (false: an HTTPS-only gateway, whose plain address is
+/// given anyway and warned about; the crowd is not sent there).
+fn demo_gateway_url(
+    config: &Config,
+    addr: SocketAddr,
+    plain: Option<&TcpListener>,
+) -> (String, bool) {
     let Some(tls) = &config.server.tls else {
-        return format!("http://{addr}");
+        return (format!("http://{addr}"), true);
     };
     match plain.and_then(|p| p.local_addr().ok()) {
-        Some(p) if !tls.redirect_to_https => format!("http://{p}"),
+        Some(p) if !tls.redirect_to_https => (format!("http://{p}"), true),
         _ => {
             tracing::warn!(
-                "the demo shop cannot reach an HTTPS-only gateway: its payment webhooks will fail (set server.tls.http_listen with redirect_to_https = false)"
+                "the demo shop cannot reach an HTTPS-only gateway: its payment webhooks will fail and it sends no crowd (set server.tls.http_listen with redirect_to_https = false)"
             );
-            format!("http://{addr}")
+            (format!("http://{addr}"), false)
         }
     }
 }

@@ -14,7 +14,17 @@
 //!   with a `Sluice-Signature` made from the shared webhook secret.
 //!
 //! Routes:
-//! - `GET /` — the front page, linking to the event;
+//! - `GET /` — the front page, linking to the event; with a crowd to send
+//!   ([`DemoShop::set_crowd`], as `sluice serve` gives its embedded shop),
+//!   the control that sends it and a live panel of the line it makes;
+//! - `POST /demo/crowd` — starts the crowd (header `X-Demo-Crowd: start`,
+//!   which a cross-site form cannot send), or finds it already on its way;
+//!   either way the presser's own admission is given back
+//!   (`Sluice-Command: revoke`), so the next page they open puts them in
+//!   line with the crowd;
+//! - `GET /demo/crowd/status` — the crowd's progress as JSON (the embedded
+//!   demo's room lets this path past the queue, [`room`], so the page can
+//!   show it while its reader waits in line);
 //! - `GET /shop/{event}` — the event page: live availability, a quantity
 //!   (per category, for an event with categories: one hold takes them all
 //!   or none), a hold with a countdown to its expiry, release, pay (its script and
@@ -38,7 +48,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -50,6 +60,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
+use crate::config::RoomConfig;
 use crate::reserve::sign_webhook;
 use crate::visitor::template::html_escape;
 
@@ -58,6 +69,86 @@ const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; st
 
 const SHOP_JS: &str = include_str!("../../../static/demo/shop.js");
 const SHOP_CSS: &str = include_str!("../../../static/demo/shop.css");
+const FRONT_JS: &str = include_str!("../../../static/demo/front.js");
+
+/// The crowd's progress, never queued in the embedded demo's room.
+pub const CROWD_STATUS_PATH: &str = "/demo/crowd/status";
+
+/// The room in front of the embedded shop (`sluice serve` with no config
+/// file and no `--origin`): the default room, tuned so the shop's crowd
+/// (a few hundred simulated visitors, all from this machine) forms a line
+/// a newcomer can watch form, move and drain within a minute:
+/// - 6 admissions/s (burst 6) instead of 50, so the crowd outruns it;
+/// - no limit on joins per client network (the crowd and the newcomer
+///   share one, loopback; 60 a minute would turn most of it away);
+/// - a light proof of work (16 puzzles of 8 to 10 bits, no minimum solve
+///   time under attack): the crowd solves on this machine's cores, beside
+///   the gateway it measures;
+/// - the crowd's progress ([`CROWD_STATUS_PATH`]) past the queue.
+///
+/// Never settings for a sale: with a config file or an `--origin` the
+/// default room is [`RoomConfig::default`].
+pub fn room() -> RoomConfig {
+    let base = RoomConfig::default();
+    let mut bypass_paths = base.bypass_paths.clone();
+    bypass_paths.push(CROWD_STATUS_PATH.to_owned());
+    RoomConfig {
+        rate_per_sec: 6.0,
+        burst: 6.0,
+        join_limit_per_prefix_per_min: 0,
+        difficulty_floor_bits: 8,
+        difficulty_ceiling_bits: 10,
+        attack_min_solve: std::time::Duration::ZERO,
+        bypass_paths,
+        ..base
+    }
+}
+
+/// A crowd of simulated visitors sent through the gateway in front of the
+/// shop: `sluice serve` gives its embedded shop one
+/// ([`DemoShop::set_crowd`]) made of `sluice swarm`'s visitors, run
+/// in-process against its own listener. The shop only starts it and reads
+/// its progress; how many come, how fast, and when they stop is the
+/// crowd's to bound.
+pub trait Crowd: Send + Sync {
+    /// Starts a crowd, unless one is still on its way.
+    fn start(&self) -> CrowdStart;
+    /// The crowd on its way, or the last one (`running` false; all zeros
+    /// before the first).
+    fn progress(&self) -> CrowdProgress;
+}
+
+/// What pressing the control did.
+#[derive(Clone, Debug)]
+pub enum CrowdStart {
+    /// A new crowd is on its way.
+    Started(CrowdProgress),
+    /// One was already on its way: nothing more was started.
+    AlreadyRunning(CrowdProgress),
+}
+
+/// A crowd's progress, as `GET /demo/crowd/status` answers it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CrowdProgress {
+    /// The room the crowd queues in.
+    pub room: String,
+    /// Still on its way (false: done, stopped, or none yet).
+    pub running: bool,
+    /// Visitors it brings in all.
+    pub visitors: u64,
+    /// Visitors that have arrived so far.
+    pub arrived: u64,
+    /// Visitors that joined the line (or were let in at once).
+    pub joined: u64,
+    /// Visitors let in.
+    pub admitted: u64,
+    /// Visitors that gave up (an answer they could not use).
+    pub failed: u64,
+    /// Seconds since it started.
+    pub elapsed_secs: u64,
+    /// Seconds until it stops by itself at the latest.
+    pub stops_within_secs: u64,
+}
 
 /// What the demo shop needs to know of the gateway in front of it.
 #[derive(Clone, Debug, Default)]
@@ -94,11 +185,23 @@ impl DemoShop {
             .gateway
             .set(url.into().trim_end_matches('/').to_owned());
     }
+
+    /// Gives the shop a crowd to send (once; later calls are ignored):
+    /// its front page then shows the control. Only `sluice serve`'s own
+    /// embedded shop gets one, so an operator's `--origin` never does.
+    pub fn set_crowd(&self, crowd: Arc<dyn Crowd>) {
+        let _ = self.shared.crowd.set(crowd);
+    }
+
+    fn crowd(&self) -> Option<&Arc<dyn Crowd>> {
+        self.shared.crowd.get()
+    }
 }
 
 struct Shared {
     webhook_secret: Option<String>,
     gateway: OnceLock<String>,
+    crowd: OnceLock<Arc<dyn Crowd>>,
     client: Client<HttpConnector, Full<Bytes>>,
     /// Every payment event sent, in order (`GET /demo-pay/events`); a demo
     /// keeps them in memory, bounded.
@@ -115,6 +218,7 @@ pub async fn spawn(opts: DemoOptions) -> anyhow::Result<DemoShop> {
     let shared = Arc::new(Shared {
         webhook_secret: opts.webhook_secret.filter(|s| !s.is_empty()),
         gateway: OnceLock::new(),
+        crowd: OnceLock::new(),
         client: Client::builder(TokioExecutor::new()).build_http(),
         sent: parking_lot::Mutex::new(Vec::new()),
     });
@@ -135,6 +239,8 @@ pub async fn spawn(opts: DemoOptions) -> anyhow::Result<DemoShop> {
 pub fn router(shop: DemoShop) -> Router {
     Router::new()
         .route("/", get(front_page))
+        .route("/demo/crowd", post(start_crowd))
+        .route(CROWD_STATUS_PATH, get(crowd_status))
         .route("/shop/{event}", get(event_page))
         .route("/shop/{event}/orders/{hold}", get(order_page))
         .route("/demo-pay/events", get(payment_events))
@@ -172,15 +278,88 @@ fn secure(h: &mut HeaderMap) {
     h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
 }
 
-async fn front_page() -> Response {
+async fn front_page(State(shop): State<DemoShop>) -> Response {
+    let control = shop.crowd().map(|c| crowd_control(&c.progress()));
     page(
         StatusCode::OK,
         "Welcome",
-        r#"<h1>Welcome to the demo shop</h1>
+        &format!(
+            r#"<h1>Welcome to the demo shop</h1>
 <p class="lead">You are past the waiting room: this page is served by the demo origin behind the sluice gateway.</p>
-<p><a class="button" href="/shop/demo">See the tickets of event “demo”</a></p>
+<p><a class="button" href="/shop/demo">See the tickets of event “demo”</a></p>{}
 <p class="small">See what the origin receives from the gateway: <a href="/echo/hello?from=browser">/echo/hello?from=browser</a>.</p>"#,
+            control.unwrap_or_default()
+        ),
     )
+}
+
+/// The crowd's control and its live panel (filled by `front.js`).
+fn crowd_control(p: &CrowdProgress) -> String {
+    let n = p.visitors;
+    let room = html_escape(&p.room);
+    format!(
+        r#"
+<section class="card" id="crowd" data-room="{room}" data-visitors="{n}" aria-labelledby="crowd-h">
+  <h2 id="crowd-h">See the waiting room</h2>
+  <p>Alone, you pass straight through: nobody is in line. Send a crowd of {n} simulated fans through this gateway (the visitors of <span class="nowrap">sluice swarm</span>, from this machine: each solves the proof of work, joins and waits its turn) and a line forms, moves and drains.</p>
+  <p><button type="button" id="crowd-start" class="button">Send {n} fans</button></p>
+  <div id="crowd-live" hidden>
+    <dl class="figures">
+      <div><dt>Fans joined</dt><dd id="crowd-joined">0</dd></div>
+      <div><dt>Let in</dt><dd id="crowd-admitted">0</dd></div>
+      <div><dt>In line now</dt><dd id="crowd-queue">0</dd></div>
+      <div><dt>Admitting</dt><dd id="crowd-rate">–</dd></div>
+    </dl>
+    <p id="crowd-join-box" hidden><a id="crowd-join" class="button" href="/shop/demo" target="_blank" rel="noopener">Join the line (opens a new tab)</a></p>
+  </div>
+  <p id="crowd-message" role="status" aria-live="polite"></p>
+  <p class="small">Watch the line on the dashboard too: <a href="/_sluice/admin/" target="_blank" rel="noopener">/_sluice/admin/</a> (read-only unless the gateway has an admin token).</p>
+</section>
+<script src="/shop-static/front.js"></script>"#
+    )
+}
+
+/// `POST /demo/crowd`: starts the crowd (or finds it on its way) and gives
+/// the presser's admission back, so they can queue with it.
+async fn start_crowd(State(shop): State<DemoShop>, headers: HeaderMap) -> Response {
+    let Some(crowd) = shop.crowd() else {
+        return crowd_answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": "this shop has no crowd to send: only `sluice serve`'s embedded shop has one"}),
+        );
+    };
+    // A custom header: a form of another site cannot send it, and a
+    // script of another site would need a CORS preflight this shop never
+    // grants.
+    if headers.get("x-demo-crowd").and_then(|v| v.to_str().ok()) != Some("start") {
+        return crowd_answer(
+            StatusCode::FORBIDDEN,
+            json!({"error": "press the control on the shop's front page (header X-Demo-Crowd: start)"}),
+        );
+    }
+    let (status, started, progress) = match crowd.start() {
+        CrowdStart::Started(p) => (StatusCode::ACCEPTED, true, p),
+        CrowdStart::AlreadyRunning(p) => (StatusCode::OK, false, p),
+    };
+    let mut res = crowd_answer(status, json!({"started": started, "crowd": progress}));
+    // The presser joins the crowd: the gateway ends their session and
+    // clears its cookies, so the next guarded page they open is the line.
+    res.headers_mut()
+        .insert("sluice-command", HeaderValue::from_static("revoke"));
+    res
+}
+
+/// `GET /demo/crowd/status`: `{"crowd": {…}}` (`null` without a crowd).
+async fn crowd_status(State(shop): State<DemoShop>) -> Response {
+    let progress = shop.crowd().map(|c| c.progress());
+    crowd_answer(StatusCode::OK, json!({ "crowd": progress }))
+}
+
+fn crowd_answer(status: StatusCode, body: Value) -> Response {
+    let mut res = (status, axum::Json(body)).into_response();
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
 }
 
 async fn event_page(Path(event): Path<String>) -> Response {
@@ -193,6 +372,7 @@ async fn event_page(Path(event): Path<String>) -> Response {
   <h2 id="stock-h">Availability</h2>
   <p class="stock"><span id="available" class="big">…</span> <span id="of-total"></span></p>
   <div class="meter" aria-hidden="true"><div id="meter-fill"></div></div>
+  <p id="next-wave" hidden></p>
 </section>
 <section class="card" id="buy" aria-labelledby="buy-h">
   <h2 id="buy-h">Your tickets</h2>
@@ -224,9 +404,21 @@ async fn static_file(Path(file): Path<String>) -> Response {
     let (ctype, body) = match file.as_str() {
         "shop.js" => ("text/javascript; charset=utf-8", SHOP_JS),
         "shop.css" => ("text/css; charset=utf-8", SHOP_CSS),
+        "front.js" => ("text/javascript; charset=utf-8", FRONT_JS),
         _ => return (StatusCode::NOT_FOUND, "no such file").into_response(),
     };
-    crate::visitor::page::asset(ctype, Body::from(body))
+    let mut res = Body::from(body).into_response();
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    res
 }
 
 // === the demo payment provider ===
@@ -580,6 +772,17 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_demo_room_is_valid_and_lets_the_crowds_progress_past_the_queue() {
+        let room = room();
+        room.validate("rooms[0]").expect("a valid room");
+        assert_eq!(room.id, "default");
+        assert!(room.bypass_paths.iter().any(|p| p == CROWD_STATUS_PATH));
+        // the start itself is guarded: the presser's pass is revoked there
+        assert!(!room.bypass_paths.iter().any(|p| p == "/demo/crowd"));
+        assert!(room.rate_per_sec < RoomConfig::default().rate_per_sec);
+    }
 
     #[test]
     fn segments_are_encoded() {

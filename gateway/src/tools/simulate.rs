@@ -116,6 +116,11 @@ pub struct SimulateArgs {
     /// places) [default: none].
     #[arg(long)]
     pub max_active: Option<u64>,
+    /// The room's queueing method: fifo, queue_all or reject [default:
+    /// fifo, or the live room's with --from]. A visitor a full reject room
+    /// refuses counts as abandoned.
+    #[arg(long)]
+    pub method: Option<String>,
     /// How long an admitted visitor stays on the origin.
     #[arg(long, default_value = "1s", value_parser = parse_secs)]
     pub session_length: f64,
@@ -295,6 +300,10 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
     if let Some(m) = args.max_active {
         room.max_active = Some(m);
     }
+    if let Some(m) = &args.method {
+        room.method = sluice_admission::QueueMethod::parse(m)
+            .map_err(|e| usage(format!("--method: {}", e.reason)))?;
+    }
     if let Some(s) = args.claim_window {
         room.claim_window = secs(s, "--claim-window")?;
     }
@@ -394,6 +403,12 @@ fn apply_live(room: &mut RoomSettings, v: &Value) {
             room.session_length = Some(d);
         }
         _ => room.max_active = v["max_active"].as_u64(),
+    }
+    if let Some(m) = v["method"]
+        .as_str()
+        .and_then(|m| sluice_admission::QueueMethod::parse(m).ok())
+    {
+        room.method = m;
     }
     room.capacity_rps = v["capacity_rps"].as_f64();
     if let Some(m) = v["safety_margin"].as_f64() {
@@ -620,6 +635,14 @@ fn summary_load(s: &mut String, r: &SimReport) {
         "wait p95 / p99 / max",
         format!("{} / {} / {}", human(w.p95), human(w.p99), human(w.max)),
     );
+    line(
+        s,
+        "fairness (Kendall tau)",
+        match r.kendall_tau {
+            Some(t) => format!("{t:.6} (arrival order against place)"),
+            None => "n/a (no arrival order: a spike, or under two admitted)".into(),
+        },
+    );
     let capacity = match r.capacity_rps {
         Some(c) => {
             let verdict = if r.origin_peak_rps > c {
@@ -649,6 +672,25 @@ fn summary_load(s: &mut String, r: &SimReport) {
             thousands(r.edge_polls_per_sec.total)
         ),
     );
+    let (p, q) = (r.edge_requests_polling, r.edge_requests_pushed);
+    line(
+        s,
+        "edge requests/s",
+        format!(
+            "polling: mean {}, peak {}; pushed: mean {}, peak {} ({} vs {} requests, {:.0}% fewer)",
+            thousands(p.mean.round() as u64),
+            thousands(p.peak),
+            thousands(q.mean.round() as u64),
+            thousands(q.peak),
+            thousands(p.total),
+            thousands(q.total),
+            if p.total > 0 {
+                100.0 * (1.0 - q.total as f64 / p.total as f64)
+            } else {
+                0.0
+            }
+        ),
+    );
 }
 
 /// One `key   value` line of the summary.
@@ -661,12 +703,12 @@ fn write_csv(path: &Path, rows: &[SecondRow]) -> std::io::Result<()> {
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(
         w,
-        "t,queue_length,joined,admitted_per_sec,claimed,abandoned,active_sessions,pending_claims,origin_rps,polls"
+        "t,queue_length,joined,admitted_per_sec,claimed,abandoned,active_sessions,pending_claims,origin_rps,polls,push_requests"
     )?;
     for r in rows {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{},{:.3},{}",
+            "{},{},{},{},{},{},{},{},{:.3},{},{}",
             r.t,
             r.queue_length,
             r.joined,
@@ -676,7 +718,8 @@ fn write_csv(path: &Path, rows: &[SecondRow]) -> std::io::Result<()> {
             r.active_sessions,
             r.pending_claims,
             r.origin_rps,
-            r.polls
+            r.polls,
+            r.push_requests
         )?;
     }
     w.flush()

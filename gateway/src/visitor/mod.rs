@@ -6,7 +6,11 @@
 //! look at the room's snapshot; the store is asked only once per visitor,
 //! when its place comes up (the claim).
 
+pub mod assets;
+pub mod enqueue;
+pub mod invite;
 pub mod page;
+pub mod stream;
 pub mod template;
 
 use std::sync::Arc;
@@ -29,15 +33,38 @@ use crate::edge::client_ip::ClientInfo;
 use crate::gate::cookies;
 use crate::gate::rooms::{self, Room};
 
+/// Longest `invite` a challenge or a join takes (the OpenAPI document's).
+const MAX_INVITE_LEN: usize = 128;
+/// Longest `enqueue_token` a join takes.
+const MAX_ENQUEUE_TOKEN_LEN: usize = 4096;
+
 /// `POST /_sluice/rooms/{room}/challenge`.
 pub async fn challenge(
     State(state): State<AppState>,
     Path(room_id): Path<String>,
     axum::Extension(client): axum::Extension<ClientInfo>,
+    body: axum::body::Bytes,
 ) -> Result<Response, Problem> {
     let room = state.room(&room_id)?;
     let prefix = network_prefix(client.ip);
     rate_limit(&state, room, prefix)?;
+    // An invite-only room issues no work without a valid code: the body's
+    // `invite` (any other body is ignored, as before invites; an invite
+    // longer than any code is refused everywhere).
+    let typed = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("invite").and_then(|i| i.as_str().map(str::to_owned)));
+    if typed.as_ref().is_some_and(|i| i.len() > MAX_INVITE_LEN) {
+        return Err(Problem::malformed("invite: at most 128 bytes"));
+    }
+    // A full `reject` room issues no work it would refuse at the join.
+    if let Some(wait) = room.looks_full(now_ms()) {
+        state.telemetry().room_full(room.id());
+        return Err(Problem::room_full(wait));
+    }
+    if room.config.invite_only {
+        invite::check(&state, room, prefix, typed.as_deref()).await?;
+    }
     let now = now_ms();
     let level = room.difficulty.observe_and_level(prefix, now);
     let spec = level.spec(room.id(), room.config.challenge_ttl);
@@ -74,6 +101,12 @@ pub struct JoinBody {
     solutions: Vec<String>,
     #[serde(default)]
     return_to: Option<String>,
+    /// An invite code (invite-only rooms; ignored elsewhere).
+    #[serde(default)]
+    invite: Option<String>,
+    /// The origin's enqueue token (module `enqueue`).
+    #[serde(default)]
+    enqueue_token: Option<String>,
 }
 
 /// `POST /_sluice/rooms/{room}/join`.
@@ -115,6 +148,55 @@ pub async fn join(
         return Err(Problem::room_closed());
     }
     let return_to = safe_return_to(body.return_to.as_deref());
+    // The account, before the work: a bad token costs no verification, and
+    // an account that has a place gets it back from any device.
+    let account = enqueue::check(room, body.enqueue_token.as_deref())?;
+    let mut spent: Option<String> = None;
+    if let Some(acct) = &account
+        && let Some(note) = state
+            .accounts()
+            .lookup(room.id(), acct, now_ms())
+            .await
+            .map_err(|e| Problem::store_unavailable().log_cause(&e))?
+    {
+        match place_again(&state, room, &client, Some(&note), return_to.clone()).await {
+            Ok(res) => return Ok(res),
+            Err(Err(p)) => return Err(p),
+            // spent (its session ended): the account joins anew
+            Err(Ok(_)) => spent = Some(note),
+        }
+    }
+    // The code before the work: a join without a valid one costs no
+    // verification (module `invite`). A used-up code may still be a lost
+    // answer resubmitted: its proof of work is looked at, and only the
+    // place it already bought comes back (below).
+    let invite_hash = match invite::check(&state, room, prefix, body.invite.as_deref()).await {
+        Ok(h) => h,
+        Err(p) if p.reason() == Some("exhausted") => {
+            return match sluice_pow::redeem_or_recall(
+                state.pow(),
+                state.replay_guard(),
+                &body.challenge,
+                &body.solutions,
+                room.id(),
+                now_ms(),
+            )
+            .await
+            {
+                Ok(Redemption::Replayed { note, .. }) => {
+                    place_again(&state, room, &client, note.as_deref(), return_to)
+                        .await
+                        .map_err(|e| match e {
+                            Ok(pow) => pow_problem(pow),
+                            Err(p) => p,
+                        })
+                }
+                // a new proof for a used-up code: refused, work and all
+                _ => Err(p),
+            };
+        }
+        Err(p) => return Err(p),
+    };
     let rejected = |e: sluice_pow::PowError| {
         state.telemetry().pow_rejected(room.id(), e.code());
         pow_problem(e)
@@ -141,9 +223,48 @@ pub async fn join(
         }
     };
 
+    if let Some(hash) = &invite_hash {
+        invite::redeem(&state, room, hash, &format!("network {prefix}")).await?;
+    }
+    // One place per account: hold the account for this join, or answer
+    // with the place another join of it just took.
+    let nonce = new_visitor_id();
+    if let Some(acct) = &account {
+        match reserve_account(
+            &state,
+            room,
+            &client,
+            acct,
+            &nonce,
+            spent.as_deref(),
+            &return_to,
+        )
+        .await
+        {
+            Ok(None) => {}
+            Ok(Some(res)) => {
+                if let Some(hash) = &invite_hash {
+                    invite::give_back(&state, room, hash).await;
+                }
+                return Ok(res);
+            }
+            Err(p) => {
+                if let Some(hash) = &invite_hash {
+                    invite::give_back(&state, room, hash).await;
+                }
+                return Err(p);
+            }
+        }
+    }
     let outcome = match rooms::join(room, state.queue()).await {
         Ok(o) => o,
         Err(e) => {
+            if let Some(hash) = &invite_hash {
+                invite::give_back(&state, room, hash).await;
+            }
+            if let Some(acct) = &account {
+                settle_account(&state, room, acct, &nonce, None).await;
+            }
             return join_failed(
                 &state,
                 room,
@@ -157,6 +278,15 @@ pub async fn join(
         }
     };
     let sub = new_visitor_id();
+    if let Some(acct) = &account {
+        let note = NotedPlace {
+            seq: outcome.seq,
+            epoch: outcome.epoch,
+            sub: sub.clone(),
+        }
+        .to_string();
+        settle_account(&state, room, acct, &nonce, Some(&note)).await;
+    }
     if outcome.admitted {
         // passthrough: nobody waits and credit remains; the join claimed
         // the place, its session starts here
@@ -194,6 +324,68 @@ pub async fn join(
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
+}
+
+/// Holds `account` for this join (`nonce`): `None` when held, the answer
+/// with the account's place when another join bound one (from any device
+/// or gateway), 503 when another join of it is still in flight after a
+/// short wait.
+async fn reserve_account(
+    state: &AppState,
+    room: &Arc<Room>,
+    client: &ClientInfo,
+    account: &str,
+    nonce: &str,
+    spent: Option<&str>,
+    return_to: &str,
+) -> Result<Option<Response>, Problem> {
+    use sluice_admission::enqueue::Reserve;
+    let store = |e: sluice_admission::AdmissionError| Problem::store_unavailable().log_cause(&e);
+    let mut spent = spent.map(str::to_owned);
+    for _ in 0..40 {
+        let r = state
+            .accounts()
+            .reserve(
+                room.id(),
+                account,
+                nonce,
+                enqueue::RESERVATION,
+                spent.as_deref(),
+                now_ms(),
+            )
+            .await
+            .map_err(store)?;
+        match r {
+            Reserve::Reserved => return Ok(None),
+            Reserve::Bound(note) => {
+                match place_again(state, room, client, Some(&note), return_to.to_owned()).await {
+                    Ok(res) => return Ok(Some(res)),
+                    Err(Err(p)) => return Err(p),
+                    Err(Ok(_)) => spent = Some(note),
+                }
+            }
+            Reserve::Busy => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+    Err(Problem::store_overloaded().retry_after(1))
+}
+
+/// Binds `note` to the account this join held (or releases it on `None`);
+/// a failure is logged: the reservation lapses by itself.
+async fn settle_account(
+    state: &AppState,
+    room: &Room,
+    account: &str,
+    nonce: &str,
+    note: Option<&str>,
+) {
+    if let Err(e) = state
+        .accounts()
+        .settle(room.id(), account, nonce, note, enqueue::BINDING, now_ms())
+        .await
+    {
+        tracing::warn!(room = room.id(), error = %e, "account's place not recorded");
+    }
 }
 
 /// The queue token a request carries for `room` (bearer first, then the
@@ -287,6 +479,14 @@ pub async fn status(
     let claims = state
         .verify_queue(&token, room.id())
         .map_err(|e| token_invalid().log_cause(&e))?;
+    if stream::wants_stream(&headers) {
+        let last = headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| v.len() <= 64)
+            .map(str::to_owned);
+        return stream::status_stream(state.clone(), room.clone(), claims, client, last).await;
+    }
     match status_answer(&state, room, &claims, &client, StatusCode::OK, None).await? {
         Some(res) => Ok(res),
         None => {
@@ -322,6 +522,16 @@ async fn join_failed(
 ) -> Result<Response, Problem> {
     if let Err(g) = state.replay_guard().release(solution_id).await {
         tracing::warn!(room = room.id(), error = %g, "solution not released after a failed join");
+    }
+    if matches!(e, sluice_admission::AdmissionError::Full(_)) {
+        // a `reject` room: nothing taken, the solution (released above),
+        // any invite and the account stay good for a later try
+        state.telemetry().room_full(room.id());
+        let snap = room.snapshot();
+        return Err(Problem::room_full(rooms::full_retry_after(
+            snap.rate_per_sec,
+            0.0,
+        )));
     }
     if !matches!(e, sluice_admission::AdmissionError::Closed(_)) && rooms::fail_open(room) {
         tracing::warn!(room = room.id(), error = %e, "store down: failing open");
@@ -384,6 +594,20 @@ async fn place_again(
 fn check_join_body(state: &AppState, room: &Room, body: &JoinBody) -> Result<(), Problem> {
     if body.solutions.len() > 64 || body.challenge.len() > 1024 {
         return Err(Problem::malformed("challenge or solutions too long"));
+    }
+    // The document's bounds, whatever the room does with them.
+    if body
+        .invite
+        .as_ref()
+        .is_some_and(|i| i.len() > MAX_INVITE_LEN)
+        || body
+            .enqueue_token
+            .as_ref()
+            .is_some_and(|t| t.len() > MAX_ENQUEUE_TOKEN_LEN)
+    {
+        return Err(Problem::malformed(
+            "invite (at most 128 bytes) or enqueue_token (at most 4096) too long",
+        ));
     }
     let base64url = |s: &str| {
         !s.is_empty()
@@ -501,12 +725,59 @@ fn room_state_body(
         // released): the place is kept and admission resumes then.
         body["stock_may_return"] = json!(state.events().room_stock_may_return(room.id()));
     }
+    add_next_wave(state, room, &mut body);
     body
+}
+
+/// While one of the room's events has a scheduled wave pending, the
+/// status answer says when the next one opens: `next_wave_at` (Unix
+/// seconds, rounded up) and `next_wave_at_ms`, from the view refreshed
+/// every second.
+fn add_next_wave(state: &AppState, room: &Room, body: &mut Value) {
+    if let Some(at) = state.events().room_next_wave_ms(room.id()) {
+        body["next_wave_at"] = json!(at.div_ceil(1000));
+        body["next_wave_at_ms"] = json!(at);
+    }
+}
+
+/// What a visitor holding a valid queue token is told, before it becomes
+/// an HTTP answer (a poll) or an event (a stream, [`stream`]).
+pub(crate) struct StatusAnswer {
+    /// The HTTP status of the poll's answer.
+    pub status: StatusCode,
+    /// The JSON object of API.md's status answer.
+    pub body: Value,
+    /// `waiting`, `admitted`, or the room's state (`closed`, `sold_out`,
+    /// `paused`).
+    pub state: &'static str,
+    /// The position told (1 = next), 0 when admitted.
+    pub position: u64,
+    /// A new queue token (the place was given again after a store loss):
+    /// its cookie goes with the answer.
+    pub reissued: Option<String>,
+    /// The admission token of an admitted place: its cookie goes with the
+    /// answer.
+    pub admission: Option<String>,
+}
+
+impl StatusAnswer {
+    /// The poll's answer: the body, with the cookies it sets.
+    pub(crate) fn into_response(self, room: &Room, client: &ClientInfo) -> Response {
+        let mut res = (self.status, axum::Json(self.body)).into_response();
+        if let Some(t) = &self.reissued {
+            cookies::set_queue(res.headers_mut(), room, t, client);
+        }
+        if let Some(t) = &self.admission {
+            cookies::set_admission(res.headers_mut(), room, t, client);
+        }
+        no_store(res)
+    }
 }
 
 /// The answer to a visitor holding a valid queue token: waiting (with its
 /// position), the room's state, or admitted (claiming its place and its
 /// one session); `None` when the place is spent (its session ended).
+/// Counts one poll of the token ([`Room::check_poll_limit`]).
 ///
 /// A token of an epoch the room's state does not cover (the store lost
 /// its state and nothing vouches that the new one was created above the
@@ -526,18 +797,29 @@ async fn status_answer(
             state.telemetry().rate_limited(room.id(), "polls");
             Problem::rate_limited(wait)
         })?;
+    Ok(
+        status_of(state, room, claims, client, waiting_status, echo_token)
+            .await?
+            .map(|a| a.into_response(room, client)),
+    )
+}
+
+/// [`status_answer`] before it becomes an HTTP answer, without counting a
+/// poll: what a stream tells at each change.
+pub(crate) async fn status_of(
+    state: &AppState,
+    room: &Arc<Room>,
+    claims: &QueueClaims,
+    client: &ClientInfo,
+    waiting_status: StatusCode,
+    echo_token: Option<&str>,
+) -> Result<Option<StatusAnswer>, Problem> {
     let reseated = reseat_if_lost(state, room, claims).await?;
     let (claims, reissued) = match &reseated {
         Some((c, token)) => (c, Some(token.clone())),
         None => (claims, None),
     };
     let echo_token = reissued.as_deref().or(echo_token);
-    let with_token = |mut res: Response| {
-        if let Some(t) = &reissued {
-            cookies::set_queue(res.headers_mut(), room, t, client);
-        }
-        res
-    };
     let snap = room.snapshot();
     let return_to = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
     // The place is the seq, unless the seq holds a ticket of the pre-queue
@@ -563,7 +845,14 @@ async fn status_answer(
         if let Some(t) = &reissued {
             body["queue_token"] = json!(t);
         }
-        return Ok(Some(with_token(no_store(axum::Json(body).into_response()))));
+        return Ok(Some(StatusAnswer {
+            status: StatusCode::OK,
+            body,
+            state: s,
+            position,
+            reissued,
+            admission: None,
+        }));
     }
     if let Some(place) = place.filter(|_| admitted) {
         let sid = sluice_admission::session_of(claims.epoch, claims.seq);
@@ -585,7 +874,7 @@ async fn status_answer(
             }
         };
         if admitted {
-            return admit(
+            let mut a = admission_answer(
                 state,
                 room,
                 &claims.sub,
@@ -594,9 +883,9 @@ async fn status_answer(
                 client,
                 &return_to,
                 StatusCode::OK,
-            )
-            .await
-            .map(|r| Some(with_token(r)));
+            )?;
+            a.reissued = reissued;
+            return Ok(Some(a));
         }
     }
     let mut body = if snap.prequeue_open && place.is_none() {
@@ -621,9 +910,15 @@ async fn status_answer(
     if let Some(t) = echo_token {
         body["queue_token"] = json!(t);
     }
-    Ok(Some(with_token(
-        (waiting_status, axum::Json(body)).into_response(),
-    )))
+    add_next_wave(state, room, &mut body);
+    Ok(Some(StatusAnswer {
+        status: waiting_status,
+        body,
+        state: "waiting",
+        position,
+        reissued,
+        admission: None,
+    }))
 }
 
 /// Issues an admission token (naming the place's session), sets its cookie
@@ -640,18 +935,35 @@ async fn admit(
     return_to: &str,
     status: StatusCode,
 ) -> Result<Response, Problem> {
+    admission_answer(state, room, sub, seq, epoch, client, return_to, status)
+        .map(|a| a.into_response(room, client))
+}
+
+/// The `admitted` answer: an admission token naming the place's session.
+#[allow(clippy::too_many_arguments)]
+fn admission_answer(
+    state: &AppState,
+    room: &Arc<Room>,
+    sub: &str,
+    seq: Option<u64>,
+    epoch: u64,
+    client: &ClientInfo,
+    return_to: &str,
+    status: StatusCode,
+) -> Result<StatusAnswer, Problem> {
     let (token, _claims) = state.issue_admission(room, sub, seq, epoch, client)?;
-    let mut res = (
+    Ok(StatusAnswer {
         status,
-        axum::Json(json!({
+        body: json!({
             "state": "admitted",
             "admission_token": token,
             "return_to": return_to,
-        })),
-    )
-        .into_response();
-    cookies::set_admission(res.headers_mut(), room, &token, client);
-    Ok(res)
+        }),
+        state: "admitted",
+        position: 0,
+        reissued: None,
+        admission: Some(token),
+    })
 }
 
 /// `GET /_sluice/rooms/{room}`: the public state of a room.
@@ -673,9 +985,15 @@ pub async fn public_room(
         "queue_length": snap.queue_length(),
         "rate_per_sec": snap.rate_per_sec,
         "eta_seconds_for_new_visitor": room.eta_for_position(&snap, new_position),
+        "method": room.method().as_str(),
     });
     if let Some(obj) = body.as_object_mut() {
         obj.extend(room.prequeue_fields(&snap));
+        if room.method() == sluice_admission::QueueMethod::Reject {
+            // nobody waits in a reject room: whether a join now would
+            // likely be refused (503 room_full)
+            obj.insert("full".into(), json!(room.looks_full(now_ms()).is_some()));
+        }
         if snap.prequeue_open {
             // nobody is admitted before the opening
             obj.insert(

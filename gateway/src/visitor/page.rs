@@ -10,8 +10,14 @@
 //! and `logo.svg`/`logo.png` replace the embedded ones. The placeholders a
 //! template may use are [`crate::visitor::template::PLACEHOLDERS`] and the texts' keys; they are
 //! documented in `docs/waiting-page.md`.
+//!
+//! The page is `no-store` (it carries the visitor's return path and
+//! language, and is where a reload learns the current files); every file
+//! it loads is linked by its hashed name and cached for a year
+//! ([`crate::visitor::assets`]), so a reload moves the page alone.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -21,88 +27,53 @@ use serde_json::Value;
 use crate::app::problem::Problem;
 use crate::app::state::AppState;
 use crate::gate::rooms::Room;
-use crate::visitor::template::{html_escape, pick_lang, render, template, texts};
+use crate::visitor::assets::{self, Asset, Caching, split_hashed};
+use crate::visitor::template::{PageConfig, html_escape, pick_lang, render, template, texts};
 
 const PAGE: &str = include_str!("../../../static/waiting.html");
-
-/// The admin dashboard's files (its page is [`crate::admin::dashboard`]'s),
-/// served here beside the waiting page's: name, content type, text.
-const ADMIN_FILES: &[(&str, &str, &str)] = &[
-    (
-        "admin.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../../../static/admin.js"),
-    ),
-    (
-        "admin.css",
-        "text/css; charset=utf-8",
-        include_str!("../../../static/admin.css"),
-    ),
-];
 
 /// The strict policy of the page: same-origin scripts, styles, workers and
 /// fetches only; no inline code, no framing.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; worker-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-/// The embedded static files: name, content type, bytes.
-const FILES: &[(&str, &str, &str)] = &[
-    (
-        "waiting.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../../../static/waiting.js"),
-    ),
-    (
-        "waiting.css",
-        "text/css; charset=utf-8",
-        include_str!("../../../static/waiting.css"),
-    ),
-    (
-        "pow-solver.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../../../static/pow-solver.js"),
-    ),
-    (
-        "pow-worker.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../../../static/pow-worker.js"),
-    ),
-];
-
-/// `GET /_sluice/static/{file}`: only the embedded names, and a room's own
-/// files (`theme.{room}.css`, and from its template directory
-/// `waiting.{room}.css`, `logo.{room}.svg|png`); anything else (including
-/// traversal attempts) is 404.
-pub async fn static_file(State(state): State<AppState>, Path(file): Path<String>) -> Response {
-    if let Some((_, ctype, body)) = FILES
-        .iter()
-        .chain(ADMIN_FILES)
-        .find(|(name, _, _)| *name == file)
+/// `GET /_sluice/static/{file}`: the embedded files
+/// ([`crate::visitor::assets`]) and a room's own (`theme.{room}.css`, and
+/// from its template directory `waiting.{room}.css`,
+/// `logo.{room}.svg|png`), each under its plain and its hashed name;
+/// anything else (including traversal attempts) is 404.
+///
+/// The hashed name of the current bytes is answered immutable; a plain
+/// name no-store; a hashed name of other bytes 307 to the plain name. The
+/// exact hash is tried first, then the plain name, so a room whose id has
+/// the shape of a hash (`waiting.{room}.css`) keeps its file.
+pub async fn static_file(
+    State(state): State<AppState>,
+    Path(file): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let hashed = split_hashed(&file);
+    if let Some((plain, hash)) = &hashed
+        && let Some(found) = lookup(&state, plain)
+        && found.hash() == *hash
     {
-        return asset(ctype, axum::body::Body::from(*body));
+        return found.answer(&headers, Caching::Immutable);
     }
-    room_file(&state, &file).unwrap_or_else(|| {
-        Problem::new(StatusCode::NOT_FOUND, "not_found", "No such file").into_response()
-    })
+    if let Some(found) = lookup(&state, &file) {
+        return found.answer(&headers, Caching::NoStore);
+    }
+    match hashed {
+        Some((plain, _)) if lookup(&state, &plain).is_some() => assets::stale(&plain),
+        _ => Problem::new(StatusCode::NOT_FOUND, "not_found", "No such file").into_response(),
+    }
 }
 
-/// A static asset answer: its type, five minutes of caching, `nosniff`.
-pub(crate) fn asset(ctype: &'static str, body: axum::body::Body) -> Response {
-    let mut res = body.into_response();
-    let h = res.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=300"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    res
+/// The static file of plain name `file`: an embedded one, or a room's.
+fn lookup(state: &AppState, file: &str) -> Option<Arc<Asset>> {
+    assets::embedded(file).or_else(|| room_file(state, file))
 }
 
 /// `{kind}.{room}.{ext}`: a file of one room's page.
-fn room_file(state: &AppState, file: &str) -> Option<Response> {
+fn room_file(state: &AppState, file: &str) -> Option<Arc<Asset>> {
     let mut parts = file.split('.');
     let (kind, room, ext) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
@@ -111,24 +82,21 @@ fn room_file(state: &AppState, file: &str) -> Option<Response> {
     let room = state.room(room).ok()?;
     let page = &room.config.page;
     match (kind, ext) {
-        ("theme", "css") => Some(asset(
-            "text/css; charset=utf-8",
-            axum::body::Body::from(page.theme_css()),
-        )),
-        ("waiting", "css") => {
-            let css = template(page.template_dir.as_deref()?)?.css.clone()?;
-            Some(asset(
-                "text/css; charset=utf-8",
-                axum::body::Body::from(css),
-            ))
-        }
+        ("theme", "css") => Some(theme(page)),
+        ("waiting", "css") => template(page.template_dir.as_deref()?)?.css.clone(),
         ("logo", _) => {
             let t = template(page.template_dir.as_deref()?)?;
-            let (lext, ctype, bytes) = t.logo.as_ref()?;
-            (*lext == ext).then(|| asset(ctype, axum::body::Body::from(bytes.clone())))
+            let (lext, logo) = t.logo.as_ref()?;
+            (*lext == ext).then(|| logo.clone())
         }
         _ => None,
     }
+}
+
+/// A room's generated colour stylesheet, stored (a few dozen bytes: hashed
+/// where it is needed, never compressed).
+fn theme(page: &PageConfig) -> Arc<Asset> {
+    Arc::new(Asset::new("text/css; charset=utf-8", page.theme_css()))
 }
 
 /// The waiting page for `room`, in the visitor's language, returning to
@@ -157,28 +125,32 @@ pub fn waiting_page(
     values.insert("return_to", html_escape(return_to));
     let brand = page.brand_name.clone().unwrap_or_default();
     values.insert("brand_name", html_escape(&brand));
+    // Every file by its hashed name (room ids are [A-Za-z0-9_-]: nothing
+    // to escape in a URL, escaped all the same).
     let logo = custom
         .as_ref()
         .and_then(|c| c.logo.as_ref())
-        .map(|(ext, _, _)| {
+        .map(|(ext, logo)| {
             format!(
-                "<img class=\"logo\" src=\"/_sluice/static/logo.{}.{ext}\" alt=\"{}\">",
-                html_escape(id),
+                "<img class=\"logo\" src=\"{}\" alt=\"{}\">",
+                html_escape(&logo.url(&format!("logo.{id}.{ext}"))),
                 html_escape(&brand)
             )
         })
         .unwrap_or_default();
     values.insert("logo", logo);
-    let stylesheet = if custom.as_ref().is_some_and(|c| c.css.is_some()) {
-        format!("/_sluice/static/waiting.{}.css", html_escape(id))
-    } else {
-        "/_sluice/static/waiting.css".to_owned()
+    let stylesheet = match custom.as_ref().and_then(|c| c.css.as_ref()) {
+        Some(css) => css.url(&format!("waiting.{id}.css")),
+        None => assets::embedded_url("waiting.css"),
     };
-    values.insert("stylesheet_url", stylesheet);
+    values.insert("stylesheet_url", html_escape(&stylesheet));
     values.insert(
         "theme_url",
-        format!("/_sluice/static/theme.{}.css", html_escape(id)),
+        html_escape(&theme(page).url(&format!("theme.{id}.css"))),
     );
+    values.insert("solver_url", assets::embedded_url("pow-solver.js"));
+    values.insert("script_url", assets::embedded_url("waiting.js"));
+    values.insert("worker_url", assets::embedded_url("pow-worker.js"));
     values.insert("texts_json", texts_json);
     let html = render(custom.as_ref().map_or(PAGE, |c| c.html.as_str()), &values);
     let mut res = html.into_response();

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::config::error::ConfigError;
+use crate::visitor::assets::Asset;
 
 // === the look of a room's page ===
 
@@ -34,8 +35,10 @@ pub struct PageConfig {
 
 /// The placeholders a template may use besides the texts' keys:
 /// `{{room}}`, `{{return_to}}`, `{{brand_name}}`, `{{logo}}` (an `<img>`
-/// element, or nothing), `{{stylesheet_url}}`, `{{theme_url}}` and
-/// `{{texts_json}}` (for `<script type="application/json">`).
+/// element, or nothing), `{{stylesheet_url}}`, `{{theme_url}}`,
+/// `{{texts_json}}` (for `<script type="application/json">`), and the
+/// hashed URLs of the page's scripts, `{{solver_url}}`, `{{script_url}}`
+/// and `{{worker_url}}` (for `data-worker-url`).
 pub const PLACEHOLDERS: &[&str] = &[
     "room",
     "return_to",
@@ -44,6 +47,9 @@ pub const PLACEHOLDERS: &[&str] = &[
     "stylesheet_url",
     "theme_url",
     "texts_json",
+    "solver_url",
+    "script_url",
+    "worker_url",
 ];
 
 impl PageConfig {
@@ -95,12 +101,13 @@ impl PageConfig {
     }
 }
 
-/// A template directory, loaded.
+/// A template directory, loaded: its page, and its stylesheet and logo
+/// stored as the page's other static files are (hashed, compressed).
 pub(crate) struct Template {
     pub(crate) html: String,
-    pub(crate) css: Option<String>,
-    /// Extension, content type, bytes.
-    pub(crate) logo: Option<(&'static str, &'static str, Vec<u8>)>,
+    pub(crate) css: Option<Arc<Asset>>,
+    /// Extension and file.
+    pub(crate) logo: Option<(&'static str, Arc<Asset>)>,
 }
 
 /// Loaded template directories by path, read once.
@@ -111,13 +118,15 @@ fn load_template(dir: &FsPath) -> std::io::Result<Template> {
     let html = std::fs::read_to_string(dir.join("waiting.html")).map_err(|e| {
         std::io::Error::new(e.kind(), format!("{}/waiting.html: {e}", dir.display()))
     })?;
-    let css = std::fs::read_to_string(dir.join("waiting.css")).ok();
+    let css = std::fs::read_to_string(dir.join("waiting.css"))
+        .ok()
+        .map(|css| Arc::new(Asset::new("text/css; charset=utf-8", css)));
     let logo = [("svg", "image/svg+xml"), ("png", "image/png")]
         .into_iter()
         .find_map(|(ext, ctype)| {
             std::fs::read(dir.join(format!("logo.{ext}")))
                 .ok()
-                .map(|b| (ext, ctype, b))
+                .map(|b| (ext, Arc::new(Asset::new(ctype, b))))
         });
     Ok(Template { html, css, logo })
 }
@@ -241,7 +250,9 @@ pub(crate) fn texts(lang: Lang) -> Map<String, Value> {
             "paused": "The line is paused for a moment. Your place is kept.",
             "sold_out": "Sorry: everything is sold out.",
             "sold_out_for_now": "Everything is in someone's basket right now. Tickets not paid for come back: keep this page open, your place is kept.",
+            "next_wave": "More tickets go on sale at {time} (your local time).",
             "closed": "This waiting room is closed.",
+            "full": "The room is full right now and keeps no line. This page tries again by itself in a moment.",
             "reconnecting": "Reconnecting… your place is kept.",
             "eta_under_minute": "under a minute",
             "eta_minutes": "{lo}–{hi} minutes",
@@ -274,7 +285,9 @@ pub(crate) fn texts(lang: Lang) -> Map<String, Value> {
             "paused": "La file est en pause un instant. Votre place est gardée.",
             "sold_out": "Désolé : tout est vendu.",
             "sold_out_for_now": "Tout est dans un panier pour le moment. Les billets non payés reviennent : gardez cette page ouverte, votre place est gardée.",
+            "next_wave": "D'autres billets seront mis en vente à {time} (heure locale).",
             "closed": "Cette salle d'attente est fermée.",
+            "full": "La salle est pleine pour le moment et ne garde pas de file. Cette page réessaie d'elle-même dans un instant.",
             "reconnecting": "Reconnexion… votre place est gardée.",
             "eta_under_minute": "moins d'une minute",
             "eta_minutes": "{lo} à {hi} minutes",

@@ -21,8 +21,9 @@ use proptest::prelude::*;
 
 use super::Harness;
 use crate::{
-    CategoryId, CategorySpec, ConfirmOutcome, EventId, HoldId, HoldOutcome, Inventory, Item,
-    ReleaseOutcome, SetStockOutcome, StockSpec, TransitionKind,
+    CategoryId, CategorySpec, ConfirmOutcome, EventId, FeedApplied, FeedOutcome, HoldId,
+    HoldOutcome, Inventory, Item, ReleaseOutcome, SetStockOutcome, StockChange, StockRow,
+    StockSpec, TransitionKind,
 };
 
 /// Category ids of a case: `c0`, `c1`, … (index `UNKNOWN` names one the
@@ -61,7 +62,30 @@ pub enum CatOp {
     /// `set_stock_with_categories` with these totals, one per category
     /// (same ids and limits).
     Stock(Vec<u64>),
+    /// A stock feed delta of category `cat` ([`NO_CATEGORY`]: none) with
+    /// key index `key` (a few keys: replays and reuses happen).
+    Delta {
+        /// Category index.
+        cat: u8,
+        /// Units (not 0).
+        delta: i64,
+        /// Key index.
+        key: u8,
+    },
+    /// A stock feed snapshot of category `cat` (versions often stale).
+    Snapshot {
+        /// Category index.
+        cat: u8,
+        /// The category's new total.
+        total: u64,
+        /// The source version.
+        version: u64,
+    },
 }
+
+/// A feed row's category index meaning "no category" (refused on an event
+/// with categories).
+const NO_CATEGORY: u8 = 8;
 
 /// Settings of one case.
 #[derive(Clone, Debug)]
@@ -88,8 +112,18 @@ pub fn cat_case(max_ops: usize) -> impl Strategy<Value = (CatCase, Vec<CatOp>)> 
             .prop_map(|(hold, succeeded)| CatOp::Pay { hold, succeeded }),
         1 => Just(CatOp::Expire),
         1 => proptest::collection::vec(0u64..12, 3).prop_map(CatOp::Stock),
+        3 => (feed_cat(), 1i64..5, any::<bool>(), 0u8..3).prop_map(|(cat, n, neg, key)| {
+            CatOp::Delta { cat, delta: if neg { -n } else { n }, key }
+        }),
+        2 => (feed_cat(), 0u64..12, 0u64..5)
+            .prop_map(|(cat, total, version)| CatOp::Snapshot { cat, total, version }),
     ];
     (case, proptest::collection::vec(op, 1..max_ops))
+}
+
+/// A feed row's category: mostly a real one, sometimes unknown or none.
+fn feed_cat() -> impl Strategy<Value = u8> {
+    prop_oneof![20 => 0u8..3, 1 => Just(UNKNOWN), 1 => Just(NO_CATEGORY)]
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +147,8 @@ struct MCat {
     held: u64,
     confirmed: u64,
     limit: Option<u32>,
+    /// The last feed snapshot's version.
+    version: Option<u64>,
 }
 
 impl MCat {
@@ -127,6 +163,9 @@ struct Model {
     cart_limit: u32,
     holds: Vec<MHold>,
     version: u64,
+    /// Feed delta keys applied: key index → (category index, delta, first
+    /// answer).
+    feed_keys: HashMap<u8, (u8, i64, FeedApplied)>,
 }
 
 fn cat_id(i: u8) -> CategoryId {
@@ -233,6 +272,87 @@ impl Model {
         })
     }
 
+    /// The counters an applied feed row on category `c` answers.
+    fn applied(&self, c: &CategoryId) -> FeedApplied {
+        let mc = self.cat(c).expect("known category");
+        FeedApplied {
+            total: self.cats.iter().map(|c| c.total).sum(),
+            available: self.cats.iter().map(MCat::available).sum(),
+            category_total: Some(mc.total),
+            category_available: Some(mc.available()),
+            version: mc.version,
+        }
+    }
+
+    /// The refusal of a feed row naming category index `cat` for its
+    /// target, if any.
+    fn feed_target(&self, cat: u8) -> Result<CategoryId, FeedOutcome> {
+        if cat == NO_CATEGORY {
+            return Err(FeedOutcome::CategoryRequired);
+        }
+        let id = cat_id(cat);
+        if self.cat(&id).is_none() {
+            return Err(FeedOutcome::CategoryNotFound {
+                category: id.to_string(),
+            });
+        }
+        Ok(id)
+    }
+
+    /// What a feed delta must answer; applies it when it is applied.
+    fn feed_delta(&mut self, cat: u8, delta: i64, key: u8) -> FeedOutcome {
+        if let Some((c, d, first)) = self.feed_keys.get(&key) {
+            return if *c == cat && *d == delta {
+                FeedOutcome::Replayed(first.clone())
+            } else {
+                FeedOutcome::KeyReused
+            };
+        }
+        let id = match self.feed_target(cat) {
+            Ok(id) => id,
+            Err(refused) => return refused,
+        };
+        let n = delta.unsigned_abs();
+        let c = self.cat_mut(&id);
+        if delta < 0 && c.available() < n {
+            return FeedOutcome::StockNegative {
+                available: c.available(),
+            };
+        }
+        if delta < 0 {
+            c.total -= n;
+        } else {
+            c.total += n;
+        }
+        let a = self.applied(&id);
+        self.feed_keys.insert(key, (cat, delta, a.clone()));
+        FeedOutcome::Applied(a)
+    }
+
+    /// What a feed snapshot must answer; applies it when it is applied.
+    fn feed_snapshot(&mut self, cat: u8, total: u64, version: u64) -> FeedOutcome {
+        let id = match self.feed_target(cat) {
+            Ok(id) => id,
+            Err(refused) => return refused,
+        };
+        let c = self.cat_mut(&id);
+        if let Some(v) = c.version
+            && version <= v
+        {
+            return FeedOutcome::Stale { current_version: v };
+        }
+        if total < c.held + c.confirmed {
+            return FeedOutcome::CategoryBelowCommitted {
+                category: id.to_string(),
+                held: c.held,
+                confirmed: c.confirmed,
+            };
+        }
+        c.total = total;
+        c.version = Some(version);
+        FeedOutcome::Applied(self.applied(&id))
+    }
+
     fn specs(&self) -> Vec<CategorySpec> {
         self.cats
             .iter()
@@ -271,11 +391,13 @@ pub async fn run_cat_case(h: &Harness, case: &CatCase, ops: &[CatOp]) -> Result<
                 held: 0,
                 confirmed: 0,
                 limit: *limit,
+                version: None,
             })
             .collect(),
         cart_limit: case.cart_limit,
         holds: Vec::new(),
         version: 1,
+        feed_keys: HashMap::new(),
     };
     let out = h
         .inv
@@ -412,6 +534,46 @@ async fn step_once(
                 if m.holds[k].status == St::Held {
                     m.end(k, St::Expired);
                 }
+            }
+        }
+        CatOp::Delta { cat, delta, key } => {
+            let row = StockRow {
+                category: (*cat != NO_CATEGORY).then(|| cat_id(*cat)),
+                change: StockChange::Delta {
+                    delta: *delta,
+                    key: format!("erp-{key}"),
+                },
+            };
+            let expected = m.feed_delta(*cat, *delta, *key);
+            let got = h
+                .inv
+                .apply_stock(ev, &row)
+                .await
+                .map_err(|e| e.to_string())?;
+            if got != expected {
+                return Err(format!("delta: expected {expected:?}, got {got:?}"));
+            }
+        }
+        CatOp::Snapshot {
+            cat,
+            total,
+            version,
+        } => {
+            let row = StockRow {
+                category: (*cat != NO_CATEGORY).then(|| cat_id(*cat)),
+                change: StockChange::Snapshot {
+                    total: *total,
+                    version: *version,
+                },
+            };
+            let expected = m.feed_snapshot(*cat, *total, *version);
+            let got = h
+                .inv
+                .apply_stock(ev, &row)
+                .await
+                .map_err(|e| e.to_string())?;
+            if got != expected {
+                return Err(format!("snapshot: expected {expected:?}, got {got:?}"));
             }
         }
         CatOp::Stock(totals) => {

@@ -14,12 +14,22 @@
 
 pub mod categories;
 pub mod category_loss;
+pub mod feeds;
 pub mod loss;
 pub mod model;
+pub mod shards;
+pub mod waves;
 
 pub use category_loss::{
     restore_with_categories_puts_back_each_tier, restore_with_categories_refuses_inexact_records,
 };
+pub use feeds::{feed_categories, feed_deltas_and_snapshots, feed_race};
+pub use shards::{
+    sharded_reshard_only_when_idle, sharded_routing_and_refusals, sharded_stock_changes,
+    sharded_transfer_cut_in_half_lands_once,
+};
+pub use waves::{racing_callers_release_a_wave_once, schedule_refusals_and_lazy_release};
+
 pub use loss::{
     load_only_into_a_store_that_never_had_the_event,
     restore_of_an_inconsistent_record_sells_nothing, restore_refused_when_present_or_invalid,
@@ -1302,7 +1312,11 @@ macro_rules! conformance_tests {
             restore_refused_when_present_or_invalid, restore_then_hold_confirm_release,
             restored_lapsed_holds_return_once, restore_of_an_inconsistent_record_sells_nothing,
             restore_with_categories_puts_back_each_tier,
-            restore_with_categories_refuses_inexact_records);
+            restore_with_categories_refuses_inexact_records, feed_deltas_and_snapshots,
+            feed_categories, feed_race, schedule_refusals_and_lazy_release,
+            racing_callers_release_a_wave_once, sharded_routing_and_refusals,
+            sharded_transfer_cut_in_half_lands_once, sharded_stock_changes,
+            sharded_reshard_only_when_idle);
         $crate::conformance_tests!(@each $make_short_retention;
             released_and_expired_holds_are_kept_for_their_retention,
             confirmed_holds_are_kept_for_their_retention);

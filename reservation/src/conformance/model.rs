@@ -19,8 +19,9 @@ use proptest::prelude::*;
 
 use super::Harness;
 use crate::{
-    ConfirmOutcome, EventId, HoldId, HoldOutcome, HoldStatus, HoldView, Inventory, LAZY_REAP_MAX,
-    ReleaseOutcome, SetStockOutcome, TransitionKind,
+    ConfirmOutcome, EventId, FeedApplied, FeedOutcome, HoldId, HoldOutcome, HoldStatus, HoldView,
+    Inventory, LAZY_REAP_MAX, ReleaseOutcome, SetStockOutcome, StockChange, StockRow,
+    TransitionKind,
 };
 
 /// One step of a case.
@@ -64,6 +65,33 @@ pub enum Op {
     Reap(usize),
     /// `read`.
     Read,
+    /// A stock feed delta (`apply_stock`), with key index `key` (a few
+    /// keys, so replays and reuses happen).
+    Delta {
+        /// Units (not 0).
+        delta: i64,
+        /// Key index.
+        key: u8,
+    },
+    /// A stock feed snapshot (versions often stale).
+    Snapshot {
+        /// The new total.
+        total: u64,
+        /// The source version.
+        version: u64,
+    },
+}
+
+/// Feed rows: deltas of ±1..4 over 3 keys, snapshots of 0..14 units with
+/// versions 0..8 (the event starts at version 1).
+fn feed_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1i64..5, any::<bool>(), 0u8..3).prop_map(|(n, neg, key)| Op::Delta {
+            delta: if neg { -n } else { n },
+            key,
+        }),
+        1 => (0u64..14, 0u64..8).prop_map(|(total, version)| Op::Snapshot { total, version }),
+    ]
 }
 
 /// Settings of one case.
@@ -96,6 +124,7 @@ pub fn memory_case() -> impl Strategy<Value = (CaseSpec, Vec<Op>)> {
         2 => prop_oneof![Just(1_000u64), 0u64..1_500].prop_map(Op::Advance),
         1 => (0usize..4).prop_map(Op::Reap),
         1 => Just(Op::Read),
+        2 => feed_op(),
     ];
     (spec, proptest::collection::vec(op, 1..40))
 }
@@ -119,6 +148,7 @@ pub fn redis_case(ttl_ms: u64) -> impl Strategy<Value = (CaseSpec, Vec<Op>)> {
         1 => Just(Op::Advance(0)), // 0 = one TTL plus the margin
         1 => Just(Op::Reap(LAZY_REAP_MAX)),
         1 => Just(Op::Read),
+        2 => feed_op(),
     ];
     (spec, proptest::collection::vec(op, 1..25))
 }
@@ -165,6 +195,10 @@ pub struct Model {
     payments: HashMap<String, (usize, ConfirmOutcome)>,
     /// (hold index, kind)
     log: Vec<(usize, TransitionKind)>,
+    /// The event's stock version.
+    version: u64,
+    /// Feed delta keys applied: key index → (delta, first answer).
+    feed_keys: HashMap<u8, (i64, FeedApplied)>,
 }
 
 impl Model {
@@ -182,6 +216,8 @@ impl Model {
             idem: HashMap::new(),
             payments: HashMap::new(),
             log: Vec::new(),
+            version: 1,
+            feed_keys: HashMap::new(),
         }
     }
 
@@ -518,6 +554,93 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                 let expected = m.reap(*max);
                 if got != expected {
                     return Err(err(step, op, format!("expected {expected}, got {got}")));
+                }
+            }
+            Op::Delta { delta, key } => {
+                let row = StockRow {
+                    category: None,
+                    change: StockChange::Delta {
+                        delta: *delta,
+                        key: format!("erp-{key}"),
+                    },
+                };
+                let got = h
+                    .inv
+                    .apply_stock(&ev, &row)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let n = delta.unsigned_abs();
+                let expected = match m.feed_keys.get(key) {
+                    Some((d, first)) if d == delta => FeedOutcome::Replayed(first.clone()),
+                    Some(_) => FeedOutcome::KeyReused,
+                    None => {
+                        if *delta < 0 {
+                            m.reap_until_available(n);
+                        }
+                        if *delta < 0 && m.available < n {
+                            FeedOutcome::StockNegative {
+                                available: m.available,
+                            }
+                        } else {
+                            if *delta < 0 {
+                                m.total -= n;
+                                m.available -= n;
+                            } else {
+                                m.total += n;
+                                m.available += n;
+                            }
+                            let a = FeedApplied {
+                                total: m.total,
+                                available: m.available,
+                                category_total: None,
+                                category_available: None,
+                                version: Some(m.version),
+                            };
+                            m.feed_keys.insert(*key, (*delta, a.clone()));
+                            FeedOutcome::Applied(a)
+                        }
+                    }
+                };
+                if got != expected {
+                    return Err(err(step, op, format!("expected {expected:?}, got {got:?}")));
+                }
+            }
+            Op::Snapshot { total, version } => {
+                let row = StockRow {
+                    category: None,
+                    change: StockChange::Snapshot {
+                        total: *total,
+                        version: *version,
+                    },
+                };
+                let got = h
+                    .inv
+                    .apply_stock(&ev, &row)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let expected = if *version <= m.version {
+                    FeedOutcome::Stale {
+                        current_version: m.version,
+                    }
+                } else if *total < m.held + m.confirmed {
+                    FeedOutcome::BelowCommitted {
+                        held: m.held,
+                        confirmed: m.confirmed,
+                    }
+                } else {
+                    m.total = *total;
+                    m.available = total - m.held - m.confirmed;
+                    m.version = *version;
+                    FeedOutcome::Applied(FeedApplied {
+                        total: m.total,
+                        available: m.available,
+                        category_total: None,
+                        category_available: None,
+                        version: Some(m.version),
+                    })
+                };
+                if got != expected {
+                    return Err(err(step, op, format!("expected {expected:?}, got {got:?}")));
                 }
             }
             Op::Read => {

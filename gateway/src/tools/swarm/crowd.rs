@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::Settings;
 use super::client::{Endpoint, Http, Stats};
+use super::fairness::{Admission, draw_of, fairness_json};
 use super::ledger::Ledger;
 use super::report::{Report, progress_bar};
 use super::visitor::{EventInfo, Outcome, Stop, visit};
@@ -36,15 +37,20 @@ pub(super) struct Shared {
     pub(super) s: Settings,
     pub(super) http: Http,
     pub(super) ledger: Mutex<Ledger>,
-    pub(super) counters: Counters,
+    pub(super) counters: Arc<Counters>,
     next_visitor: AtomicUsize,
     pub(super) event: tokio::sync::OnceCell<EventInfo>,
+    /// Proofs of work solved at once, when bounded (`Settings::solvers`).
+    pub(super) solvers: Option<tokio::sync::Semaphore>,
     /// Keeps idempotency keys and payment ids of two runs apart (the seed
     /// only fixes the visitors' choices).
     pub(super) run_id: u64,
     bar: ProgressBar,
-    /// When the crowd started (arrivals are paced from it).
-    t0: tokio::time::Instant,
+    /// When the crowd started (arrivals are paced from it, joins are
+    /// timed from it).
+    pub(super) t0: tokio::time::Instant,
+    /// Every admitted visitor's arrival and place, for the fairness measure.
+    pub(super) admissions: Mutex<Vec<Admission>>,
 }
 
 /// Starts visitors one after the other until none is left.
@@ -65,7 +71,7 @@ async fn worker(sh: Arc<Shared>) {
         };
         let c = &sh.counters;
         match outcome {
-            Outcome::Bought => {}
+            Outcome::Bought | Outcome::Left => {}
             Outcome::SoldOut => {
                 c.sold_out.fetch_add(1, Ordering::Relaxed);
             }
@@ -104,6 +110,12 @@ async fn admin_event(http: &Http, s: &Settings) -> Result<Value, String> {
 
 /// Runs the crowd and gathers the report.
 pub(super) async fn swarm(s: Settings) -> Result<Report, Failure> {
+    run(s, Arc::default()).await
+}
+
+/// [`swarm`], counting into `counters` as it goes (the embedded demo
+/// reads them while the crowd runs).
+pub(super) async fn run(s: Settings, counters: Arc<Counters>) -> Result<Report, Failure> {
     let http = Http::new(s.bases.clone(), s.rate, s.concurrency);
     // Fail fast on a wrong address, room or token, before the crowd: one
     // probe per gateway (the round-robin starts at the first).
@@ -137,12 +149,14 @@ pub(super) async fn swarm(s: Settings) -> Result<Report, Failure> {
         s: s.clone(),
         http,
         ledger: Mutex::new(Ledger::default()),
-        counters: Counters::default(),
+        counters,
         next_visitor: AtomicUsize::new(0),
         event: tokio::sync::OnceCell::new(),
+        solvers: (s.solvers > 0).then(|| tokio::sync::Semaphore::new(s.solvers)),
         run_id: rand::random(),
         bar: bar.clone(),
         t0: tokio::time::Instant::now(),
+        admissions: Mutex::new(Vec::new()),
     });
     let started = Instant::now();
     let mut set = tokio::task::JoinSet::new();
@@ -170,7 +184,14 @@ pub(super) async fn swarm(s: Settings) -> Result<Report, Failure> {
         ),
         None => None,
     };
-    let event = sh.event.get().copied();
+    // the published draw of a scheduled room, for the places of its tickets
+    let public = match sh.http.get(Endpoint::Status, &room_path, None).await {
+        Ok(a) if a.status == StatusCode::OK => Some(a.body),
+        _ => None,
+    };
+    let draw = public.as_ref().and_then(draw_of);
+    let fairness = fairness_json(&sh.admissions.lock(), draw.as_ref());
+    let event = sh.event.get().cloned();
     let stats = std::mem::take(&mut *sh.http.stats.lock());
     let ledger = std::mem::take(&mut *sh.ledger.lock());
     let c = &sh.counters;
@@ -189,5 +210,6 @@ pub(super) async fn swarm(s: Settings) -> Result<Report, Failure> {
         stock,
         ledger,
         stats,
+        fairness,
     })
 }

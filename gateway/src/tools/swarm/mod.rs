@@ -19,7 +19,8 @@
 //! 4. **Hold** a random quantity (1..=`--max-qty`, default the event's cart
 //!    limit) with an `Idempotency-Key`; some visitors replay the key (the
 //!    same hold must come back) and some try a second hold, which probes the
-//!    cart limit.
+//!    cart limit. On an event with categories a hold asks for `items`: one
+//!    or two categories (a bundle), the units split between them.
 //! 5. **Pay or leave.** A `--pay-ratio` share of the holds is paid through
 //!    the signed payment webhook; of the rest, half is released and half
 //!    left to expire.
@@ -32,6 +33,13 @@
 //! on different gateways, as behind a load balancer. `--arrival-rate`
 //! spaces the visitors' arrivals (open loop) instead of letting each
 //! finished visitor be replaced at once.
+//!
+//! # Fairness
+//!
+//! The report's `fairness.kendall_tau` is Kendall's tau-b between the order
+//! the visitors' joins were sent in and the places they were admitted at
+//! (module `fairness`): 1 for a FIFO room whose queue reordered nobody,
+//! about 0 for a fair lottery. Computed in O(n log n).
 //!
 //! # Bounds
 //!
@@ -53,12 +61,16 @@
 //! the run: `held + confirmed` above `total`, or `invariant_holds` false, is
 //! overselling *seen by the store*. `oversold` is the larger of the two.
 //! A visitor whose granted holds add up to more than the cart limit is
-//! **above the cart limit**. Both must be 0.
+//! **above the cart limit**. Both must be 0. On an event with categories
+//! the same two counts are kept per category, against each category's own
+//! total and cart limit (`categories` in the JSON report, a line each in the
+//! table), and must be 0 in every category too.
 //!
-//! Exit status: 0; 3 when oversold, above the cart limit, an idempotent
-//! replay returned a different hold, or the store's invariant is broken;
-//! 1 when the gateway cannot be used (unreachable, unknown room); 64 for bad
-//! flags or a refused remote target.
+//! Exit status: 0; 3 when oversold, above the cart limit (the event's or a
+//! category's), an idempotent replay returned a different hold, or the
+//! store's invariant is broken; 1 when the gateway cannot be used
+//! (unreachable, unknown room); 64 for bad flags or a refused remote
+//! target.
 //!
 //! # Layout
 //!
@@ -72,9 +84,13 @@
 //! - `ledger.rs` — the correctness accounting: units outstanding (nobody
 //!   oversold) and each visitor's cart (nobody above the cart limit).
 //! - `report.rs` — the verdict, the table, the JSON object, the progress bar.
+//! - `demo.rs` — the crowd `sluice serve`'s embedded demo shop sends
+//!   through its own gateway: the same visitors, in-process, bounded.
 
 mod client;
 mod crowd;
+pub mod demo;
+mod fairness;
 mod ledger;
 mod report;
 mod visitor;
@@ -284,6 +300,8 @@ impl SwarmArgs {
             webhook_secret: self.webhook_secret.clone(),
             admin_token: self.admin_token.clone(),
             seed: self.seed,
+            buy: true,
+            solvers: 0,
             progress: !self.json && std::io::stderr().is_terminal(),
         }
     }
@@ -306,6 +324,15 @@ struct Settings {
     webhook_secret: Option<String>,
     admin_token: Option<String>,
     seed: u64,
+    /// Admitted visitors hold (and pay or release); false: they leave once
+    /// let in, and the stock is untouched (the embedded demo's fans, who
+    /// must not sell out the shop before the newcomer gets in).
+    buy: bool,
+    /// Proofs of work solved at once (0: no bound but `concurrency`). A
+    /// crowd far larger than the machine's cores solves faster one after
+    /// the other than all at once: its visitors then join in the order
+    /// they came, instead of all together once every solve is done.
+    solvers: usize,
     progress: bool,
 }
 

@@ -29,6 +29,9 @@ pub(super) struct Report {
     pub(super) stock: Option<Value>,
     pub(super) ledger: Ledger,
     pub(super) stats: Stats,
+    /// Kendall's tau between arrival and admission order (module
+    /// `fairness`).
+    pub(super) fairness: Value,
 }
 
 /// Per endpoint: the count, p50, p99 and max latency in ms (to 0.01 ms).
@@ -55,6 +58,7 @@ fn latency_json(stats: &Stats) -> Value {
 impl Report {
     fn total(&self) -> Option<u64> {
         self.event
+            .as_ref()
             .map(|e| e.total)
             .or_else(|| self.stock.as_ref().and_then(|s| s["total"].as_u64()))
     }
@@ -80,6 +84,55 @@ impl Report {
 
     fn oversold(&self) -> u64 {
         self.oversold_by_answers().max(self.oversold_by_stock())
+    }
+
+    /// Per category of the event: its total and cart limit, the peak of
+    /// units outstanding in it by the answers, what the store says is held
+    /// and sold in it, the overselling either way, units confirmed, and
+    /// visitors above its cart limit. Empty without categories.
+    fn categories(&self) -> Vec<Value> {
+        let Some(e) = &self.event else {
+            return Vec::new();
+        };
+        let l = &self.ledger;
+        let store_cats = self
+            .stock
+            .as_ref()
+            .and_then(|s| s["categories"].as_array().cloned())
+            .unwrap_or_default();
+        e.categories
+            .iter()
+            .map(|c| {
+                let peak = l.peak_by_category.get(&c.id).copied().unwrap_or(0);
+                let store = store_cats.iter().find(|s| s["id"] == c.id.as_str());
+                let by_stock = store.and_then(|s| {
+                    let (t, h, k) = (
+                        s["total"].as_u64()?,
+                        s["held"].as_u64()?,
+                        s["confirmed"].as_u64()?,
+                    );
+                    Some((h + k).saturating_sub(t))
+                });
+                let by_answers = peak.saturating_sub(c.total);
+                json!({
+                    "id": c.id,
+                    "total": c.total,
+                    "cart_limit": c.cart_limit,
+                    "peak_units_outstanding": peak,
+                    "units_confirmed": l.confirmed_by_category.get(&c.id).copied().unwrap_or(0),
+                    "oversold": by_answers.max(by_stock.unwrap_or(0)),
+                    "oversold_by_answers": by_answers,
+                    "oversold_by_stock": by_stock,
+                    "above_cart_limit": l.above_category_limit.get(&c.id).copied().unwrap_or(0),
+                    "stock": store.map(|s| json!({
+                        "total": s["total"],
+                        "available": s["available"],
+                        "held": s["held"],
+                        "confirmed": s["confirmed"],
+                    })),
+                })
+            })
+            .collect()
     }
 
     fn invariant_holds(&self) -> Option<bool> {
@@ -109,6 +162,15 @@ impl Report {
         if self.invariant_holds() == Some(false) {
             v.push("the store's stock invariant does not hold".into());
         }
+        for c in self.categories() {
+            let id = c["id"].as_str().unwrap_or("?");
+            if let Some(n) = c["oversold"].as_u64().filter(|n| *n > 0) {
+                v.push(format!("category {id} oversold {n} unit(s)"));
+            }
+            if let Some(n) = c["above_cart_limit"].as_u64().filter(|n| *n > 0) {
+                v.push(format!("{n} visitor(s) above category {id}'s cart limit"));
+            }
+        }
         v
     }
 
@@ -133,6 +195,7 @@ impl Report {
                     "held": s["held"],
                     "confirmed": s["confirmed"],
                     "invariant_holds": s["invariant_holds"],
+                    "categories": s.get("categories"),
                 })
             })
         };
@@ -152,7 +215,8 @@ impl Report {
             "sold_out_visitors": self.sold_out,
             "failed_visitors": self.failed,
             "total": self.total(),
-            "cart_limit": self.event.map(|e| e.cart_limit),
+            "cart_limit": self.event.as_ref().map(|e| e.cart_limit),
+            "categories": self.categories(),
             "holds": l.holds,
             "units_held": l.units_held,
             "units_confirmed": l.units_confirmed,
@@ -173,6 +237,7 @@ impl Report {
             "requests": st.requests,
             "requests_per_sec": (st.requests as f64 / self.elapsed.as_secs_f64().max(1e-3) * 10.0).round() / 10.0,
             "latency_ms": self.latency(),
+            "fairness": self.fairness,
             "ok": self.violations().is_empty(),
         })
     }
@@ -206,6 +271,17 @@ impl Report {
             &mut s,
             "joined / admitted",
             format!("{} / {}", self.joined, self.admitted),
+        );
+        line(
+            &mut s,
+            "fairness (Kendall tau)",
+            match self.fairness["kendall_tau"].as_f64() {
+                Some(t) => format!(
+                    "{t:.6} over {} admitted (join order against place)",
+                    self.fairness["visitors"]
+                ),
+                None => "n/a (fewer than two admitted)".into(),
+            },
         );
         self.table_stock(&mut s, &v);
         self.table_errors(&mut s, &v);
@@ -242,7 +318,7 @@ impl Report {
         line(
             s,
             "event",
-            match self.event {
+            match &self.event {
                 Some(e) => format!("total {}, cart limit {}", e.total, e.cart_limit),
                 None => "not seen (nobody admitted)".into(),
             },
@@ -276,6 +352,21 @@ impl Report {
             ),
         );
         line(s, "above cart limit", l.above_cart_limit.to_string());
+        for c in self.categories() {
+            line(
+                s,
+                &format!("category {}", c["id"].as_str().unwrap_or("?")),
+                format!(
+                    "total {}, cart limit {}, peak {} outstanding, {} confirmed, oversold {}, above its limit {}",
+                    c["total"],
+                    c["cart_limit"],
+                    c["peak_units_outstanding"],
+                    c["units_confirmed"],
+                    c["oversold"],
+                    c["above_cart_limit"]
+                ),
+            );
+        }
         if l.idempotency_mismatches > 0 {
             line(
                 s,

@@ -18,16 +18,86 @@ use super::crowd::Shared;
 use super::ledger::{Cart, now_unix};
 
 /// The event as an admitted visitor sees it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct EventInfo {
     pub(super) total: u64,
     pub(super) cart_limit: u64,
+    /// The event's categories (empty: none; holds then ask for a `qty`).
+    pub(super) categories: Vec<CategoryInfo>,
+}
+
+/// One category of the event as an admitted visitor sees it.
+#[derive(Clone, Debug)]
+pub(super) struct CategoryInfo {
+    pub(super) id: String,
+    pub(super) total: u64,
+    pub(super) cart_limit: Option<u64>,
+}
+
+/// What one hold asks for: a bare quantity, or units of some categories.
+#[derive(Clone, Debug)]
+enum Want {
+    Qty(u64),
+    Items(Vec<(String, u64)>),
+}
+
+impl Want {
+    /// A random ask of at most `max_qty` units: on an event with
+    /// categories, one or two of them (so bundles across categories are
+    /// probed), the units split between them.
+    fn pick(rng: &mut StdRng, info: &EventInfo, max_qty: u64) -> Want {
+        let n = info.categories.len();
+        if n == 0 {
+            return Want::Qty(rng.random_range(1..=max_qty));
+        }
+        let first = rng.random_range(0..n);
+        let mut picked = vec![first];
+        if n > 1 && max_qty > 1 && rng.random_bool(0.4) {
+            picked.push((first + rng.random_range(1..n)) % n);
+        }
+        let k = picked.len() as u64;
+        let mut left = rng.random_range(k..=max_qty);
+        let mut items = Vec::with_capacity(picked.len());
+        for (j, &c) in picked.iter().enumerate() {
+            let rest = k - 1 - j as u64; // items after this one take 1 each at least
+            let q = if rest == 0 {
+                left
+            } else {
+                rng.random_range(1..=left - rest)
+            };
+            left -= q;
+            items.push((info.categories[c].id.clone(), q));
+        }
+        Want::Items(items)
+    }
+
+    fn body(&self) -> serde_json::Value {
+        match self {
+            Want::Qty(q) => json!({ "qty": q }),
+            Want::Items(items) => json!({
+                "items": items
+                    .iter()
+                    .map(|(c, q)| json!({ "category": c, "qty": q }))
+                    .collect::<Vec<_>>()
+            }),
+        }
+    }
+}
+
+/// A hold granted: its id, units in all and per category.
+struct Granted {
+    id: String,
+    qty: u64,
+    items: Vec<(String, u64)>,
 }
 
 /// How a visit ended.
 pub(super) enum Outcome {
     /// Held (and perhaps paid for) something.
     Bought,
+    /// Admitted, then left without holding anything, as the crowd that
+    /// does not buy was asked to (`Settings::buy` false).
+    Left,
     /// Admitted but nothing was held, or the room said sold out.
     SoldOut,
     /// Gave up: an unexpected answer or too many failures.
@@ -57,7 +127,8 @@ pub(super) async fn visit(sh: &Shared, i: u64) -> Result<Outcome, Stop> {
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
             .wrapping_add(i),
     );
-    let admission = match join(sh, i).await? {
+    let (joined, arrived_us) = join(sh, i).await?;
+    let admission = match joined {
         Joined::Admitted(t) => t,
         Joined::Waiting {
             queue_token,
@@ -65,36 +136,55 @@ pub(super) async fn visit(sh: &Shared, i: u64) -> Result<Outcome, Stop> {
         } => poll(sh, &queue_token, poll_after_ms).await?,
     };
     sh.counters.admitted.fetch_add(1, Ordering::Relaxed);
+    if let Some((epoch, seq)) = super::fairness::token_place(&admission) {
+        sh.admissions.lock().push(super::fairness::Admission {
+            arrived_us,
+            epoch,
+            seq,
+        });
+    }
+    if !sh.s.buy {
+        return Ok(Outcome::Left);
+    }
     let info = event_info(sh, &admission).await?;
     let max_qty = sh.s.max_qty.map_or(info.cart_limit, u64::from).max(1);
 
     let mut cart = Cart::default();
-    let qty = rng.random_range(1..=max_qty);
+    let want = Want::pick(&mut rng, &info, max_qty);
     let key = format!("swarm-{:x}-{i}-1", sh.run_id);
-    let Some((id, granted)) = hold(sh, &admission, qty, &key).await? else {
+    let Some(g) = hold(sh, &admission, &want, &key).await? else {
         return Ok(Outcome::SoldOut);
     };
-    cart.add(&id, granted);
+    cart.add(&g.id, g.qty, &g.items);
     if rng.random_bool(0.25) {
         // the same key again must name the same hold; another one is a
         // second hold after all, and its units count toward the cart
-        if let Some((again, granted_again)) = hold(sh, &admission, qty, &key).await?
-            && cart.add(&again, granted_again)
+        if let Some(again) = hold(sh, &admission, &want, &key).await?
+            && cart.add(&again.id, again.qty, &again.items)
         {
             sh.ledger.lock().idempotency_mismatches += 1;
         }
     }
     if rng.random_bool(0.5) {
         // a second hold: refused with cart_limit_exceeded when over the
-        // limit, which is what this probes
-        let qty2 = rng.random_range(1..=max_qty);
+        // limit (the event's or a category's), which is what this probes
+        let want2 = Want::pick(&mut rng, &info, max_qty);
         let key2 = format!("swarm-{:x}-{i}-2", sh.run_id);
-        if let Some((id2, granted2)) = hold(sh, &admission, qty2, &key2).await? {
-            cart.add(&id2, granted2);
+        if let Some(g2) = hold(sh, &admission, &want2, &key2).await? {
+            cart.add(&g2.id, g2.qty, &g2.items);
         }
     }
-    if cart.units > info.cart_limit {
-        sh.ledger.lock().above_cart_limit += 1;
+    {
+        let mut l = sh.ledger.lock();
+        if cart.units > info.cart_limit {
+            l.above_cart_limit += 1;
+        }
+        for c in &info.categories {
+            let units = cart.by_category.get(&c.id).copied().unwrap_or(0);
+            if c.cart_limit.is_some_and(|limit| units > limit) {
+                *l.above_category_limit.entry(c.id.clone()).or_default() += 1;
+            }
+        }
     }
     let mine = cart.ids;
 
@@ -119,7 +209,9 @@ enum Joined {
 }
 
 /// Challenge, solve, join; a 429/503 (or a consumed challenge) starts over.
-async fn join(sh: &Shared, i: u64) -> Result<Joined, Stop> {
+/// With the answer, when the join that bought the place was sent (µs
+/// after the crowd started).
+async fn join(sh: &Shared, i: u64) -> Result<(Joined, u64), Stop> {
     let room = &sh.s.room;
     for _ in 0..RETRIES {
         let Ok(a) = sh
@@ -157,11 +249,18 @@ async fn join(sh: &Shared, i: u64) -> Result<Joined, Stop> {
         };
         let min_solve = Duration::from_millis(a.body["min_solve_ms"].as_u64().unwrap_or(0));
         let c = challenge.clone();
+        // a permit of the solvers, when they are bounded (released once
+        // solved, before the join)
+        let permit = match &sh.solvers {
+            Some(s) => Some(s.acquire().await.map_err(|_| Stop(Outcome::Failed))?),
+            None => None,
+        };
         let Ok(solutions) =
             tokio::task::spawn_blocking(move || sluice_pow::solve(&c, puzzles, bits, 1)).await
         else {
             return failed();
         };
+        drop(permit);
         if let Some(rest) = min_solve.checked_sub(fetched.elapsed()) {
             tokio::time::sleep(rest).await;
         }
@@ -170,6 +269,7 @@ async fn join(sh: &Shared, i: u64) -> Result<Joined, Stop> {
             "solutions": solutions,
             "return_to": format!("/swarm/{i}"),
         });
+        let sent = sh.t0.elapsed().as_micros() as u64;
         let Ok(a) = sh
             .http
             .post_json(
@@ -193,15 +293,18 @@ async fn join(sh: &Shared, i: u64) -> Result<Joined, Stop> {
             (200, Some("admitted")) => {
                 sh.counters.joined.fetch_add(1, Ordering::Relaxed);
                 return token("admission_token")
-                    .map(Joined::Admitted)
+                    .map(|t| (Joined::Admitted(t), sent))
                     .ok_or(Stop(Outcome::Failed));
             }
             (201, Some("waiting")) => {
                 sh.counters.joined.fetch_add(1, Ordering::Relaxed);
                 return token("queue_token")
-                    .map(|queue_token| Joined::Waiting {
-                        queue_token,
-                        poll_after_ms: a.body["poll_after_ms"].as_u64().unwrap_or(1000),
+                    .map(|queue_token| {
+                        let w = Joined::Waiting {
+                            queue_token,
+                            poll_after_ms: a.body["poll_after_ms"].as_u64().unwrap_or(1000),
+                        };
+                        (w, sent)
                     })
                     .ok_or(Stop(Outcome::Failed));
             }
@@ -254,8 +357,8 @@ async fn poll(sh: &Shared, queue_token: &str, first_wait_ms: u64) -> Result<Stri
     }
 }
 
-/// The event's total and cart limit, read once by the first admitted
-/// visitor (the endpoint wants an admitted visitor).
+/// The event's total, cart limit and categories, read once by the first
+/// admitted visitor (the endpoint wants an admitted visitor).
 async fn event_info(sh: &Shared, admission: &str) -> Result<EventInfo, Stop> {
     let path = format!("/_sluice/events/{}", sh.s.event);
     sh.event
@@ -266,7 +369,12 @@ async fn event_info(sh: &Shared, admission: &str) -> Result<EventInfo, Stop> {
                         if let (Some(total), Some(cart_limit)) =
                             (a.body["total"].as_u64(), a.body["cart_limit"].as_u64())
                         {
-                            return Ok(EventInfo { total, cart_limit });
+                            let categories = categories_of(&a.body).ok_or(Stop(Outcome::Failed))?;
+                            return Ok(EventInfo {
+                                total,
+                                cart_limit,
+                                categories,
+                            });
                         }
                         return Err(Stop(Outcome::Failed));
                     }
@@ -278,17 +386,49 @@ async fn event_info(sh: &Shared, admission: &str) -> Result<EventInfo, Stop> {
             Err(Stop(Outcome::Failed))
         })
         .await
-        .copied()
+        .cloned()
 }
 
-/// Asks for `qty` units with `key`; `Some((hold_id, qty))` when granted,
-/// `None` when refused as sold out or over the cart limit.
+/// The `categories` of an event's answer (none: an empty list); `None`
+/// when malformed.
+fn categories_of(body: &serde_json::Value) -> Option<Vec<CategoryInfo>> {
+    let Some(list) = body.get("categories") else {
+        return Some(Vec::new());
+    };
+    list.as_array()?
+        .iter()
+        .map(|c| {
+            Some(CategoryInfo {
+                id: c["id"].as_str()?.to_owned(),
+                total: c["total"].as_u64()?,
+                cart_limit: c["cart_limit"].as_u64(),
+            })
+        })
+        .collect()
+}
+
+/// The `items` of a hold's answer, or what was asked when it has none.
+fn items_of(body: &serde_json::Value, want: &Want) -> Vec<(String, u64)> {
+    let from_answer = body["items"].as_array().map(|list| {
+        list.iter()
+            .filter_map(|i| Some((i["category"].as_str()?.to_owned(), i["qty"].as_u64()?)))
+            .collect::<Vec<_>>()
+    });
+    match (from_answer, want) {
+        (Some(items), _) if !items.is_empty() => items,
+        (_, Want::Items(items)) => items.clone(),
+        (_, Want::Qty(_)) => Vec::new(),
+    }
+}
+
+/// Asks for `want` with `key`; the hold when granted, `None` when refused
+/// as sold out or over a cart limit.
 async fn hold(
     sh: &Shared,
     admission: &str,
-    qty: u64,
+    want: &Want,
     key: &str,
-) -> Result<Option<(String, u64)>, Stop> {
+) -> Result<Option<Granted>, Stop> {
     let path = format!("/_sluice/events/{}/holds", sh.s.event);
     let headers = [("idempotency-key", key.to_owned())];
     for _ in 0..RETRIES {
@@ -300,7 +440,7 @@ async fn hold(
                 &path,
                 Some(admission),
                 &headers,
-                &json!({ "qty": qty }),
+                &want.body(),
             )
             .await
         {
@@ -320,8 +460,13 @@ async fn hold(
                 return failed();
             };
             let expires_at = a.body["expires_at"].as_u64().unwrap_or(u64::MAX);
-            sh.ledger.lock().grant(id, granted, expires_at);
-            return Ok(Some((id.to_owned(), granted)));
+            let items = items_of(&a.body, want);
+            sh.ledger.lock().grant(id, granted, expires_at, &items);
+            return Ok(Some(Granted {
+                id: id.to_owned(),
+                qty: granted,
+                items,
+            }));
         }
         return match a.code() {
             Some("sold_out" | "cart_limit_exceeded") => Ok(None),

@@ -1,0 +1,98 @@
+//! Invite codes at the door of an invite-only room (`invite_only`): the
+//! code a challenge or a join carries is checked before any work is spent
+//! (the challenge is not even issued without a valid code, and a join's
+//! proof of work is not verified), then redeemed once the work is verified,
+//! and given back when the join it paid for failed.
+//!
+//! Refusals are 403 `invite_invalid` (API.md) with a `reason`: `required`,
+//! `malformed`, `unknown`, `exhausted`, `revoked` or `expired`. Telling a
+//! used code from an unknown one helps the fan and not a guesser: codes
+//! carry 128 random bits, and every attempt, valid or not, takes one of
+//! the network's `invite_attempts_per_prefix_per_min` (429 `rate_limited`
+//! past it).
+
+use http::StatusCode;
+use sluice_admission::invites::{InviteCheck, code_hash, normalize};
+
+use crate::app::clock::now_ms;
+use crate::app::problem::Problem;
+use crate::app::state::AppState;
+use crate::gate::rooms::Room;
+
+/// `invite_invalid` with its reason.
+pub fn invite_invalid(reason: &'static str) -> Problem {
+    Problem::new(
+        StatusCode::FORBIDDEN,
+        "invite_invalid",
+        "This room is by invitation: a valid invite code is required",
+    )
+    .with("reason", reason)
+}
+
+/// For an invite-only room, checks the code `typed` without redeeming it:
+/// the code's hash, to redeem later. `None` for a room open to all (the
+/// code, if any, is ignored).
+pub async fn check(
+    state: &AppState,
+    room: &Room,
+    prefix: sluice_pow::NetPrefix,
+    typed: Option<&str>,
+) -> Result<Option<String>, Problem> {
+    if !room.config.invite_only {
+        return Ok(None);
+    }
+    let refuse = |reason: &'static str| {
+        state.telemetry().invite(room.id(), reason);
+        invite_invalid(reason)
+    };
+    let Some(typed) = typed else {
+        return Err(refuse("required"));
+    };
+    room.check_invite_attempt(prefix).map_err(|wait| {
+        state.telemetry().rate_limited(room.id(), "invite");
+        Problem::rate_limited(wait)
+    })?;
+    let Some(code) = normalize(typed) else {
+        return Err(refuse("malformed"));
+    };
+    let hash = code_hash(&code);
+    let answer = state
+        .invites()
+        .check(room.id(), &hash, now_ms())
+        .await
+        .map_err(|e| Problem::store_unavailable().log_cause(&e))?;
+    match answer.refusal() {
+        Some(reason) => Err(refuse(reason)),
+        None => Ok(Some(hash)),
+    }
+}
+
+/// Redeems one use of the checked code `hash`, noting `note` (the
+/// network); a code used up or revoked since the check is refused.
+pub async fn redeem(state: &AppState, room: &Room, hash: &str, note: &str) -> Result<(), Problem> {
+    let answer = state
+        .invites()
+        .redeem(room.id(), hash, now_ms(), note)
+        .await
+        .map_err(|e| Problem::store_unavailable().log_cause(&e))?;
+    match answer {
+        InviteCheck::Valid { .. } => {
+            state.telemetry().invite(room.id(), "redeemed");
+            Ok(())
+        }
+        other => {
+            let reason = other.refusal().unwrap_or("unknown");
+            state.telemetry().invite(room.id(), reason);
+            Err(invite_invalid(reason))
+        }
+    }
+}
+
+/// Gives back the use a failed join redeemed (logged when it cannot).
+pub async fn give_back(state: &AppState, room: &Room, hash: &str) {
+    if let Err(e) = state.invites().unredeem(room.id(), hash, now_ms()).await {
+        tracing::warn!(room = room.id(), error = %e, "invite use not given back after a failed join");
+    } else {
+        state.telemetry().invite(room.id(), "returned");
+    }
+}
