@@ -16,7 +16,8 @@
 --    confirmed, available, waves (the pending schedule, common.lua's
 --    format; every due wave released first), shards (the layout, '1'
 --    when absent), shard_total ('' when absent), the units of pending
---    transfers out, then per category: id, total, avail, held,
+--    transfers out, the transfers that moved units off or onto it
+--    (`moves`), then per category: id, total, avail, held,
 --    confirmed, limit}   available is nil (false) when the stock
 --                        counter is missing: not ready
 -- All numbers as decimal strings.
@@ -30,13 +31,13 @@ if redis.call('GET', K_STOCK) then
 end
 m = redis.call('HMGET', K_META, 'total', 'cart_limit', 'hold_ttl_ms', 'version', 'room', 'held', 'confirmed')
 local stock = redis.call('GET', K_STOCK)
-local sh = redis.call('HMGET', K_META, 'shards', 'shard_total')
+local sh = redis.call('HMGET', K_META, 'shards', 'shard_total', 'moves')
 local sending = 0
 for _, rec in ipairs(redis.call('HVALS', KEYS[8])) do
   sending = sending + tonumber(string.match(rec, '|(%d+)|') or '0')
 end
 local out = {'STATE', m[1], m[2] or '0', m[3] or '0', m[4] or '0', m[5] or '', m[6] or '0', m[7] or '0', stock or false,
-  redis.call('HGET', K_META, 'waves') or '', sh[1] or '1', sh[2] or '', int(sending)}
+  redis.call('HGET', K_META, 'waves') or '', sh[1] or '1', sh[2] or '', int(sending), sh[3] or '0'}
 for c in string.gmatch(redis.call('HGET', K_META, 'cats') or '', '[^,]+') do
   local p = 'c:' .. c .. ':'
   local f = redis.call('HMGET', K_META, p .. 'total', p .. 'avail', p .. 'held', p .. 'confirmed', p .. 'limit')

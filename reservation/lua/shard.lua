@@ -22,6 +22,8 @@
 --   'in': ARGV[4] id, ARGV[5] qty, ARGV[6] how long landed ids are kept, ms
 --     -> {'NOT_READY'} | {'REPLAYED'} | {'FROZEN'} | {'APPLIED', available}
 --     (total and stock rise by qty, never above total - held - confirmed)
+--   'out' and 'in' count each transfer that moves units in the meta's
+--   `moves` (read.lua answers it: a survey of every shard compares it)
 --   'done': ARGV[4] id -> {'DONE'} (HDEL xout id)
 --   'list': -> {now_ms, id, record, id, record, ...} (xout)
 -- Writes a `stock` stream entry (reason layout, transfer_out or
@@ -84,6 +86,7 @@ if MODE == 'out' then
     available = redis.call('DECRBY', K_STOCK, qty)
     redis.call('HINCRBY', K_META, 'total', -qty)
     redis.call('HSET', K_XOUT, ARGV[4], ARGV[5] .. '|' .. int(qty) .. '|' .. int(now))
+    redis.call('HINCRBY', K_META, 'moves', 1)
     entry('transfer_out', {'key', ARGV[4], 'delta', '-' .. int(qty)})
   end
   return {'MOVED', int(qty), int(available)}
@@ -102,6 +105,7 @@ if MODE == 'in' then
   if available > room then available = room end
   redis.call('SET', K_STOCK, int(available))
   redis.call('ZADD', K_XIN, int(now), ARGV[4])
+  redis.call('HINCRBY', K_META, 'moves', 1)
   entry('transfer_in', {'key', ARGV[4], 'delta', int(qty)})
   return {'APPLIED', int(available)}
 end

@@ -115,6 +115,8 @@ struct EventData {
     /// `sluice:{ev}:xin`: transfers that landed, id → at_ms (kept
     /// [`crate::FEED_KEY_TTL`]).
     xin: HashMap<String, u64>,
+    /// The `moves` field: transfers out and in, counted.
+    moves: u64,
 }
 
 /// One category's counters.
@@ -475,6 +477,7 @@ impl EventData {
             shard_total: None,
             xout: BTreeMap::new(),
             xin: HashMap::new(),
+            moves: 0,
         }
     }
 
@@ -1348,6 +1351,7 @@ impl Inventory for MemoryInventory {
             e.available -= qty;
             e.total -= qty;
             e.xout.insert(id.to_owned(), (to.clone(), qty, now));
+            e.moves += 1;
             e.log_shard(cap, now, "transfer_out");
         }
         Ok(TransferOut::Moved {
@@ -1381,6 +1385,7 @@ impl Inventory for MemoryInventory {
         let room = e.total.saturating_sub(e.held).saturating_sub(e.confirmed);
         e.available = e.available.saturating_add(qty).min(room);
         e.xin.insert(id.to_owned(), now);
+        e.moves += 1;
         e.log_shard(cap, now, "transfer_in");
         Ok(TransferIn::Applied {
             available: e.available,
@@ -1753,6 +1758,7 @@ impl Inventory for MemoryInventory {
             shards: e.shards,
             shard_total: e.shard_total,
             in_transit: e.xout.values().map(|(_, q, _)| q).sum(),
+            moves: e.moves,
             shard_states: Vec::new(),
         }))
     }

@@ -1432,7 +1432,8 @@ impl Inventory for RedisInventory {
         let shards = text(r.get(10))?.parse().unwrap_or(1);
         let shard_total = text(r.get(11))?.parse().ok();
         let in_transit = uint(r.get(12))?;
-        let categories = category_states(r.get(13..).unwrap_or_default())?;
+        let moves = uint(r.get(13))?;
+        let categories = category_states(r.get(14..).unwrap_or_default())?;
         Ok(Some(EventState {
             event: event.clone(),
             total,
@@ -1451,6 +1452,7 @@ impl Inventory for RedisInventory {
             shards,
             shard_total,
             in_transit,
+            moves,
             shard_states: Vec::new(),
         }))
     }

@@ -31,8 +31,28 @@
 //! counted in the event's total, available to nobody, so a gateway dying
 //! mid-transfer undersells for a moment and never oversells. Every reap
 //! of a shard lands its transfers older than [`SWEEP_AFTER_MS`]
-//! ([`Sharded::sweep`]). "Sold out" is answered only when the home and
-//! every other shard gave nothing.
+//! ([`Sharded::sweep`]).
+//!
+//! # Sold out
+//!
+//! Many buyers walking at once move units ahead of each other: a walk
+//! can find every other shard empty while units are in transit or have
+//! landed on a shard it already passed. So a walk that found nothing is
+//! not the answer: [`Sharded`] then reads every shard (available units,
+//! units in transit, and `moves`, the shard's count of transfers out and
+//! in). One read after another is no snapshot, so a count short of the
+//! cart is believed only when a second pass finds every shard's `moves`
+//! unchanged: then no transfer touched shard k between its first read and
+//! the end of the first pass, so every unsold unit was counted where it
+//! last arrived or as in transit from where it last left. Then "sold out"
+//! is answered with the units left (the buyer can ask for fewer).
+//! Otherwise, or when units are left, it pulls from the richest shards
+//! and holds at home again, up to [`ROUTER_ROUNDS`] home attempts. A
+//! pass that found nothing left is remembered for [`SOLD_OUT_FRESH`]:
+//! within it a walk that finds nothing answers at once, so the storm of
+//! "sold out" after a sale costs a walk (one call per shard, which also
+//! finds units a release or an expiry gave back) instead of three; a
+//! stock change through this router forgets it.
 //!
 //! # Stock changes
 //!
@@ -71,6 +91,14 @@ use crate::{Inventory, spec_problem};
 /// How old a pending transfer must be before a sweep lands it: long
 /// enough that the gateway that started it has finished with it.
 pub const SWEEP_AFTER_MS: u64 = 2_000;
+
+/// Home attempts of one routed hold before it gives up with what it last
+/// heard (module docs, "Sold out").
+pub const ROUTER_ROUNDS: u32 = 12;
+
+/// How long a pass over every shard that found nothing left spares the
+/// next "sold out" answers of the event their reads (module docs).
+pub const SOLD_OUT_FRESH: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What one shard stores of the event's layout ([`Inventory::set_layout`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,6 +227,36 @@ pub fn split(total: u64, shards: u32) -> Vec<u64> {
         .collect()
 }
 
+/// What a read of every shard found ([`Sharded::survey`]).
+#[derive(Debug, Default)]
+struct Survey {
+    /// Available units, by shard.
+    available: Vec<u64>,
+    /// Units in transit between shards, all together.
+    in_transit: u64,
+    /// Each shard's count of transfers out and in.
+    moves: Vec<u64>,
+}
+
+impl Survey {
+    /// Units that may still be sold: available anywhere or in transit.
+    fn left(&self) -> u64 {
+        self.available.iter().sum::<u64>() + self.in_transit
+    }
+
+    /// The shards other than `home` with units available, most first: where
+    /// a pull should look after a walk in ring order found nothing.
+    fn richest(&self, home: u32) -> Vec<u32> {
+        let mut with: Vec<(u64, u32)> = (0..)
+            .zip(&self.available)
+            .filter(|&(k, &n)| k != home && n > 0)
+            .map(|(k, &n)| (n, k))
+            .collect();
+        with.sort_unstable_by(|a, b| b.cmp(a));
+        with.into_iter().map(|(_, k)| k).collect()
+    }
+}
+
 fn transfer_id() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<u128>().to_le_bytes())
 }
@@ -211,6 +269,10 @@ fn transfer_id() -> String {
 pub struct Sharded<I> {
     inner: I,
     layouts: Arc<RwLock<HashMap<EventId, u32>>>,
+    /// When each event was last read empty on every shard (nothing
+    /// available, nothing in transit): a "sold out" within
+    /// [`SOLD_OUT_FRESH`] of it costs the home's call and a walk.
+    sold_out: Arc<RwLock<HashMap<EventId, std::time::Instant>>>,
     sweep_after_ms: u64,
 }
 
@@ -220,6 +282,7 @@ impl<I> Sharded<I> {
         Self {
             inner,
             layouts: Arc::default(),
+            sold_out: Arc::default(),
             sweep_after_ms: SWEEP_AFTER_MS,
         }
     }
@@ -239,6 +302,24 @@ impl<I> Sharded<I> {
     /// The layout last learned for `event` (1 when none was).
     pub fn cached_shards(&self, event: &EventId) -> u32 {
         self.layouts.read().get(event).copied().unwrap_or(1)
+    }
+
+    /// Whether every shard of `event` was read empty less than
+    /// [`SOLD_OUT_FRESH`] ago.
+    fn known_sold_out(&self, event: &EventId) -> bool {
+        self.sold_out
+            .read()
+            .get(event)
+            .is_some_and(|at| at.elapsed() < SOLD_OUT_FRESH)
+    }
+
+    fn note_sold_out(&self, event: &EventId, empty: bool) {
+        let mut map = self.sold_out.write();
+        if empty {
+            map.insert(event.clone(), std::time::Instant::now());
+        } else {
+            map.remove(event);
+        }
     }
 
     fn learn(&self, event: &EventId, shards: u32) {
@@ -268,13 +349,20 @@ impl<I: Inventory> Sharded<I> {
     /// Moves up to `need` units to shard `home` from the others, in ring
     /// order from `home + 1`; returns how many landed there.
     async fn pull(&self, event: &EventId, home: u32, shards: u32, need: u64) -> Result<u64> {
+        let ring: Vec<u32> = (1..shards).map(|step| (home + step) % shards).collect();
+        self.pull_from(event, home, &ring, need).await
+    }
+
+    /// Moves up to `need` units to shard `home` from the shards `from`, in
+    /// that order; returns how many landed there.
+    async fn pull_from(&self, event: &EventId, home: u32, from: &[u32], need: u64) -> Result<u64> {
         let to = event.shard(home);
         let mut got = 0;
-        for step in 1..shards {
+        for &k in from {
             if got >= need {
                 break;
             }
-            let from = event.shard((home + step) % shards);
+            let from = event.shard(k);
             let id = transfer_id();
             let TransferOut::Moved { qty, .. } =
                 self.inner.transfer_out(&from, &to, &id, need - got).await?
@@ -294,6 +382,23 @@ impl<I: Inventory> Sharded<I> {
             }
         }
         Ok(got)
+    }
+
+    /// Every shard's available and in-transit units, read one by one.
+    /// Every shard's available and in-transit units and its `moves`, read
+    /// one by one: not a snapshot (module docs, "Sold out").
+    async fn survey(&self, event: &EventId, shards: u32) -> Result<Survey> {
+        let mut survey = Survey::default();
+        for k in 0..shards {
+            let s = self.inner.read(&event.shard(k)).await?;
+            let s = s.as_ref();
+            survey
+                .available
+                .push(s.and_then(|s| s.available).unwrap_or(0));
+            survey.in_transit += s.map_or(0, |s| s.in_transit);
+            survey.moves.push(s.map_or(0, |s| s.moves));
+        }
+        Ok(survey)
     }
 
     /// Lands the transfers that left `shard` more than [`SWEEP_AFTER_MS`]
@@ -336,7 +441,7 @@ impl<I: Inventory> Sharded<I> {
         }
         let mut shards = self.cached_shards(event);
         let mut last = HoldOutcome::NotReady;
-        for _ in 0..6 {
+        for _ in 0..ROUTER_ROUNDS {
             let home = home_shard(visitor, shards);
             let target = event.shard(home);
             let r = self
@@ -359,10 +464,39 @@ impl<I: Inventory> Sharded<I> {
                 }
                 HoldOutcome::SoldOut { available } if shards > 1 => {
                     let need = u64::from(qty).saturating_sub(available);
-                    if self.pull(event, home, shards, need).await? == 0 {
+                    if self.pull(event, home, shards, need).await? > 0 {
+                        last = r;
+                        continue;
+                    }
+                    if self.known_sold_out(event) {
                         return Ok(r);
                     }
+                    // The walk found nothing, but units may be moving
+                    // between other shards (out of one, not yet into the
+                    // next) or have landed behind the walk: read every
+                    // shard before saying "sold out".
+                    let mut survey = self.survey(event, shards).await?;
+                    if survey.left() < u64::from(qty) {
+                        // Believed only if no unit moved while it read:
+                        // every shard's `moves` the same on a second read.
+                        let check = self.survey(event, shards).await?;
+                        if check.moves == survey.moves {
+                            let left = survey.left();
+                            self.note_sold_out(event, left == 0);
+                            let all = survey.available.iter().sum();
+                            return Ok(HoldOutcome::SoldOut { available: all });
+                        }
+                        survey = check;
+                    }
                     last = r;
+                    let richest = survey.richest(home);
+                    if richest.is_empty() {
+                        // Only units in transit (or landed at home since):
+                        // the pull that moves them ends in a moment.
+                        tokio::task::yield_now().await;
+                    } else {
+                        self.pull_from(event, home, &richest, need).await?;
+                    }
                 }
                 other => return Ok(other),
             }
@@ -415,6 +549,8 @@ impl<I: Inventory> Sharded<I> {
                 reason: "shards must be 1 to 64",
             });
         }
+        // New stock may come: no "sold out" from memory.
+        self.note_sold_out(event, false);
         if let Some(reason) = spec_problem(spec) {
             return Ok(SetStockOutcome::Invalid { reason });
         }
@@ -673,6 +809,7 @@ impl<I: Inventory> Sharded<I> {
         row: &StockRow,
         shards: u32,
     ) -> Result<FeedOutcome> {
+        self.note_sold_out(event, false);
         let mut r = self.inner.apply_stock(event, row).await?;
         for _ in 0..3 {
             let FeedOutcome::StockNegative { available } = r else {

@@ -691,6 +691,11 @@ pub struct EventState {
     /// transfer in flight, [`crate::sharded`]): neither available nor
     /// held, and part of `total`. 0 for a plain event.
     pub in_transit: u64,
+    /// Transfers that moved units off or onto this store event, ever (a
+    /// counter: [`crate::Sharded`] compares two reads of it to know that
+    /// no unit moved in between). Not part of any HTTP answer.
+    #[serde(skip)]
+    pub moves: u64,
     /// Each shard's own counters, shard 0 first (empty for a plain event,
     /// or read from one shard alone).
     pub shard_states: Vec<ShardState>,

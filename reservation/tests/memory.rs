@@ -147,3 +147,13 @@ async fn sharded_last_units_race_10_times() {
         conformance::shards::sharded_last_units_race(&h, 8, 50, 56).await;
     }
 }
+
+/// 256 buyers storm the last 2,000 units over 8 shards, carts of 1 to 4 again and
+/// again until "sold out" for one unit: none while a unit was provably left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_last_units_storm() {
+    let h = Harness::memory();
+    for _ in 0..3 {
+        conformance::shards::sharded_last_units_storm(&h, 8, 2000, 256).await;
+    }
+}

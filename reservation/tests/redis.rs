@@ -710,6 +710,17 @@ async fn sharded_last_units_race_on_redis() {
     }
 }
 
+/// 256 buyers storm the last 20,000 units over 8 shards of one Redis, each
+/// buying again until its first "sold out" (the shard bench's false
+/// sold-outs): none while a unit was provably left, all 400 sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_last_units_storm_on_redis() {
+    let Some(h) = harness().await else { return };
+    for _ in 0..3 {
+        conformance::shards::sharded_last_units_storm(&h, 8, 20000, 256).await;
+    }
+}
+
 /// A sharded event on a real 3-primary Redis Cluster: its 8 shards spread
 /// over the primaries (each shard its own hash tag), the routing and
 /// refusal tests, a transfer cut in half, the last-units race and the
@@ -743,6 +754,7 @@ async fn sharded_event_on_a_cluster() {
     for _ in 0..3 {
         conformance::shards::sharded_last_units_race(&h, 8, 50, 56).await;
     }
+    conformance::shards::sharded_last_units_storm(&h, 8, 20000, 256).await;
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|c| c.parse().ok())

@@ -386,6 +386,36 @@ async fn the_admin_api_refuses_bad_input() {
         let res = admin(&base, Method::DELETE, &format!("vip/invites/{id}"), "").await;
         assert_eq!(res.status, 404, "{id}: {}", res.text());
     }
+    // A visitor's challenge whose `invite` is not a string (schemathesis
+    // found `{"invite": {}}` answered with work): 400 in every room, no
+    // work issued; an object without the member still gets work where the
+    // room is open to all (and so does a body that is not JSON at all).
+    for room in ["vip", "default"] {
+        for bad in [
+            json!({"invite": {}}),
+            json!({"invite": 7}),
+            json!({"invite": ["x"]}),
+            json!({"invite": null}),
+            json!([1, 2]),
+        ] {
+            let res = TestClient::new()
+                .post_json(&format!("{base}/_sluice/rooms/{room}/challenge"), &[], &bad)
+                .await;
+            assert_eq!(res.status, 400, "{room} {bad}: {}", res.text());
+            assert_eq!(res.json()["code"], "malformed_request", "{room} {bad}");
+            assert!(res.json().get("challenge").is_none());
+        }
+    }
+    for fine in [json!({}), json!({"other": 1})] {
+        let res = TestClient::new()
+            .post_json(
+                &format!("{base}/_sluice/rooms/default/challenge"),
+                &[],
+                &fine,
+            )
+            .await;
+        assert_eq!(res.status, 200, "{fine}: {}", res.text());
+    }
     // without the admin token
     let res = TestClient::new()
         .call(

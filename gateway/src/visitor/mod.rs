@@ -38,6 +38,26 @@ const MAX_INVITE_LEN: usize = 128;
 /// Longest `enqueue_token` a join takes.
 const MAX_ENQUEUE_TOKEN_LEN: usize = 4096;
 
+/// The `invite` of a challenge's body: none for an empty or non-JSON body
+/// or an object without the member (clients older than invites send
+/// those); 400 `malformed_request` for JSON that is not an object or an
+/// `invite` that is not a string of at most 128 bytes.
+fn challenge_invite(body: &[u8]) -> Result<Option<String>, Problem> {
+    let fields = match serde_json::from_slice(body) {
+        Err(_) => return Ok(None),
+        Ok(serde_json::Value::Object(fields)) => fields,
+        Ok(_) => return Err(Problem::malformed("the body must be a JSON object")),
+    };
+    match fields.get("invite") {
+        None => Ok(None),
+        Some(serde_json::Value::String(code)) if code.len() <= MAX_INVITE_LEN => {
+            Ok(Some(code.clone()))
+        }
+        Some(serde_json::Value::String(_)) => Err(Problem::malformed("invite: at most 128 bytes")),
+        Some(_) => Err(Problem::malformed("invite: must be a string")),
+    }
+}
+
 /// `POST /_sluice/rooms/{room}/challenge`.
 pub async fn challenge(
     State(state): State<AppState>,
@@ -49,14 +69,9 @@ pub async fn challenge(
     let prefix = network_prefix(client.ip);
     rate_limit(&state, room, prefix)?;
     // An invite-only room issues no work without a valid code: the body's
-    // `invite` (any other body is ignored, as before invites; an invite
-    // longer than any code is refused everywhere).
-    let typed = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v.get("invite").and_then(|i| i.as_str().map(str::to_owned)));
-    if typed.as_ref().is_some_and(|i| i.len() > MAX_INVITE_LEN) {
-        return Err(Problem::malformed("invite: at most 128 bytes"));
-    }
+    // `invite` (any other body is ignored, as before invites; an `invite`
+    // that is not a string, or longer than any code, is refused everywhere).
+    let typed = challenge_invite(&body)?;
     // A full `reject` room issues no work it would refuse at the join.
     if let Some(wait) = room.looks_full(now_ms()) {
         state.telemetry().room_full(room.id());

@@ -425,6 +425,92 @@ pub async fn sharded_last_units_race(h: &Harness, shards: u32, total: u64, visit
     }
 }
 
+/// `buyers` buyers storm the last `total` units of an event split into
+/// `shards`: each buys carts of 1 to 4 units for fresh visitors, again and
+/// again; told "sold out" for a cart it asks once more for one unit, and
+/// told "sold out" for one unit it stops (the shard bench's retrying
+/// buyers, seed 003's last units). Units drain unevenly from the homes, so
+/// they keep moving while buyers walk. No "sold out" may come while the
+/// cart's units were provably unsold: `total` minus the units of every
+/// successful hold that had started before the answer came (a logical
+/// clock orders starts and answers). Every unit is sold, nothing is left
+/// in transit.
+pub async fn sharded_last_units_storm(h: &Harness, shards: u32, total: u64, buyers: usize) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let s = sharded(h);
+    let ev = h.event("storm");
+    s.set_sharded_stock(&ev, &spec(total, 4, Duration::from_secs(600), 1), shards)
+        .await
+        .unwrap();
+    let clock = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(tokio::sync::Barrier::new(buyers + 1));
+    let mut tasks = Vec::new();
+    for b in 0..buyers {
+        let (s, ev, gate, clock) = (s.clone(), ev.clone(), gate.clone(), clock.clone());
+        tasks.push(tokio::spawn(async move {
+            gate.wait().await;
+            // (start, qty) of holds won; (answer, qty, available) of "sold out"
+            let (mut won, mut sold_out) = (Vec::new(), Vec::new());
+            let mut qty = 1 + (b % 4) as u32;
+            for n in 0.. {
+                let start = clock.fetch_add(1, Ordering::SeqCst);
+                let visitor = format!("buyer-{b}-{n}");
+                let answer = s.hold(&ev, &visitor, qty, None).await.unwrap();
+                let end = clock.fetch_add(1, Ordering::SeqCst);
+                match answer {
+                    HoldOutcome::Held(v) => {
+                        assert_eq!(v.qty, qty);
+                        won.push((start, u64::from(qty)));
+                        qty = 1 + (b + n) as u32 % 4;
+                    }
+                    HoldOutcome::SoldOut { available } => {
+                        sold_out.push((end, u64::from(qty), available));
+                        if qty == 1 {
+                            break;
+                        }
+                        qty = 1;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            (won, sold_out)
+        }));
+    }
+    gate.wait().await;
+    let (mut won, mut sold_out) = (Vec::new(), Vec::new());
+    for t in tasks {
+        let (w, so) = t.await.unwrap();
+        won.extend(w);
+        sold_out.extend(so);
+    }
+    won.sort_unstable();
+    let mut taken = vec![0u64];
+    for (_, q) in &won {
+        taken.push(taken.last().unwrap() + q);
+    }
+    let false_sold_out: Vec<_> = sold_out
+        .iter()
+        .filter_map(|&(end, qty, available)| {
+            let left = total.saturating_sub(taken[won.partition_point(|w| w.0 < end)]);
+            (left >= qty).then_some((qty, left, available))
+        })
+        .collect();
+    let st = read(&s, &ev).await;
+    assert!(
+        false_sold_out.is_empty(),
+        "{} of {} sold-out answers while the cart's units were provably left \
+         (cart, units provably left, available answered): {false_sold_out:?}; {st:#?}",
+        false_sold_out.len(),
+        sold_out.len()
+    );
+    assert_eq!(*taken.last().unwrap(), total, "{st:#?}");
+    assert_eq!(
+        (st.held, st.in_transit, st.available),
+        (total, 0, Some(0)),
+        "{st:#?}"
+    );
+}
+
 // === the property test ===
 
 /// One step of a random sale of a sharded event.
