@@ -152,6 +152,11 @@ pub fn waiting_page(
     values.insert("script_url", assets::embedded_url("waiting.js"));
     values.insert("worker_url", assets::embedded_url("pow-worker.js"));
     values.insert("texts_json", texts_json);
+    let enqueue_required = room.enqueue.is_some() && room.config.enqueue.required;
+    values.insert(
+        "enqueue",
+        if enqueue_required { "required" } else { "" }.to_owned(),
+    );
     let html = render(custom.as_ref().map_or(PAGE, |c| c.html.as_str()), &values);
     let mut res = html.into_response();
     let h = res.headers_mut();
