@@ -27,6 +27,7 @@ use sluice_gateway::config::room::EnqueueConfig;
 use sluice_tests::browser::wait_for;
 use sluice_tests::chromium::Browser;
 use sluice_tests::client::{Answer, TestClient, body};
+use sluice_tests::firefox::Firefox;
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::{ADMIN_TOKEN, TestGateway, admin_patch, easy_room, metric};
 
@@ -525,4 +526,80 @@ async fn chromium_carries_the_shops_enqueue_token() {
     assert_eq!(challenges(&base, "members").await, after, "no retry loop");
     b.close().await;
     gw.shutdown().await;
+}
+
+// === the same door in Firefox ===
+
+/// Firefox (WebDriver BiDi): a code in the fragment lets the fan in on one
+/// redemption with the code gone from the address bar; with no code the
+/// form shows with the focus in it and a code put in it lets the fan in;
+/// with no token the sign-in notice shows and no work is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn firefox_takes_a_code_and_sends_a_fan_without_token_to_sign_in() {
+    let Some(ff) = Firefox::start("page-invites-firefox").await else {
+        return;
+    };
+    ff.set_viewport(WINDOW.0, WINDOW.1).await;
+    let origin = TestOrigin::start().await;
+    let gone = "return !document.getElementById('sluice')";
+    async fn until(ff: &Firefox, script: &str, what: &str) {
+        wait_for(LIMIT, what, || async {
+            (ff.try_js(script).await.ok() == Some(json!(true))).then_some(())
+        })
+        .await;
+    }
+
+    // A code in the fragment.
+    let gw = gateway(&origin, true).await;
+    let base = gw.url();
+    let (code, id) = issue(&base, 1).await;
+    let deep = format!("{base}/echo/vip/drop");
+    ff.goto(&format!("{deep}#sluice_invite={code}")).await;
+    until(&ff, gone, "the origin's page").await;
+    assert_eq!(ff.url().await, deep);
+    assert_eq!(used(&base, &id).await, 1);
+    assert_eq!(
+        ff.js("return sessionStorage.getItem('sluice-invite:vip')")
+            .await,
+        Value::Null
+    );
+    gw.shutdown().await;
+
+    // No code: the form; a code put in it.
+    let gw = gateway(&origin, true).await;
+    let base = gw.url();
+    let (code, id) = issue(&base, 1).await;
+    let deep = format!("{base}/echo/vip/hall");
+    ff.goto(&deep).await;
+    until(
+        &ff,
+        "const m = document.getElementById('sluice-invite-msg'); \
+         return !!m && m.textContent.includes('by invitation') \
+           && document.activeElement.id === 'sluice-invite-code'",
+        "the invite form, focused",
+    )
+    .await;
+    assert_eq!(challenges(&base, "vip").await, 0.0, "no work before a code");
+    ff.js(&format!(
+        "document.getElementById('sluice-invite-code').value = {};",
+        json!(code)
+    ))
+    .await;
+    ff.click("#sluice-invite button").await;
+    until(&ff, gone, "the origin's page").await;
+    assert_eq!(ff.url().await, deep);
+    assert_eq!(used(&base, &id).await, 1);
+
+    // No token: sign in first.
+    ff.goto(&format!("{base}/echo/members/drop")).await;
+    until(
+        &ff,
+        "return document.getElementById('state').textContent.includes('signed in at the shop') \
+           && !!document.querySelector('#sluice-sign-in a')",
+        "the sign-in notice",
+    )
+    .await;
+    assert_eq!(challenges(&base, "members").await, 0.0, "no work asked");
+    gw.shutdown().await;
+    ff.close().await;
 }
