@@ -9,8 +9,52 @@
 // room opens (`prequeue: true`), it shows the opening time in the visitor's
 // local time and a countdown: everyone who arrives before then gets a place
 // in a random draw.
+// A room that is by invitation, or for the shop's signed-in customers,
+// takes an invite code and an enqueue token from the URL's fragment
+// (`#sluice_invite=CODE`, `#sluice_enqueue=JWT`, docs/waiting-page.md): a
+// fragment is never sent to a server nor logged by a proxy. The page takes
+// them out of the address bar at once, keeps them in this tab only
+// (sessionStorage, per room) until it is admitted, and asks for a code in
+// a small form when the room refuses the one it has.
 (function () {
   'use strict';
+  // Longest code and token the gateway takes (API.md); a token is a JWT.
+  var MAX_INVITE = 128, MAX_TOKEN = 4096;
+  function decode(v) {
+    try { return decodeURIComponent(v.replace(/\+/g, ' ')); } catch (e) { return null; }
+  }
+  // Splits a fragment (`#a&sluice_invite=X&b`) into the code and token it
+  // carries and the rest, kept as it was (`a&b`). A value out of bounds
+  // is dropped all the same: it never stays in the address bar.
+  function takeFragment(hash) {
+    var out = { invite: null, enqueue: null, rest: '', found: false };
+    var kept = [];
+    String(hash || '').replace(/^#/, '').split('&').forEach(function (part) {
+      if (!part) return;
+      var eq = part.indexOf('=');
+      var key = eq < 0 ? part : part.slice(0, eq);
+      if (key !== 'sluice_invite' && key !== 'sluice_enqueue') { kept.push(part); return; }
+      out.found = true;
+      var v = decode(eq < 0 ? '' : part.slice(eq + 1));
+      v = v === null ? '' : v.trim();
+      if (key === 'sluice_invite' && v && v.length <= MAX_INVITE) out.invite = v;
+      if (key === 'sluice_enqueue' && v.length <= MAX_TOKEN && /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(v)) out.enqueue = v;
+    });
+    out.rest = kept.join('&');
+    return out;
+  }
+  // What the page says when the room refuses a code, by the refusal's
+  // `reason` (API.md, invite_invalid).
+  function inviteText(reason) {
+    if (reason === 'required') return 'invite_required';
+    if (reason === 'exhausted' || reason === 'revoked' || reason === 'expired') return 'invite_used';
+    return 'invite_unknown';
+  }
+  if (typeof module !== 'undefined' && module.exports) {
+    module.exports = { takeFragment: takeFragment, inviteText: inviteText };
+    return;
+  }
+
   var root = document.getElementById('sluice');
   if (!root) return;
   var room = root.getAttribute('data-room');
@@ -42,6 +86,30 @@
   var stream = null;
   var streamOff = typeof window.EventSource !== 'function' || root.getAttribute('data-stream') === 'off';
   if (streamOff) root.setAttribute('data-transport', 'poll');
+
+  // The invite code and enqueue token of this tab for this room: from the
+  // fragment (taken out of the address bar at once), else kept from an
+  // earlier load of this tab.
+  var INVITE_KEY = 'sluice-invite:' + room, TOKEN_KEY = 'sluice-enqueue:' + room;
+  function stored(key) { try { return sessionStorage.getItem(key); } catch (e) { return null; } }
+  function store(key, v) {
+    try { if (v) sessionStorage.setItem(key, v); else sessionStorage.removeItem(key); } catch (e) { /* storage off */ }
+  }
+  var invite = stored(INVITE_KEY);
+  var enqueueToken = stored(TOKEN_KEY);
+  // The gateway says when the room takes only visitors signed in at the
+  // shop: the page then asks for no work it could not use.
+  var enqueueRequired = root.getAttribute('data-enqueue') === 'required';
+  function takeCredentials() {
+    var f = takeFragment(window.location.hash);
+    if (!f.found) return false;
+    var clean = window.location.pathname + window.location.search + (f.rest ? '#' + f.rest : '');
+    try { window.history.replaceState(window.history.state, '', clean); } catch (e) { window.location.hash = f.rest; }
+    if (f.invite) { invite = f.invite; store(INVITE_KEY, invite); }
+    if (f.enqueue) { enqueueToken = f.enqueue; store(TOKEN_KEY, enqueueToken); }
+    return !!(f.invite || f.enqueue);
+  }
+  takeCredentials();
 
   function t(key, vars) {
     var s = T[key] || key;
@@ -132,6 +200,9 @@
   }
 
   function admitted(s) {
+    // In: the code and the token have done their work.
+    store(INVITE_KEY, null);
+    store(TOKEN_KEY, null);
     say(t('admitted'));
     setProgress(1);
     window.location.replace(safePath(s.return_to || fallbackReturn));
@@ -269,11 +340,131 @@
     setTimeout(join, jitter(Math.max(wait, 1000)));
   }
 
+  // The refusals that no retry can mend: a code the room does not take,
+  // a visitor not signed in at the shop.
+  function refusal(r) {
+    var code = r.body && r.body.code;
+    if (r.status === 403 && code === 'invite_invalid') return 'invite';
+    if (r.status === 403 && code === 'enqueue_token_required') return 'sign_in';
+    if (r.status === 401 && code === 'enqueue_token_invalid') return 'sign_in_again';
+    return null;
+  }
+  function refused(r, why) {
+    if (why === 'invite') return askInvite(r.body.reason);
+    return needSignIn(why === 'sign_in_again');
+  }
+
+  // The form of an invite-only room: made here, so an operator's template
+  // needs nothing for it; shown when the room refuses the code the page
+  // has (or has none). No work is asked for until a code is accepted.
+  var inviteForm = null, inviteInput = null, inviteMsg = null, inviteBtn = null;
+  function place(el) {
+    var card = root.querySelector('.card');
+    if (card && card.parentNode) card.parentNode.insertBefore(el, card.nextSibling);
+    else root.appendChild(el);
+  }
+  function buildInviteForm() {
+    inviteForm = document.createElement('form');
+    inviteForm.id = 'sluice-invite';
+    inviteForm.className = 'card invite';
+    inviteForm.noValidate = true;
+    var label = document.createElement('label');
+    label.htmlFor = 'sluice-invite-code';
+    label.textContent = t('invite_label');
+    inviteInput = document.createElement('input');
+    inviteInput.id = 'sluice-invite-code';
+    inviteInput.name = 'invite';
+    inviteInput.type = 'text';
+    inviteInput.maxLength = MAX_INVITE;
+    inviteInput.autocomplete = 'off';
+    inviteInput.setAttribute('autocapitalize', 'none');
+    inviteInput.spellcheck = false;
+    inviteInput.setAttribute('aria-describedby', 'sluice-invite-msg');
+    inviteMsg = document.createElement('p');
+    inviteMsg.id = 'sluice-invite-msg';
+    inviteMsg.setAttribute('aria-live', 'polite');
+    inviteBtn = document.createElement('button');
+    inviteBtn.type = 'submit';
+    inviteBtn.textContent = t('invite_submit');
+    [label, inviteInput, inviteMsg, inviteBtn].forEach(function (el) { inviteForm.appendChild(el); });
+    inviteForm.addEventListener('submit', function (ev) {
+      ev.preventDefault();
+      if (inviteBtn.disabled) return;
+      var typed = inviteInput.value.trim();
+      if (!typed) { inviteMsg.textContent = t('invite_required'); inviteInput.focus(); return; }
+      invite = typed;
+      inviteBtn.disabled = true;
+      inviteInput.removeAttribute('aria-invalid');
+      inviteMsg.textContent = t('invite_checking');
+      join();
+    });
+    place(inviteForm);
+  }
+  function askInvite(reason) {
+    root.classList.remove('working');
+    root.setAttribute('data-state', 'invite');
+    setProgress(0);
+    invite = null;
+    store(INVITE_KEY, null);
+    if (!inviteForm) buildInviteForm();
+    inviteForm.hidden = false;
+    inviteForm.setAttribute('data-reason', String(reason || ''));
+    inviteBtn.disabled = false;
+    say(t('invite_prompt'));
+    inviteMsg.textContent = t(inviteText(reason));
+    if (reason !== 'required') inviteInput.setAttribute('aria-invalid', 'true');
+    inviteInput.focus();
+    if (inviteInput.value) inviteInput.select();
+  }
+  // A code accepted: the form goes, the code is kept for this tab.
+  function inviteAccepted() {
+    if (invite) store(INVITE_KEY, invite);
+    if (inviteForm) inviteForm.hidden = true;
+  }
+
+  // A room for the shop's signed-in customers, and no (valid) token: say
+  // so, with the way back to the page the visitor wanted; nothing retried.
+  var signIn = null;
+  function needSignIn(again) {
+    root.classList.remove('working');
+    root.setAttribute('data-state', 'sign-in');
+    setProgress(0);
+    if (again) { enqueueToken = null; store(TOKEN_KEY, null); }
+    say(t(again ? 'enqueue_invalid' : 'enqueue_required'));
+    if (!signIn) {
+      signIn = document.createElement('p');
+      signIn.id = 'sluice-sign-in';
+      signIn.className = 'notice';
+      var a = document.createElement('a');
+      a.href = safePath(fallbackReturn);
+      a.textContent = t('enqueue_link');
+      signIn.appendChild(a);
+      place(signIn);
+    }
+    signIn.hidden = false;
+  }
+
+  // A code or token that arrives later in the fragment (a link opened in
+  // this tab) is taken at once, and the page tries again if it was stuck.
+  window.addEventListener('hashchange', function () {
+    if (!takeCredentials()) return;
+    var stuck = root.getAttribute('data-state');
+    if (stuck !== 'invite' && stuck !== 'sign-in') return;
+    if (signIn) signIn.hidden = true;
+    if (inviteForm) inviteForm.hidden = true;
+    root.removeAttribute('data-state');
+    join();
+  });
+
   function join() {
+    if (enqueueRequired && !enqueueToken) return needSignIn(false);
     say(t('preparing'));
-    request('POST', base + '/challenge', {}).then(function (r) {
+    request('POST', base + '/challenge', invite ? { invite: invite } : {}).then(function (r) {
       if (isFull(r)) return roomFull(r);
+      var why = refusal(r);
+      if (why) return refused(r, why);
       if (r.status !== 200) throw r;
+      inviteAccepted();
       root.removeAttribute('data-state');
       say(t('solving'));
       root.classList.add('working');
@@ -297,7 +488,12 @@
       root.classList.remove('working');
       var wait = (err && err.res && Number(err.res.headers.get('retry-after'))) * 1000 || errorDelay;
       errorDelay = Math.min(errorDelay * 2, 30000);
-      say(t('reconnecting'));
+      if (err && err.status === 429 && root.getAttribute('data-state') === 'invite') {
+        // Too many codes tried from this network: the same code, later.
+        inviteMsg.textContent = t('invite_wait', { seconds: Math.ceil(wait / 1000) });
+      } else {
+        say(t('reconnecting'));
+      }
       setTimeout(join, jitter(wait));
     });
   }
@@ -313,12 +509,15 @@
   // The same solution is resubmitted after a network error: it is only
   // consumed when the gateway accepts it.
   function submit(challenge, solutions, attempt) {
-    return request('POST', base + '/join', {
-      challenge: challenge, solutions: solutions, return_to: fallbackReturn
-    }).then(function (r) {
+    var body = { challenge: challenge, solutions: solutions, return_to: fallbackReturn };
+    if (invite) body.invite = invite;
+    if (enqueueToken) body.enqueue_token = enqueueToken;
+    return request('POST', base + '/join', body).then(function (r) {
       if (r.status === 200 || r.status === 201) { errorDelay = 1000; return show(r.body); }
       if (r.status === 423) { say(t('closed')); return; }
       if (isFull(r)) return roomFull(r);
+      var why = refusal(r);
+      if (why) return refused(r, why);
       // After a network error the first submission may still be on its way
       // (the gateway has not yet noted the place it bought): a little later
       // the same solution gets that place back.

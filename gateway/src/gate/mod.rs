@@ -308,8 +308,15 @@ async fn idle_grant(
 /// waits, credit remains (as the last snapshot showed), the room is open
 /// and not sold out, `max_active` has room, and the network's budget
 /// allows. It never gets a place in line: those are bought with proof of
-/// work at the join endpoint.
+/// work at the join endpoint. A room with a door (`invite_only`, or
+/// enqueue tokens `required`) lets nobody in on the spot, idle or not: its
+/// code or token is checked at the challenge and the join
+/// (`tests/tests/page_invites.rs`).
 fn is_idle(state: &AppState, room: &Arc<Room>, headers: &HeaderMap, client: &ClientInfo) -> bool {
+    let door = room.config.invite_only || (room.enqueue.is_some() && room.config.enqueue.required);
+    if door {
+        return false;
+    }
     let snap = room.snapshot();
     let cap_free = snap
         .max_active

@@ -114,7 +114,15 @@ pub fn waiting_page(
     let id = room.id();
     // JSON inside <script type="application/json">: `<` escaped so no
     // text can close the element.
-    let texts_json = Value::Object(t.clone()).to_string().replace('<', "\\u003c");
+    // A room with no door (invite codes, enqueue tokens) leaves the door's
+    // texts out of the JSON: every page load would carry them for nothing.
+    let door = room.config.invite_only || room.enqueue.is_some();
+    let shown = t
+        .iter()
+        .filter(|(k, _)| door || !(k.starts_with("invite_") || k.starts_with("enqueue_")))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let texts_json = Value::Object(shown).to_string().replace('<', "\\u003c");
     let mut values: HashMap<&str, String> = HashMap::new();
     for (k, v) in &t {
         if let Some(s) = v.as_str() {
@@ -152,6 +160,11 @@ pub fn waiting_page(
     values.insert("script_url", assets::embedded_url("waiting.js"));
     values.insert("worker_url", assets::embedded_url("pow-worker.js"));
     values.insert("texts_json", texts_json);
+    let enqueue_required = room.enqueue.is_some() && room.config.enqueue.required;
+    values.insert(
+        "enqueue",
+        if enqueue_required { "required" } else { "" }.to_owned(),
+    );
     let html = render(custom.as_ref().map_or(PAGE, |c| c.html.as_str()), &values);
     let mut res = html.into_response();
     let h = res.headers_mut();

@@ -38,7 +38,10 @@ pub struct PageConfig {
 /// element, or nothing), `{{stylesheet_url}}`, `{{theme_url}}`,
 /// `{{texts_json}}` (for `<script type="application/json">`), and the
 /// hashed URLs of the page's scripts, `{{solver_url}}`, `{{script_url}}`
-/// and `{{worker_url}}` (for `data-worker-url`).
+/// and `{{worker_url}}` (for `data-worker-url`), and `{{enqueue}}`
+/// (`required` when the room takes only visitors with an enqueue token,
+/// else empty: for `data-enqueue`, so the page asks no work of a visitor
+/// it must send to sign in).
 pub const PLACEHOLDERS: &[&str] = &[
     "room",
     "return_to",
@@ -50,6 +53,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "solver_url",
     "script_url",
     "worker_url",
+    "enqueue",
 ];
 
 impl PageConfig {
@@ -300,9 +304,47 @@ pub(crate) fn texts(lang: Lang) -> Map<String, Value> {
             "prequeue_opening": "ouverture : tirage des places…"
         }),
     };
-    match v {
+    let mut all = match v {
         Value::Object(m) => m,
         _ => Map::new(),
+    };
+    if let Value::Object(more) = door_texts(lang) {
+        all.extend(more);
+    }
+    all
+}
+
+/// The texts of a room's door (one `json!` for every text is too deep for
+/// the macro): the invite form of an invite-only room, and the sign-in
+/// notice of a room that takes only visitors signed in at the shop.
+fn door_texts(lang: Lang) -> Value {
+    match lang {
+        Lang::En => json!({
+            "invite_prompt": "This line is by invitation.",
+            "invite_label": "Invite code",
+            "invite_submit": "Join the line",
+            "invite_required": "This room is by invitation: enter the code you were given.",
+            "invite_unknown": "That code was not recognised. Check it and try again.",
+            "invite_used": "That code can no longer be used. Ask whoever gave it to you for a new one.",
+            "invite_checking": "Checking your code…",
+            "invite_wait": "Too many codes were tried from your network. Trying again in {seconds} s…",
+            "enqueue_required": "This line is for customers signed in at the shop. Please sign in there first: the shop then sends you back here, and your place is kept for your account.",
+            "enqueue_invalid": "Your sign-in for this line has expired or is not valid. Please sign in at the shop again: it sends you back here.",
+            "enqueue_link": "Back to the page you wanted"
+        }),
+        Lang::Fr => json!({
+            "invite_prompt": "Cette file est sur invitation.",
+            "invite_label": "Code d'invitation",
+            "invite_submit": "Rejoindre la file",
+            "invite_required": "Cette salle est sur invitation : saisissez le code que vous avez reçu.",
+            "invite_unknown": "Ce code n'a pas été reconnu. Vérifiez-le et réessayez.",
+            "invite_used": "Ce code ne peut plus être utilisé. Demandez-en un nouveau à qui vous l'a donné.",
+            "invite_checking": "Vérification de votre code…",
+            "invite_wait": "Trop de codes ont été essayés depuis votre réseau. Nouvel essai dans {seconds} s…",
+            "enqueue_required": "Cette file est réservée aux clients connectés à la boutique. Connectez-vous d'abord sur la boutique : elle vous renvoie ici, et votre place est gardée pour votre compte.",
+            "enqueue_invalid": "Votre connexion pour cette file a expiré ou n'est pas valable. Reconnectez-vous sur la boutique : elle vous renvoie ici.",
+            "enqueue_link": "Retour à la page demandée"
+        }),
     }
 }
 
