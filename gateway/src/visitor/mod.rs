@@ -38,22 +38,27 @@ const MAX_INVITE_LEN: usize = 128;
 /// Longest `enqueue_token` a join takes.
 const MAX_ENQUEUE_TOKEN_LEN: usize = 4096;
 
-/// The `invite` of a challenge's body: none for an empty or non-JSON body
-/// or an object without the member (clients older than invites send
-/// those); 400 `malformed_request` for JSON that is not an object or an
-/// `invite` that is not a string of at most 128 bytes.
+/// The `invite` of a challenge's body: none for an empty body or an object
+/// without the member (clients older than invites send those); 400
+/// `malformed_request` for a body that is not a JSON object or an `invite`
+/// that is not a string of at most 128 characters (JSON Schema's
+/// `maxLength` counts characters, not bytes).
 fn challenge_invite(body: &[u8]) -> Result<Option<String>, Problem> {
+    if body.trim_ascii().is_empty() {
+        return Ok(None);
+    }
     let fields = match serde_json::from_slice(body) {
-        Err(_) => return Ok(None),
         Ok(serde_json::Value::Object(fields)) => fields,
-        Ok(_) => return Err(Problem::malformed("the body must be a JSON object")),
+        _ => return Err(Problem::malformed("the body must be a JSON object")),
     };
     match fields.get("invite") {
         None => Ok(None),
-        Some(serde_json::Value::String(code)) if code.len() <= MAX_INVITE_LEN => {
+        Some(serde_json::Value::String(code)) if code.chars().count() <= MAX_INVITE_LEN => {
             Ok(Some(code.clone()))
         }
-        Some(serde_json::Value::String(_)) => Err(Problem::malformed("invite: at most 128 bytes")),
+        Some(serde_json::Value::String(_)) => {
+            Err(Problem::malformed("invite: at most 128 characters"))
+        }
         Some(_) => Err(Problem::malformed("invite: must be a string")),
     }
 }
@@ -614,14 +619,14 @@ fn check_join_body(state: &AppState, room: &Room, body: &JoinBody) -> Result<(),
     if body
         .invite
         .as_ref()
-        .is_some_and(|i| i.len() > MAX_INVITE_LEN)
+        .is_some_and(|i| i.chars().count() > MAX_INVITE_LEN)
         || body
             .enqueue_token
             .as_ref()
-            .is_some_and(|t| t.len() > MAX_ENQUEUE_TOKEN_LEN)
+            .is_some_and(|t| t.chars().count() > MAX_ENQUEUE_TOKEN_LEN)
     {
         return Err(Problem::malformed(
-            "invite (at most 128 bytes) or enqueue_token (at most 4096) too long",
+            "invite (at most 128 characters) or enqueue_token (at most 4096) too long",
         ));
     }
     let base64url = |s: &str| {
