@@ -25,10 +25,10 @@
 //! per-request tracing span. On this path the layers cost about a fifth
 //! of the gateway's CPU per request (`tests/bench/proxy.sh`). A guarded
 //! request whose admission is settled at the edge (a valid token, its
-//! session not revoked, no renewal due: [`gate::settled`]) also goes on
+//! session not revoked, no renewal due: `gate::settled`) also goes on
 //! from the connection, to the gate's way to the origin
-//! ([`gate::to_origin`]), with the request id, the catch of a panic, its
-//! span and [`note_answer`]'s word on a 5xx; its answer is the origin's,
+//! (`gate::to_origin`), with the request id, the catch of a panic, its
+//! span and `note_answer`'s word on a 5xx; its answer is the origin's,
 //! which the compression layer leaves alone anyway. Every other guarded
 //! request (no token, a bad one, a revoked session, a renewal due, an
 //! upgrade) takes the router and [`gate::guarded`].

@@ -25,10 +25,10 @@
 //! tokens within a tick), clears both cookies and spends the place.
 //!
 //! Most guarded requests are an admitted visitor's, whose token the
-//! connection showed before: [`settled`] decides those at the edge, with
+//! connection showed before: `settled` decides those at the edge, with
 //! checks 1 and 3 and no store call (`None` whenever a store call, a
 //! renewal or the waiting room could follow, and [`authorize`] decides),
-//! and the edge sends them on with [`to_origin`], past the router.
+//! and the edge sends them on with `to_origin`, past the router.
 //!
 //! Forward-auth (`forward`, `GET /_sluice/auth`) runs the request a proxy
 //! in front describes through the same [`authorize`] and answers with the
