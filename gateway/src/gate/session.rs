@@ -102,6 +102,11 @@ impl Memo {
     }
 }
 
+/// The longest `Cookie` field a connection's [`AdmitMemo`] keeps a copy of
+/// (a field stuffed to the head's limit is read each time instead of held
+/// for the connection's life): room for the token and a site's own cookies.
+const MEMO_FIELD_MAX: usize = 2 * sluice_admission::tokens::MAX_TOKEN_LEN;
+
 /// The one `Cookie` field of a request, when it has exactly one.
 fn lone_cookie_field(headers: &HeaderMap) -> Option<&http::HeaderValue> {
     let mut cookies = headers.get_all(http::header::COOKIE).iter();
@@ -136,8 +141,10 @@ pub fn settled_admission(
             last => {
                 let token = admission_token(headers, room, client)?;
                 // Where the token was read, when it is the room's cookie in
-                // the one `Cookie` field (not a bearer token).
+                // the one `Cookie` field (not a bearer token), and that
+                // field is no longer than [`MEMO_FIELD_MAX`].
                 let read_from = lone_cookie_field(headers)
+                    .filter(|f| f.len() <= MEMO_FIELD_MAX)
                     .filter(|_| cookies::read_admit(headers, room.id(), client) == Some(token))
                     .map(|f| {
                         (
