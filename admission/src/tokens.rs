@@ -267,7 +267,18 @@ struct AnyClaims {
     ret: Option<String>,
 }
 
-impl AnyClaims {
+/// The checks of a verified token's claims that depend on who asks and
+/// when: its type and room, the issuer, `exp` and `iat` against `now_s`
+/// with [`LEEWAY_S`] of skew. Run on every use, cached or not.
+struct Checked<'a> {
+    typ: &'a str,
+    aud: &'a str,
+    iss: &'a str,
+    exp: u64,
+    iat: u64,
+}
+
+impl Checked<'_> {
     fn check(&self, typ: &str, room: &str, now_s: u64) -> Result<(), TokenError> {
         if self.typ != typ {
             return Err(TokenError::WrongType);
@@ -285,6 +296,37 @@ impl AnyClaims {
             return Err(TokenError::IssuedInFuture);
         }
         Ok(())
+    }
+}
+
+impl AdmitClaims {
+    /// Whether these claims (of an admission token whose signature was
+    /// verified) still admit to `room` at `now_s`: the same checks as every
+    /// use through [`VerifyCache::verify_admit`] (type, room, issuer, `exp`,
+    /// `iat`), for a holder that remembers the token it verified (byte for
+    /// byte) instead of asking the cache again.
+    pub fn check(&self, room: &str, now_s: u64) -> Result<(), TokenError> {
+        Checked {
+            typ: &self.typ,
+            aud: &self.aud,
+            iss: &self.iss,
+            exp: self.exp,
+            iat: self.iat,
+        }
+        .check(TYP_ADMIT, room, now_s)
+    }
+}
+
+impl AnyClaims {
+    fn check(&self, typ: &str, room: &str, now_s: u64) -> Result<(), TokenError> {
+        Checked {
+            typ: &self.typ,
+            aud: &self.aud,
+            iss: &self.iss,
+            exp: self.exp,
+            iat: self.iat,
+        }
+        .check(typ, room, now_s)
     }
 
     fn queue(&self) -> Result<QueueClaims, TokenError> {

@@ -265,6 +265,121 @@ async fn jwt_attacks_on_status_and_gate_are_refused_and_change_nothing() {
     gw.shutdown().await;
 }
 
+/// The gate remembers the admission token each connection showed last
+/// (it is settled at the edge without the shared verify cache): on one
+/// keep-alive connection that showed a valid admission, every forgery and
+/// every admission wrong in one claim still gets the waiting room, the
+/// valid token passes again after each, and once its session is revoked it
+/// passes no more, on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_showed_a_valid_admission_gets_nothing_for_a_forged_one() {
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let dir = keys.clone();
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(move |c| {
+            c.keys_dir = Some(dir);
+            c.pow_secret = Some(POW_SECRET.into());
+            // rate 0: each room's one credit is spent below, and then
+            // nobody is let in on the spot (a refused token gets the
+            // waiting room, not a passthrough)
+            c.rooms = vec![
+                room("default", 0.0, &[]),
+                room("other", 0.0, &["/echo/other"]),
+            ];
+        })
+        .spawn()
+        .await;
+    let mut v = Visitor::new(&gw.url(), "default");
+    assert!(v.join("/").await.status.is_success());
+    assert!(v.wait_admitted(Duration::from_secs(10), 100).await);
+    let valid = v.admission_token.clone().expect("admitted");
+    let res = TestClient::new()
+        .get(&format!("{}/echo/other/spend", gw.url()), &[])
+        .await;
+    assert_eq!(res.status, 200, "the other room's credit: {}", res.text());
+
+    let ring = Keyring::load_dir(&keys).unwrap();
+    let now = now_s();
+    let mut forged: Vec<(&str, String)> = Vec::new();
+    let mut tampered = valid.clone();
+    tampered.insert(valid.find('.').unwrap() + 1, 'e');
+    forged.push(("payload tampered", tampered));
+    let mut last = valid.clone();
+    let c = last.pop().unwrap();
+    forged.push((
+        "signature's last character changed",
+        format!("{last}{}", if c == 'A' { 'B' } else { 'A' }),
+    ));
+    forged.push(("signature cut short", last.clone()));
+    forged.push(("one more character", format!("{valid}A")));
+    forged.push((
+        "unsigned",
+        valid.rsplit_once('.').unwrap().0.to_owned() + ".",
+    ));
+    let a = AdmitClaims::new("other", "v", 0, now, Duration::from_secs(600));
+    forged.push(("another room's admission", ring.sign_admit(&a).unwrap()));
+    let mut a = AdmitClaims::new("default", "v", 0, now - 7200, Duration::from_secs(60));
+    a.iat = now - 7200;
+    forged.push(("expired admission", ring.sign_admit(&a).unwrap()));
+    let mut a = AdmitClaims::new("default", "v", 0, now, Duration::from_secs(600));
+    a.ipp = Some("203.0.113.0/24".into());
+    forged.push(("bound to another network", ring.sign_admit(&a).unwrap()));
+    let mut bound_here = AdmitClaims::new("default", "v", 0, now, Duration::from_secs(600));
+    bound_here.ipp = Some("127.0.0.0/24".into());
+    let bound_here = ring.sign_admit(&bound_here).unwrap();
+
+    let get = |path: &str, token: &str, last: bool| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\nCookie: sluice_a_default={token}\r\n{}\r\n",
+            if last { "Connection: close\r\n" } else { "" }
+        )
+    };
+    // One connection, the requests in order: the valid token, then each
+    // forgery followed by the valid token again (and the valid token as
+    // another room's cookie name: no admission there).
+    let mut wire = get("/echo/a", &valid, false);
+    let mut want = vec![200];
+    for (_, token) in &forged {
+        wire += &get("/echo/b", token, false);
+        wire += &get("/echo/c", &valid, false);
+        want.extend([503, 200]);
+    }
+    wire += &format!(
+        "GET /echo/other/x HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\nCookie: sluice_a_other={valid}\r\n\r\n"
+    );
+    want.push(503);
+    wire += &get("/echo/d", &bound_here, false);
+    wire += &get("/echo/e", &valid, false);
+    want.extend([200, 200]);
+    // The origin ends the session: the same token, on the same connection,
+    // is refused from the next request on (its cookies cleared).
+    wire += &get("/command/revoke", &valid, false);
+    wire += &get("/echo/f", &valid, true);
+    want.extend([200, 503]);
+
+    let before = origin.requests();
+    let text = raw(gw.addr, wire.as_bytes(), Duration::from_secs(10)).await;
+    let codes = statuses(&text);
+    assert_eq!(
+        codes,
+        want,
+        "{:?}\n{text}",
+        forged.iter().map(|f| f.0).collect::<Vec<_>>()
+    );
+    let passed = want.iter().filter(|c| **c == 200).count() as u64;
+    assert_eq!(origin.requests() - before, passed, "{text}");
+    assert!(
+        !text.contains("/echo/b"),
+        "a forgery reached the origin: {text}"
+    );
+    let refused = text.rsplit("HTTP/1.1 ").next().unwrap();
+    assert!(refused.contains("waiting_room_active"), "{refused}");
+    assert!(refused.contains("sluice_a_default=;"), "{refused}");
+    gw.shutdown().await;
+}
+
 // === proof of work ===
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,15 @@
 //! the router and its layers: it gets the same request id (one counter),
 //! the same catch of a panic, and the proxy's own problem logs, but no
 //! per-request tracing span. On this path the layers cost about a fifth
-//! of the gateway's CPU per request (`tests/bench/proxy.sh`).
+//! of the gateway's CPU per request (`tests/bench/proxy.sh`). A guarded
+//! request whose admission is settled at the edge (a valid token, its
+//! session not revoked, no renewal due: `gate::settled`) also goes on
+//! from the connection, to the gate's way to the origin
+//! (`gate::to_origin`), with the request id, the catch of a panic, its
+//! span and `note_answer`'s word on a 5xx; its answer is the origin's,
+//! which the compression layer leaves alone anyway. Every other guarded
+//! request (no token, a bad one, a revoked session, a renewal due, an
+//! upgrade) takes the router and [`gate::guarded`].
 //!
 //! The in-flight bounds (store-bound requests, admin calls, forwards to
 //! the origin) are `tokio` semaphores tried without waiting, not tower's
@@ -194,6 +202,19 @@ fn on_failure(
             tracing::debug!(status = status.as_u16(), latency_ms = ms, "answered");
         }
         other => tracing::error!(classification = %other, latency_ms = ms, "response failed"),
+    }
+}
+
+/// The trace layer's word ([`on_failure`]) on an answer the edge sent on
+/// past the router (an admitted visitor's request, [`crate::edge::server`]):
+/// a 5xx is a failure to it.
+pub(crate) fn note_answer(status: StatusCode, latency: std::time::Duration) {
+    if status.is_server_error() {
+        on_failure(
+            tower_http::classify::ServerErrorsFailureClass::StatusCode(status),
+            latency,
+            &tracing::Span::none(),
+        );
     }
 }
 

@@ -467,6 +467,7 @@ where
         peer_text: crate::proxy::peer_text(peer),
         watch: watch.clone(),
         hold,
+        admit_memo: crate::gate::session::AdmitMemo::default(),
     });
     let Some(watch) = watch else {
         // HTTP/2 bounds its streams and pings of its own. Boxed, as
@@ -714,6 +715,8 @@ struct ConnCtx {
     watch: Option<Arc<ConnWatch>>,
     /// The connection's permit and count, for a tunnel made of it.
     hold: crate::proxy::ConnHold,
+    /// The admission token the connection showed last, verified.
+    admit_memo: crate::gate::session::AdmitMemo,
 }
 
 /// The answer to one request, whichever server read it: a request no room
@@ -724,6 +727,7 @@ fn answer(
     mut req: http::Request<axum::body::Body>,
 ) -> impl Future<Output = http::Response<axum::body::Body>> + Send + use<> {
     use futures_util::FutureExt as _;
+    use futures_util::future::Either;
     let mut info = ClientInfo::resolve(ctx.peer, req.headers(), &ctx.trusted);
     info.peer_text.clone_from(&ctx.peer_text);
     if ctx.tls {
@@ -735,18 +739,14 @@ fn answer(
         let id = ctx.ids.next_value();
         let mut res = axum::response::IntoResponse::into_response(p);
         res.headers_mut().insert(REQUEST_ID, id);
-        return futures_util::future::Either::Left(futures_util::future::Either::Right(
-            std::future::ready(res),
-        ));
+        return Either::Left(Either::Right(std::future::ready(res)));
     }
     if let Some(port) = ctx.redirect_to
         && !crate::edge::tls::stays_plain(req.uri().path())
     {
         let mut res = crate::edge::tls::to_https(&req, port);
         res.headers_mut().insert(REQUEST_ID, ctx.ids.next_value());
-        return futures_util::future::Either::Left(futures_util::future::Either::Right(
-            std::future::ready(res),
-        ));
+        return Either::Left(Either::Right(std::future::ready(res)));
     }
     if req.headers().contains_key(http::header::UPGRADE) {
         req.extensions_mut().insert(ctx.hold.clone());
@@ -755,38 +755,78 @@ fn answer(
     // to the origin; a guarded request carries its room to the gate.
     let Some(guard) = guard_of(&ctx.st, &req, &info) else {
         // Straight to the origin: no room guards the path.
-        let id = match req.headers().get(&REQUEST_ID) {
-            Some(v) => v.clone(),
-            None => {
-                let v = ctx.ids.next_value();
-                req.headers_mut().insert(REQUEST_ID, v.clone());
-                v
-            }
-        };
+        let id = request_id(ctx, &mut req);
         let ctx = ctx.clone();
         // Boxed: a proxied request's state is several KiB, and inline it
         // would be part of every connection's task for the connection's
         // whole life (an idle status stream's too; see [`serve_http1`]).
         // One allocation per proxied request.
-        return futures_util::future::Either::Left(futures_util::future::Either::Left(Box::pin(
-            async move {
-                let forward = ctx.st.proxy().forward_watched(
+        return Either::Left(Either::Left(Either::Left(Box::pin(async move {
+            let forward = ctx
+                .st
+                .proxy()
+                .forward_watched(req, &info, None, ctx.watch.as_deref());
+            // As the router's CatchPanicLayer: a bug is a 500, never a
+            // dropped connection.
+            let mut res = std::panic::AssertUnwindSafe(forward)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(panic_response);
+            res.headers_mut().insert(REQUEST_ID, id);
+            res
+        }))));
+    };
+    // An admitted visitor's request whose admission is settled without the
+    // store (a valid token, its session not revoked, no renewal due: most
+    // guarded requests) goes on from here too, past the router: the gate's
+    // own way to the origin and back ([`crate::gate::to_origin`], its
+    // revoke command and cookies), with what the router's layers give it
+    // (the request id, the catch of a panic, the request's span and the
+    // trace layer's word on a 5xx). The origin's answer is never compressed
+    // by the gateway, so the compression layer has nothing to do here.
+    // Anything else about a guarded request is the router's and the gate's
+    // to decide, in full.
+    if let Some(crate::gate::GuardedBy(room)) = &guard
+        && !req.headers().contains_key(http::header::UPGRADE)
+        && let Some(admission) =
+            crate::gate::settled(&ctx.st, room.clone(), req.headers(), &info, &ctx.admit_memo)
+    {
+        use tracing::Instrument as _;
+        let id = request_id(ctx, &mut req);
+        let span = tracing::info_span!(
+            "request",
+            method = %req.method(),
+            path = %req.uri().path(),
+            request_id = %id.to_str().unwrap_or(""),
+        );
+        let ctx = ctx.clone();
+        let started = std::time::Instant::now();
+        // Boxed, as the unguarded path's.
+        return Either::Left(Either::Left(Either::Right(Box::pin(async move {
+            let answered = async {
+                let to_origin = crate::gate::to_origin(
+                    &ctx.st,
+                    admission,
                     req,
                     &info,
-                    http::HeaderMap::new(),
                     ctx.watch.as_deref(),
+                    started,
                 );
-                // As the router's CatchPanicLayer: a bug is a 500, never a
-                // dropped connection.
-                let mut res = std::panic::AssertUnwindSafe(forward)
+                let res = std::panic::AssertUnwindSafe(to_origin)
                     .catch_unwind()
                     .await
                     .unwrap_or_else(panic_response);
-                res.headers_mut().insert(REQUEST_ID, id);
+                crate::app::note_answer(res.status(), started.elapsed());
                 res
-            },
-        )));
-    };
+            };
+            let mut res = answered.instrument(span).await;
+            // As the router's layer: an id the origin answered with stays.
+            if !res.headers().contains_key(&REQUEST_ID) {
+                res.headers_mut().insert(REQUEST_ID, id);
+            }
+            res
+        }))));
+    }
     if let Some(guard) = guard {
         req.extensions_mut().insert(guard);
     }
@@ -794,10 +834,23 @@ fn answer(
     if let Some(watch) = &ctx.watch {
         req.extensions_mut().insert(watch.clone());
     }
-    futures_util::future::Either::Right(ctx.router.clone().oneshot(req).map(|res| match res {
+    Either::Right(ctx.router.clone().oneshot(req).map(|res| match res {
         Ok(res) => res,
         Err(never) => match never {},
     }))
+}
+
+/// The request id of a request the edge sends on past the router: the
+/// client's, else the next one, put in the request (the origin gets it).
+fn request_id(ctx: &ConnCtx, req: &mut http::Request<axum::body::Body>) -> http::HeaderValue {
+    match req.headers().get(&REQUEST_ID) {
+        Some(v) => v.clone(),
+        None => {
+            let v = ctx.ids.next_value();
+            req.headers_mut().insert(REQUEST_ID, v.clone());
+            v
+        }
+    }
 }
 
 /// The service hyper calls for each request of one connection: [`answer`],

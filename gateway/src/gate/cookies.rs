@@ -49,8 +49,27 @@ pub fn read(headers: &HeaderMap, name: &str, client: &ClientInfo) -> Option<Stri
     token(headers, name)
 }
 
+/// The token of room `room`'s admission cookie for this client, as
+/// [`read`] with [`admit_name`], borrowed from the request and without
+/// making the names (it is read on every guarded request).
+pub fn read_admit<'h>(headers: &'h HeaderMap, room: &str, client: &ClientInfo) -> Option<&'h str> {
+    let admit = |k: &str| k.strip_prefix("sluice_a_") == Some(room);
+    if client.proto == "https"
+        && let Some(t) = value_where(headers, |k| k.strip_prefix("__Host-").is_some_and(admit))
+    {
+        return Some(t);
+    }
+    value_where(headers, admit)
+}
+
 /// The value of cookie `name`, if sent.
 pub fn token(headers: &HeaderMap, name: &str) -> Option<String> {
+    value_where(headers, |k| k == name).map(str::to_owned)
+}
+
+/// The first non-empty value of a cookie whose name `named` says yes to,
+/// borrowed from the `Cookie` fields.
+fn value_where(headers: &HeaderMap, named: impl Fn(&str) -> bool) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -58,19 +77,24 @@ pub fn token(headers: &HeaderMap, name: &str) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| {
             let (k, v) = kv.trim().split_once('=')?;
-            (k == name).then(|| v.trim_matches('"').to_owned())
+            named(k).then(|| v.trim_matches('"'))
         })
         .find(|v| !v.is_empty())
 }
 
 /// A bearer token from `Authorization`, if sent.
 pub fn bearer(headers: &HeaderMap) -> Option<String> {
+    bearer_str(headers).map(str::to_owned)
+}
+
+/// [`bearer`], borrowed from the request.
+pub fn bearer_str(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)?
         .to_str()
         .ok()?
         .strip_prefix("Bearer ")
-        .map(|t| t.trim().to_owned())
+        .map(str::trim)
         .filter(|t| !t.is_empty())
 }
 
@@ -186,6 +210,42 @@ pub fn clear(headers: &mut HeaderMap, name: &str) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_admission_cookie_is_read_as_by_its_name() {
+        let rooms = ["default", "x", "sluice_a_x", ""];
+        let fields = [
+            "sluice_a_default=A",
+            "__Host-sluice_a_default=H; sluice_a_default=A",
+            "sluice_a_default=; sluice_a_default=\"B\"",
+            "sluice_a_defaultx=C; sluice_a_x=D",
+            "__Host-sluice_a_x=E",
+            "__host-sluice_a_x=F; Sluice_a_x=G",
+            "sluice_a_sluice_a_x=I; sluice_a_=J",
+            "a=1;  sluice_a_x = K ; __Host-sluice_a_default=L",
+        ];
+        for room in rooms {
+            for field in fields {
+                let mut h = HeaderMap::new();
+                h.append(header::COOKIE, field.parse().unwrap());
+                h.append(header::COOKIE, "sluice_a_x=second".parse().unwrap());
+                for proto in ["http", "https"] {
+                    let client = ClientInfo {
+                        peer: "192.0.2.1:1".parse().unwrap(),
+                        ip: "192.0.2.1".parse().unwrap(),
+                        peer_trusted: false,
+                        proto,
+                        peer_text: None,
+                    };
+                    assert_eq!(
+                        read_admit(&h, room, &client),
+                        read(&h, &admit_name(room), &client).as_deref(),
+                        "{room} {field} {proto}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn reads_and_writes() {

@@ -90,7 +90,10 @@ pub(crate) async fn forward_auth(State(state): State<AppState>, req: Request) ->
                     .into_response();
             };
             let mut res = StatusCode::OK.into_response();
-            res.headers_mut().extend(admission.origin_headers());
+            if let Some(token) = admission.origin_header() {
+                res.headers_mut()
+                    .insert(crate::proxy::SLUICE_ADMISSION, token);
+            }
             super::admission_cookies(&admission, client, res.headers_mut());
             res
         }

@@ -24,6 +24,12 @@
 //! once (its slot goes back under `max_active`; every gateway refuses its
 //! tokens within a tick), clears both cookies and spends the place.
 //!
+//! Most guarded requests are an admitted visitor's, whose token the
+//! connection showed before: `settled` decides those at the edge, with
+//! checks 1 and 3 and no store call (`None` whenever a store call, a
+//! renewal or the waiting room could follow, and [`authorize`] decides),
+//! and the edge sends them on with `to_origin`, past the router.
+//!
 //! Forward-auth (`forward`, `GET /_sluice/auth`) runs the request a proxy
 //! in front describes through the same [`authorize`] and answers with the
 //! admission header and cookie the in-path mode would forward and set
@@ -120,26 +126,69 @@ enum Grant {
     /// origin and into the visitor's cookie.
     Passthrough(String),
     /// A valid admission token whose session lives: forwarded (renewed past
-    /// half its life, then also set as the cookie).
+    /// half its life, then also set as the cookie). `claims`: the token's
+    /// as shown (its session is the renewed one's).
     Token {
-        forwarded: String,
+        forwarded: HeaderValue,
         renewed: bool,
-        sid: Option<String>,
+        claims: Arc<AdmitClaims>,
     },
 }
 
 impl Admission {
-    /// The gateway's own headers to the origin: the admission token, when
-    /// there is one.
-    fn origin_headers(&self) -> HeaderMap {
+    /// The gateway's own header to the origin, `Sluice-Admission`: the
+    /// admission token, when there is one.
+    fn origin_header(&self) -> Option<HeaderValue> {
         match &self.grant {
-            Grant::Passthrough(token)
-            | Grant::Token {
-                forwarded: token, ..
-            } => admission_header(token),
-            Grant::Unguarded | Grant::FailOpen => HeaderMap::new(),
+            Grant::Passthrough(token) => HeaderValue::from_str(token).ok(),
+            Grant::Token { forwarded, .. } => Some(forwarded.clone()),
+            Grant::Unguarded | Grant::FailOpen => None,
         }
     }
+}
+
+/// The admission of a request to `room` when it is settled without the
+/// store or the waiting room ([`session::settled_admission`]: a valid
+/// token, its session not revoked, no renewal due): the edge then sends the
+/// request on with [`to_origin`], past the router. `None`: [`authorize`]
+/// decides, in full.
+pub(crate) fn settled(
+    state: &AppState,
+    room: Arc<Room>,
+    headers: &HeaderMap,
+    client: &ClientInfo,
+    memo: &session::AdmitMemo,
+) -> Option<Admission> {
+    let (forwarded, claims) = session::settled_admission(state, headers, &room, client, memo)?;
+    Some(Admission {
+        room: Some(room),
+        grant: Grant::Token {
+            forwarded,
+            renewed: false,
+            claims,
+        },
+    })
+}
+
+/// A request the gate let through, to the origin and back: the proxy
+/// (`watch`: the connection's deadlines, when it has them), then
+/// [`after_origin`] (`started`: when the request came to the gate). What
+/// [`guarded`] does after [`authorize`], and the edge with a [`settled`]
+/// admission.
+pub(crate) async fn to_origin(
+    state: &AppState,
+    admission: Admission,
+    req: Request,
+    client: &ClientInfo,
+    watch: Option<&sluice_wire::watch::ConnWatch>,
+    started: std::time::Instant,
+) -> Response {
+    let mut res = state
+        .proxy()
+        .forward_watched(req, client, admission.origin_header(), watch)
+        .await;
+    after_origin(state, admission, client, started, &mut res).await;
+    res
 }
 
 /// Everything outside `/_sluice/`: [`authorize`], then the origin (the one
@@ -157,12 +206,15 @@ pub async fn guarded(State(state): State<AppState>, req: Request) -> Response {
             .log_cause(&"request without client info")
             .into_response();
     };
+    // The connection's deadlines, when the server put them with it.
+    let watch = req
+        .extensions()
+        .get::<Arc<sluice_wire::watch::ConnWatch>>()
+        .cloned();
     let started = std::time::Instant::now();
-    let mut res = state
-        .proxy()
-        .forward(req, &client, admission.origin_headers())
-        .await;
-    after_origin(&state, admission, &client, started, &mut res).await;
+    let mut res = to_origin(&state, admission, req, &client, watch.as_deref(), started).await;
+    // (for the compression layer, which the edge's way past the router
+    // does not have)
     res.extensions_mut().insert(FromOrigin);
     res
 }
@@ -231,17 +283,14 @@ async fn admission_grant(
         &claims,
         renewed.as_ref().map(|(_, c)| c),
     ));
-    Ok(match renewed {
-        Some((forwarded, _)) => Grant::Token {
-            forwarded,
-            renewed: true,
-            sid: claims.sid,
-        },
-        None => Grant::Token {
-            forwarded: token,
-            renewed: false,
-            sid: claims.sid,
-        },
+    let (forwarded, renewed) = match renewed {
+        Some((token, _)) => (token, true),
+        None => (token, false),
+    };
+    Ok(Grant::Token {
+        forwarded: HeaderValue::from_str(&forwarded).map_err(|_| false)?,
+        renewed,
+        claims: Arc::new(claims),
     })
 }
 
@@ -257,7 +306,7 @@ async fn renew(
 ) -> Option<(String, AdmitClaims)> {
     let ttl = room.settings().session_ttl;
     let now = now_s();
-    if now.saturating_sub(claims.iat) * 2 < ttl.as_secs() {
+    if !session::renewal_due(room, claims, now) {
         return None;
     }
     let live = match &claims.sid {
@@ -381,13 +430,13 @@ async fn after_origin(
         Grant::Unguarded | Grant::FailOpen | Grant::Passthrough(_) => {
             admission_cookies(&admission, client, res.headers_mut());
         }
-        Grant::Token { sid, .. } => {
+        Grant::Token { claims, .. } => {
             let revoke = res
                 .extensions()
                 .get::<OriginCommand>()
                 .is_some_and(|c| c.0 == "revoke");
             if revoke {
-                if let Some(sid) = sid {
+                if let Some(sid) = &claims.sid {
                     room.note_ended(sid);
                     if let Err(e) = state.queue().session_end(room.id(), sid).await {
                         tracing::warn!(room = room.id(), error = %e, "revoke: could not end the session in the store");
@@ -410,12 +459,16 @@ fn admission_cookies(admission: &Admission, client: &ClientInfo, headers: &mut H
         return;
     };
     match &admission.grant {
-        Grant::Passthrough(token)
-        | Grant::Token {
-            forwarded: token,
+        Grant::Passthrough(token) => cookies::set_admission(headers, room, token, client),
+        Grant::Token {
+            forwarded,
             renewed: true,
             ..
-        } => cookies::set_admission(headers, room, token, client),
+        } => {
+            if let Ok(token) = forwarded.to_str() {
+                cookies::set_admission(headers, room, token, client);
+            }
+        }
         Grant::Unguarded | Grant::FailOpen | Grant::Token { .. } => {}
     }
 }
@@ -481,13 +534,4 @@ fn waiting(
         cookies::clear(res.headers_mut(), &cookies::queue_name(room.id()));
     }
     res
-}
-
-/// The gateway's own header to the origin: the visitor's admission token.
-fn admission_header(token: &str) -> HeaderMap {
-    let mut extra = HeaderMap::new();
-    if let Ok(v) = HeaderValue::from_str(token) {
-        extra.insert("sluice-admission", v);
-    }
-    extra
 }

@@ -143,8 +143,9 @@ impl Proxy {
         &self.origin
     }
 
-    /// Forwards one request. `extra` headers (the gateway's own `Sluice-*`)
-    /// are added after the client's `Sluice-*` headers were removed.
+    /// Forwards one request. `admission`: the gateway's own header to the
+    /// origin, `Sluice-Admission` (the visitor's admission token), added
+    /// after the client's `Sluice-*` headers were removed.
     ///
     /// At most `limits.max_origin_requests` requests wait for the origin's
     /// response headers at once; one past it is answered at once with 503
@@ -153,11 +154,11 @@ impl Proxy {
         &self,
         req: Request<Body>,
         client: &ClientInfo,
-        extra: HeaderMap,
+        admission: Option<HeaderValue>,
     ) -> Response {
         // The connection's deadlines, when the server put them with it.
         let watch = req.extensions().get::<std::sync::Arc<ConnWatch>>().cloned();
-        self.forward_watched(req, client, extra, watch.as_deref())
+        self.forward_watched(req, client, admission, watch.as_deref())
             .await
     }
 
@@ -168,7 +169,7 @@ impl Proxy {
         &self,
         mut req: Request<Body>,
         client: &ClientInfo,
-        extra: HeaderMap,
+        admission: Option<HeaderValue>,
         watch: Option<&ConnWatch>,
     ) -> Response {
         let Ok(_permit) = self.slots.try_acquire() else {
@@ -224,13 +225,13 @@ impl Proxy {
                 joined = format!("{base}{pq}");
                 &joined
             };
-            encode_forwarded(&req, target, &fwd, &extra, send.head());
+            encode_forwarded(&req, target, &fwd, admission.as_ref(), send.head());
             let method = req.method().clone();
             drop(req);
             let result = self.in_time(send.send(method), watch, started).await;
             (result, None)
         } else {
-            let body_failed = match self.for_hyper(&mut req, &fwd, &extra, upgrade.as_ref()) {
+            let body_failed = match self.for_hyper(&mut req, &fwd, admission, upgrade.as_ref()) {
                 Ok(flag) => flag,
                 Err(res) => return res,
             };
@@ -281,7 +282,7 @@ impl Proxy {
         &self,
         req: &mut Request<Body>,
         fwd: &Forwarding,
-        extra: &HeaderMap,
+        admission: Option<HeaderValue>,
         upgrade: Option<&HeaderValue>,
     ) -> Result<Option<std::sync::Arc<std::sync::atomic::AtomicBool>>, Response> {
         let uri = self
@@ -295,8 +296,8 @@ impl Proxy {
             h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             h.insert(header::UPGRADE, proto.clone());
         }
-        for (k, v) in extra.iter() {
-            h.insert(k.clone(), v.clone());
+        if let Some(v) = admission {
+            h.insert(SLUICE_ADMISSION, v);
         }
         if http_body::Body::is_end_stream(req.body()) {
             return Ok(None);
@@ -666,6 +667,8 @@ impl<T: tokio::io::AsyncWrite> tokio::io::AsyncWrite for Activity<T> {
 }
 
 const SLUICE_COMMAND: HeaderName = HeaderName::from_static("sluice-command");
+/// The gateway's own header to the origin: the visitor's admission token.
+pub(crate) const SLUICE_ADMISSION: HeaderName = HeaderName::from_static("sluice-admission");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -829,13 +832,15 @@ impl Forwarding {
 }
 
 /// Writes the head of a forwarded request without a body, with the same
-/// headers as [`Forwarding::apply`] and `extra` would leave in its map,
-/// straight from the client's: no header map is edited or made.
+/// headers as [`Forwarding::apply`] and the `admission` header would leave
+/// in its map, straight from the client's: no header map is edited or made.
+/// (The client's own `Sluice-*` fields never pass [`Forwarding::passes`],
+/// so the gateway's is never written twice.)
 fn encode_forwarded(
     req: &Request<Body>,
     target: &str,
     fwd: &Forwarding,
-    extra: &HeaderMap,
+    admission: Option<&HeaderValue>,
     out: &mut Vec<u8>,
 ) {
     let h = req.headers();
@@ -862,10 +867,7 @@ fn encode_forwarded(
     };
     let (mut has_length, mut has_host) = (false, false);
     for (name, value) in h {
-        if fwd.passes(name)
-            && (named.is_empty() || !named.contains(name))
-            && (extra.is_empty() || !extra.contains_key(name))
-        {
+        if fwd.passes(name) && (named.is_empty() || !named.contains(name)) {
             has_length |= *name == header::CONTENT_LENGTH;
             has_host |= *name == header::HOST;
             line(name, value);
@@ -886,8 +888,8 @@ fn encode_forwarded(
     if let Some(v) = &fwd.forwarded {
         line(&header::FORWARDED, v);
     }
-    for (name, value) in extra {
-        line(name, value);
+    if let Some(v) = admission {
+        line(&SLUICE_ADMISSION, v);
     }
     // As hyper's client: a bodiless request of a method that may carry one
     // says its length is zero.
@@ -1058,12 +1060,9 @@ mod tests {
             (!preserve_host).then(|| origin.clone()),
             &origin,
         );
-        let mut extras = HeaderMap::new();
-        if extra {
-            extras.insert("sluice-admission", HeaderValue::from_static("token"));
-        }
+        let admission = extra.then(|| HeaderValue::from_static("token"));
         let mut wire = Vec::new();
-        encode_forwarded(&req, "/p?q=1", &fwd, &extras, &mut wire);
+        encode_forwarded(&req, "/p?q=1", &fwd, admission.as_ref(), &mut wire);
         let mut fields = [httparse::EMPTY_HEADER; 64];
         let mut parsed = httparse::Request::new(&mut fields);
         assert!(
@@ -1084,8 +1083,8 @@ mod tests {
             .collect();
         let mut h = req.headers().clone();
         fwd.apply(&mut h);
-        for (k, v) in extras.iter() {
-            h.insert(k.clone(), v.clone());
+        if let Some(v) = admission {
+            h.insert(SLUICE_ADMISSION, v);
         }
         let mut mapped: Vec<(String, String)> = h
             .iter()
