@@ -52,7 +52,9 @@
 //! within it a walk that finds nothing answers at once, so the storm of
 //! "sold out" after a sale costs a walk (one call per shard, which also
 //! finds units a release or an expiry gave back) instead of three; a
-//! stock change through this router forgets it.
+//! stock change through this router forgets it. Passes over one event's
+//! shards take turns (per router), so when a crowd meets the end of a
+//! sale the first pass answers for everyone who waited on it.
 //!
 //! # Stock changes
 //!
@@ -273,6 +275,8 @@ pub struct Sharded<I> {
     /// available, nothing in transit): a "sold out" within
     /// [`SOLD_OUT_FRESH`] of it costs the home's call and a walk.
     sold_out: Arc<RwLock<HashMap<EventId, std::time::Instant>>>,
+    /// One pass over an event's shards at a time (module docs, "Sold out").
+    survey_turns: Arc<RwLock<HashMap<EventId, Arc<tokio::sync::Mutex<()>>>>>,
     sweep_after_ms: u64,
 }
 
@@ -283,6 +287,7 @@ impl<I> Sharded<I> {
             inner,
             layouts: Arc::default(),
             sold_out: Arc::default(),
+            survey_turns: Arc::default(),
             sweep_after_ms: SWEEP_AFTER_MS,
         }
     }
@@ -311,6 +316,19 @@ impl<I> Sharded<I> {
             .read()
             .get(event)
             .is_some_and(|at| at.elapsed() < SOLD_OUT_FRESH)
+    }
+
+    /// The lock a pass over `event`'s shards takes (one per event, kept
+    /// for the router's life: events are few).
+    fn survey_turn(&self, event: &EventId) -> Arc<tokio::sync::Mutex<()>> {
+        if let Some(turn) = self.survey_turns.read().get(event) {
+            return turn.clone();
+        }
+        self.survey_turns
+            .write()
+            .entry(event.clone())
+            .or_default()
+            .clone()
     }
 
     fn note_sold_out(&self, event: &EventId, empty: bool) {
@@ -474,20 +492,31 @@ impl<I: Inventory> Sharded<I> {
                     // The walk found nothing, but units may be moving
                     // between other shards (out of one, not yet into the
                     // next) or have landed behind the walk: read every
-                    // shard before saying "sold out".
-                    let mut survey = self.survey(event, shards).await?;
-                    if survey.left() < u64::from(qty) {
-                        // Believed only if no unit moved while it read:
-                        // every shard's `moves` the same on a second read.
-                        let check = self.survey(event, shards).await?;
-                        if check.moves == survey.moves {
-                            let left = survey.left();
-                            self.note_sold_out(event, left == 0);
-                            let all = survey.available.iter().sum();
-                            return Ok(HoldOutcome::SoldOut { available: all });
+                    // shard before saying "sold out", one buyer of the
+                    // event at a time (when the crowd meets the end of a
+                    // sale, the first pass answers for all who wait).
+                    let turn = self.survey_turn(event);
+                    let survey = {
+                        let _turn = turn.lock().await;
+                        if self.known_sold_out(event) {
+                            return Ok(r);
                         }
-                        survey = check;
-                    }
+                        let survey = self.survey(event, shards).await?;
+                        if survey.left() >= u64::from(qty) {
+                            survey
+                        } else {
+                            // Believed only if no unit moved while it read:
+                            // every shard's `moves` the same on a second read.
+                            let check = self.survey(event, shards).await?;
+                            if check.moves == survey.moves {
+                                let left = survey.left();
+                                self.note_sold_out(event, left == 0);
+                                let all = survey.available.iter().sum();
+                                return Ok(HoldOutcome::SoldOut { available: all });
+                            }
+                            check
+                        }
+                    };
                     last = r;
                     let richest = survey.richest(home);
                     if richest.is_empty() {
