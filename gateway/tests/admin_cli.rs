@@ -36,8 +36,11 @@ fn serve() -> (Serve, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Reads the first line and closes the pipe: the gateway must live on
+    // through its next line of banner (it once died of EPIPE there).
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().contains("listening"));
+    drop(lines);
     let url = format!("http://127.0.0.1:{port}");
     (Serve(child), url)
 }

@@ -375,11 +375,19 @@ pub async fn serve(mut config: Config) -> anyhow::Result<()> {
     if let Some(p) = plain.as_ref().and_then(|p| p.local_addr().ok()) {
         tracing::info!(addr = %p, "plain HTTP listening beside HTTPS (server.tls.http_listen)");
     }
-    println!("sluice listening on {scheme}://{addr}/ — open it in a browser");
+    // Written, never `println!`: a supervisor (or a test) that reads the
+    // first line and closes the pipe must not make the gateway panic on
+    // the second (EPIPE).
+    let mut banner = format!("sluice listening on {scheme}://{addr}/ — open it in a browser\n");
     if crowd {
-        println!(
-            "the demo shop's front page sends a crowd through the waiting room; watch it at {scheme}://{addr}/_sluice/admin/"
-        );
+        banner.push_str(&format!(
+            "the demo shop's front page sends a crowd through the waiting room; watch it at {scheme}://{addr}/_sluice/admin/\n"
+        ));
+    }
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
     }
     tracing::info!(%addr, "listening");
     server::serve_with_plain(state, listener, plain, shutdown_signal()).await?;
