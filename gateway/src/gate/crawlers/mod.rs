@@ -345,31 +345,20 @@ impl Crawlers {
         sig: &Signed,
     ) -> Result<usize, (Option<usize>, Reason)> {
         let none = |r: Reason| (None, r);
-        if sig
-            .string_param("alg")
-            .map_err(none)?
-            .is_some_and(|a| a != "ed25519")
-        {
-            return Err(none("alg"));
-        }
         let created = sig.int_param("created").map_err(none)?;
         let expires = sig.int_param("expires").map_err(none)?;
         let keyid = sig.string_param("keyid").map_err(none)?;
         let nonce = sig.string_param("nonce").map_err(none)?;
+        let alg = sig.string_param("alg").map_err(none)?;
         let (Some(created), Some(expires), Some(keyid)) = (created, expires, keyid) else {
             return Err(none("params"));
         };
         if nonce.is_some_and(|n| n.len() > MAX_NONCE) {
             return Err(none("params"));
         }
+        // The signer: the Signature-Agent member this signature covers
+        // (one it does not cover names nobody).
         let components: Vec<(&str, Option<&str>)> = sig.components().collect();
-        if !components
-            .iter()
-            .any(|(n, _)| matches!(*n, "@authority" | "@target-uri"))
-        {
-            return Err(none("components"));
-        }
-        // The signer: the Signature-Agent member this signature covers.
         let Some(&(_, member)) = components.iter().find(|(n, _)| *n == "signature-agent") else {
             return Err(none("components"));
         };
@@ -378,6 +367,15 @@ impl Crawlers {
             .and_then(|o| self.by_origin.get(&o).copied())
             .ok_or((None, "signer"))?;
         let mine = |r: Reason| (Some(i), r);
+        if alg.is_some_and(|a| a != "ed25519") {
+            return Err(mine("alg"));
+        }
+        if !components
+            .iter()
+            .any(|(n, _)| matches!(*n, "@authority" | "@target-uri"))
+        {
+            return Err(mine("components"));
+        }
         let now = i64::try_from(now_s()).unwrap_or(i64::MAX);
         if created > now.saturating_add(self.max_age) || now.saturating_sub(created) > self.max_age
         {
