@@ -188,6 +188,7 @@ pub struct KeyDirectory {
     pub addr: SocketAddr,
     body: Arc<parking_lot::Mutex<String>>,
     fetches: Arc<AtomicU64>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -214,24 +215,31 @@ impl KeyDirectory {
         let addr = listener.local_addr().expect("addr");
         let body = Arc::new(parking_lot::Mutex::new(String::new()));
         let fetches = Arc::new(AtomicU64::new(0));
-        let (b, f) = (body.clone(), fetches.clone());
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (b, f, down) = (body.clone(), fetches.clone(), failing.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let (acceptor, b, f) = (acceptor.clone(), b.clone(), f.clone());
+                let (acceptor, b, f, down) = (acceptor.clone(), b.clone(), f.clone(), down.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (b, f) = (b.clone(), f.clone());
+                        let (b, f, down) = (b.clone(), f.clone(), down.clone());
                         async move {
-                            let res = if req.uri().path()
-                                == "/.well-known/http-message-signatures-directory"
-                            {
+                            let wk = req.uri().path()
+                                == "/.well-known/http-message-signatures-directory";
+                            if wk {
                                 f.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let res = if wk && down.load(Ordering::Relaxed) {
+                                http::Response::builder()
+                                    .status(503)
+                                    .body(Full::new(Bytes::from_static(b"down")))
+                            } else if wk {
                                 http::Response::builder()
                                     .header(
                                         "content-type",
@@ -256,6 +264,7 @@ impl KeyDirectory {
             addr,
             body,
             fetches,
+            failing,
             task,
         };
         dir.serve(signers);
@@ -273,7 +282,13 @@ impl KeyDirectory {
         format!("https://{}", self.addr)
     }
 
-    /// Directory fetches served so far.
+    /// From now on answer 503 (`true`: an outage of the signer) or the
+    /// keys again.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::Relaxed);
+    }
+
+    /// Directory fetches asked so far (answered or failed).
     pub fn fetches(&self) -> u64 {
         self.fetches.load(Ordering::Relaxed)
     }

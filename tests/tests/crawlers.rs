@@ -50,6 +50,18 @@ async fn gateway(
     dns: std::net::SocketAddr,
     agents: Vec<CrawlerConfig>,
 ) -> TestGateway {
+    gateway_with(origin, redis, ca, dns, agents, |_| {}).await
+}
+
+/// [`gateway`], with `extra` changes to its configuration.
+async fn gateway_with(
+    origin: &TestOrigin,
+    redis: &RedisServer,
+    ca: &TestCa,
+    dns: std::net::SocketAddr,
+    agents: Vec<CrawlerConfig>,
+    extra: impl FnOnce(&mut sluice_gateway::config::Config),
+) -> TestGateway {
     let ca = ca.cert.clone();
     TestGateway::builder()
         .origin(origin.url())
@@ -62,6 +74,7 @@ async fn gateway(
             c.crawlers.dns.timeout = Duration::from_millis(500);
             c.crawlers.agents = agents;
         })
+        .config(extra)
         .spawn()
         .await
 }
@@ -203,6 +216,23 @@ async fn web_bot_auth_passes_a_busy_room_and_nothing_short_of_it_does() {
     let res = get(&base, "/echo/page", ip, &signer.headers(&sig())).await;
     passed(&res, "signedbot", "a good signature");
     assert_eq!(origin.requests(), at_origin + 1);
+    // Forward-auth judges the described request the same way: 200 with
+    // the crawler's name for the proxy to forward, no admission.
+    let mut h = signer.headers(&sig());
+    h.push(("x-original-uri".into(), "/echo/page".into()));
+    let res = get(&base, "/_sluice/auth", ip, &h).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.header("sluice-crawler"), Some("signedbot"));
+    assert!(res.header("sluice-admission").is_none());
+    assert!(res.header("set-cookie").is_none());
+    let res = get(
+        &base,
+        "/_sluice/auth",
+        ip,
+        &[("x-original-uri".into(), "/echo/page".into())],
+    )
+    .await;
+    assert_eq!(res.status, 503, "unsigned: {}", res.text());
 
     // Everything short of it waits, and reaches nothing.
     let at_origin = origin.requests();
@@ -509,5 +539,84 @@ async fn forward_confirmed_reverse_dns_passes_and_fails_closed() {
     }
     assert!(hole.queries() >= 1, "the gateway asked");
     assert!(crawler_metric(&base, &["result=\"dns\""]).await >= 1.0);
+    gw.shutdown().await;
+}
+
+/// Keys change under a running gateway: a key rotated into the directory
+/// verifies once the gateway refetches (asked by the unknown `keyid`, at
+/// most once per `directory_retry`), the key rotated out stops verifying;
+/// while the signer's directory is down, the keys fetched before still
+/// verify (an outage is no revocation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rotated_keys_follow_the_directory_and_an_outage_revokes_nothing() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let ca = TestCa::new();
+    let (old, new, stranger) = (Signer::new(), Signer::new(), Signer::new());
+    let dir = KeyDirectory::start(&ca, &[&old]).await;
+    let dns = DnsServer::start(Zone::new()).await;
+    let gw = gateway_with(
+        &origin,
+        &redis,
+        &ca,
+        dns.addr,
+        vec![signed_agent("signedbot", &dir)],
+        |c| c.crawlers.directory_retry = Duration::from_secs(1),
+    )
+    .await;
+    let base = gw.url();
+    let authority = gw.addr.to_string();
+    let before = make_busy(&base).await;
+    let ip = "203.0.113.60";
+    let sig = || Sig::new(&dir.origin(), &authority, "/echo/k");
+    let status = |signer: &Signer| {
+        let h = signer.headers(&sig());
+        let base = base.clone();
+        async move { get(&base, "/echo/k", ip, &h).await.status }
+    };
+    assert_eq!(status(&old).await, 200);
+
+    // rotation: the new key in, the old one out
+    dir.serve(&[&new]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = status(&new).await;
+        if s == 200 {
+            break;
+        }
+        assert_eq!(s, 503, "an unknown key waits meanwhile");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rotated key never verified"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        status(&old).await,
+        503,
+        "the removed key no longer verifies"
+    );
+
+    // the signer's directory goes down: refetches fail, the keys stay
+    dir.set_failing(true);
+    let fetched = dir.fetches();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while dir.fetches() == fetched {
+        // an unknown key asks for a refetch
+        assert_eq!(status(&stranger).await, 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway never refetched"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        status(&new).await,
+        200,
+        "a failed fetch keeps the keys fetched before"
+    );
+    nothing_taken(&base, &before).await;
     gw.shutdown().await;
 }
