@@ -314,6 +314,12 @@ impl CrawlerConfig {
                 "must be 1 to 64 characters of A-Z, a-z, 0-9, - and _",
             ));
         }
+        if self.name == "unknown" {
+            return Err(ConfigError::invalid(
+                format!("{field}.name"),
+                "`unknown` is reserved: it labels the requests no configured crawler can be named for",
+            ));
+        }
         for (j, room) in self.rooms.iter().enumerate() {
             if !rooms.contains(&room.as_str()) {
                 return Err(ConfigError::invalid(
@@ -448,6 +454,10 @@ rooms = ["default"]
             ("[[crawlers.agents]]\nname = \"x\"\n", "crawlers.agents[0]"),
             (
                 "[[crawlers.agents]]\nname = \"bad name\"\nsignature_agent = \"https://a.example\"\n",
+                "crawlers.agents[0].name",
+            ),
+            (
+                "[[crawlers.agents]]\nname = \"unknown\"\nsignature_agent = \"https://a.example\"\n",
                 "crawlers.agents[0].name",
             ),
             (
