@@ -469,6 +469,21 @@
         set("opens", when);
       }
     }
+    // Verified crawlers of the room (this gateway's count): passes, those
+    // over their rate limit, requests that claimed to be one and were not.
+    const crawl = r.el.querySelector(".crawlers");
+    const c = s.crawlers;
+    if (crawl) {
+      const agents = (c && c.agents) || [];
+      crawl.hidden = agents.length === 0;
+      if (agents.length) {
+        set(
+          "crawlers",
+          num(c.passed) + " passed · " + num(c.rate_limited) + " over their limit · " + num(c.refused) + " not verified" +
+            " (" + agents.map((a) => a.name + " " + num(a.passed)).join(", ") + ")"
+        );
+      }
+    }
     const pause = r.form.querySelector(".pause");
     pause.textContent = s.paused ? "Resume admission…" : "Pause admission…";
     pause.classList.toggle("resume", !!s.paused);

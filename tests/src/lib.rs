@@ -7,13 +7,15 @@
 //! ([`TestGateway::builder`]) or as child processes of the real `sluice`
 //! binary ([`GatewayProcess`]), a small HTTP client ([`client`]), and real
 //! browsers: headless Chromium over WebDriver ([`chromium`]) and headless
-//! Firefox over WebDriver BiDi ([`firefox`]).
+//! Firefox over WebDriver BiDi ([`firefox`]); for the verified crawlers, a
+//! signer, its key directory and a DNS server ([`crawler`]).
 //! The end-to-end tests live in `tests/tests/`.
 
 pub mod browser;
 pub mod chromium;
 pub mod client;
 pub mod cluster;
+pub mod crawler;
 pub mod firefox;
 pub mod origin;
 pub mod postgres;

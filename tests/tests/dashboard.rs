@@ -501,3 +501,80 @@ async fn an_invite_only_room_shows_its_codes() {
     b.shot("invites").await;
     gw.shutdown().await;
 }
+
+/// A room with verified crawlers shows their passes (issue 22): a crawler
+/// confirmed by reverse DNS (the test's own DNS server) passes once and is
+/// counted; a request with its User-Agent from an address that does not
+/// confirm is counted as not verified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_with_crawlers_shows_their_passes() {
+    use sluice_tests::crawler::{DnsServer, Zone};
+    let Some(mut b) = Browser::start("dashboard-crawlers", WINDOW).await else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let dns = DnsServer::start(
+        Zone::new()
+            .ptr("203.0.113.10", &["crawl-10.googlebot.com."])
+            .addrs("crawl-10.googlebot.com", &["203.0.113.10"]),
+    )
+    .await;
+    let dns_addr = dns.addr;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(move |c| {
+            c.rooms = vec![RoomConfig {
+                method: sluice_admission::QueueMethod::QueueAll,
+                ..RoomConfig::default()
+            }];
+            c.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+            c.crawlers.dns.nameservers = vec![dns_addr];
+            c.crawlers.agents = vec![sluice_gateway::config::crawlers::CrawlerConfig {
+                name: "googlebot".into(),
+                hostnames: vec![".googlebot.com".into()],
+                user_agents: vec!["Googlebot".into()],
+                ..Default::default()
+            }];
+        })
+        .spawn()
+        .await;
+    let client = TestClient::new();
+    for (ip, status) in [("203.0.113.10", 200), ("203.0.113.66", 503)] {
+        let res = client
+            .get(
+                &format!("{}/echo/page", gw.url()),
+                &[
+                    ("accept", "application/json"),
+                    ("user-agent", "Googlebot/2.1"),
+                    ("x-forwarded-for", ip),
+                ],
+            )
+            .await;
+        assert_eq!(res.status, status, "{ip}: {}", res.text());
+    }
+    b.c()
+        .goto(&format!("{}/_sluice/admin/", gw.url()))
+        .await
+        .expect("open the dashboard");
+    wait_for(Duration::from_secs(10), "the token prompt", || async {
+        b.c()
+            .find(Locator::Css("#login-token"))
+            .await
+            .ok()?
+            .is_displayed()
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await;
+    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
+        .await;
+    wait_for(Duration::from_secs(10), "the crawlers line", || async {
+        (b.text_content("#default-crawlers").await
+            == "1 passed · 0 over their limit · 1 not verified (googlebot 1)")
+            .then_some(())
+    })
+    .await;
+    b.shot("crawlers").await;
+    gw.shutdown().await;
+}

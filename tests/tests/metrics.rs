@@ -119,6 +119,8 @@ async fn metrics_parse_and_name_everything_documented() {
         "sluice_feed_depth",
         // a full `reject` room (tests/methods.rs)
         "sluice_room_full_total",
+        // a request claiming to be a verified crawler (tests/crawlers.rs)
+        "sluice_crawler_requests_total",
     ];
     let documented = documented_metrics();
     assert!(documented.len() >= 20, "{documented:?}");

@@ -86,7 +86,11 @@ pub(crate) async fn admin_list_rooms(
         .rooms()
         .all()
         .iter()
-        .map(|r| crate::gate::rooms::admin_view(r))
+        .map(|r| {
+            let mut v = crate::gate::rooms::admin_view(r);
+            v["crawlers"] = state.crawlers().view(r.id());
+            v
+        })
         .collect();
     Ok(axum::Json(json!({ "rooms": rooms })).into_response())
 }
@@ -98,7 +102,9 @@ pub(crate) async fn admin_get_room(
 ) -> Result<Response, Problem> {
     state.check_admin(&headers)?;
     let room = state.room(&room)?;
-    Ok(axum::Json(crate::gate::rooms::admin_view_fresh(room, state.queue()).await).into_response())
+    let mut v = crate::gate::rooms::admin_view_fresh(room, state.queue()).await;
+    v["crawlers"] = state.crawlers().view(room.id());
+    Ok(axum::Json(v).into_response())
 }
 
 pub(crate) async fn admin_patch_room(

@@ -72,6 +72,8 @@ struct Inner {
     admin_slots: Arc<tokio::sync::Semaphore>,
     /// Open server-sent event streams (`visitor::stream`).
     stream_slots: Arc<crate::visitor::stream::StreamSlots>,
+    /// Verified crawlers (`gate::crawlers`).
+    crawlers: Arc<crate::gate::crawlers::Crawlers>,
     background: Vec<tokio::task::AbortHandle>,
 }
 
@@ -217,6 +219,7 @@ impl AppState {
             config.limits.streams_per_prefix,
             config.limits.stream_heartbeat,
         ));
+        let crawlers = crate::gate::crawlers::Crawlers::new(&config.crawlers)?;
         let state = AppState {
             inner: Arc::new(Inner {
                 config,
@@ -240,6 +243,7 @@ impl AppState {
                 store_slots,
                 admin_slots,
                 stream_slots,
+                crawlers,
                 background,
             }),
         };
@@ -271,6 +275,11 @@ impl AppState {
     /// The configuration the gateway runs with.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The verified crawlers.
+    pub fn crawlers(&self) -> &crate::gate::crawlers::Crawlers {
+        &self.inner.crawlers
     }
 
     /// The rooms.

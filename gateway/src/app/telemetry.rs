@@ -25,6 +25,7 @@
 //! | `sluice_invites_total` | counter | room, result | invite codes of invite-only rooms: `redeemed`, `returned` (a failed join gave its use back), or a refusal's reason (`required`, `malformed`, `unknown`, `exhausted`, `revoked`, `expired`) |
 //! | `sluice_room_full_total` | counter | room | challenges and joins a `reject` room refused with 503 `room_full` |
 //! | `sluice_rate_limited_total` | counter | room, limit | requests refused by a rate limit: `network` (challenges and joins per client network, `join_limit_per_prefix_per_min`), `holds` (hold requests per admitted visitor, `limits.holds_per_visitor_per_min`; `room` is the room selling the event) |
+//! | `sluice_crawler_requests_total` | counter | room, crawler, result | requests claiming to be a verified crawler (a Web Bot Auth signature, or a crawler's User-Agent with reverse DNS configured): `passed`, `rate_limited`, or why it was not verified (`malformed`, `tag`, `alg`, `params`, `components`, `signer`, `stale`, `expired`, `nonce`, `directory`, `unknown_key`, `signature`, `replayed`, `replay_full`, `room`, `no_ptr`, `hostname`, `forward`, `dns`, `busy`); `crawler` is `unknown` when no configured crawler can be named |
 //! | `sluice_waiting_room_served_total` | counter | room, kind | waiting answers (`page` or `json`) |
 //! | `sluice_upstream_request_duration_seconds` | histogram | status_class | time to the origin's response headers |
 //! | `sluice_upstream_errors_total` | counter | kind | `unreachable`, `timeout` or `tls` (a failed handshake with an https origin) |
@@ -225,6 +226,20 @@ impl Telemetry {
         self.counter(
             "sluice_invites_total",
             &[("room", room.to_owned()), ("result", result.to_owned())],
+        )
+        .increment(1);
+    }
+
+    /// A request claiming to be a crawler: `passed`, `rate_limited`, or
+    /// the reason it was not verified.
+    pub fn crawler(&self, room: &str, crawler: &str, result: &str) {
+        self.counter(
+            "sluice_crawler_requests_total",
+            &[
+                ("room", room.to_owned()),
+                ("crawler", crawler.to_owned()),
+                ("result", result.to_owned()),
+            ],
         )
         .increment(1);
     }

@@ -18,6 +18,8 @@
 //!   [`ledger`] (`[ledger]`), [`feeds`] (`[feeds]`),
 //!   [`reservation`] (`[reservation]`), [`timeouts`] (`[timeouts]`),
 //!   [`limits`] (`[limits]`), [`proxy`] (`[proxy]`);
+//! - [`crawlers`] (`[crawlers]`, `[[crawlers.agents]]`): verified
+//!   crawlers;
 //! - [`room`] (`[[rooms]]`), with [`adaptive`] (`[rooms.adaptive]`; the
 //!   page's `[rooms.page]` lives with its templates, `visitor::template`);
 //! - [`event`] (`[[events]]`);
@@ -48,6 +50,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 pub mod adaptive;
+pub mod crawlers;
 pub mod error;
 pub mod event;
 pub mod feeds;
@@ -60,6 +63,7 @@ pub mod room;
 pub mod server;
 pub mod timeouts;
 
+pub use crawlers::CrawlersConfig;
 pub use error::{ConfigError, EXIT_CONFIG};
 pub use event::EventConfig;
 pub use feeds::FeedsConfig;
@@ -154,6 +158,8 @@ pub struct Config {
     pub rooms: Vec<RoomConfig>,
     /// Events sold through the reservation module. Empty: event `demo`.
     pub events: Vec<EventConfig>,
+    /// Verified crawlers that pass without queueing (`[crawlers]`).
+    pub crawlers: CrawlersConfig,
 }
 
 impl Default for Config {
@@ -183,6 +189,7 @@ impl Default for Config {
             proxy: ProxyConfig::default(),
             rooms: Vec::new(),
             events: Vec::new(),
+            crawlers: CrawlersConfig::default(),
         }
     }
 }
@@ -301,7 +308,13 @@ impl Config {
         self.server.validate()?;
         self.proxy.validate()?;
         self.validate_rooms()?;
-        self.validate_events()
+        self.validate_events()?;
+        let rooms: Vec<&str> = if self.rooms.is_empty() {
+            vec!["default"]
+        } else {
+            self.rooms.iter().map(|r| r.id.as_str()).collect()
+        };
+        self.crawlers.validate(&rooms)
     }
 
     /// The TLS files of `rediss…` connections, read and checked as the

@@ -90,9 +90,10 @@ pub(crate) async fn forward_auth(State(state): State<AppState>, req: Request) ->
                     .into_response();
             };
             let mut res = StatusCode::OK.into_response();
-            if let Some(token) = admission.origin_header() {
-                res.headers_mut()
-                    .insert(crate::proxy::SLUICE_ADMISSION, token);
+            // `Sluice-Admission` (or a verified crawler's `Sluice-Crawler`)
+            // for the proxy in front to copy to the origin.
+            if let Some((name, value)) = admission.origin_header() {
+                res.headers_mut().insert(name, value);
             }
             super::admission_cookies(&admission, client, res.headers_mut());
             res

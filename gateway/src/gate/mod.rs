@@ -13,11 +13,14 @@
 //! 3. a valid admission token (cookie `sluice_a_{room}` or bearer) whose
 //!    session is not in the room's ended set → pass, the token renewed past
 //!    half its life while its session lives in the store;
-//! 4. passthrough: nobody waits and credit remains → the store admits a new
+//! 4. a verified crawler of the room ([`crawlers`]: Web Bot Auth or
+//!    forward-confirmed reverse DNS, never its User-Agent) → pass, within
+//!    its own rate limit (past it 429 `rate_limited`), nothing taken;
+//! 5. passthrough: nobody waits and credit remains → the store admits a new
 //!    place on the spot, or hands out nothing (never a place in line: those
 //!    are bought with proof of work); limited per network and by the
 //!    snapshot's credit;
-//! 5. otherwise the waiting room: the page for browsers, 503
+//! 6. otherwise the waiting room: the page for browsers, 503
 //!    `waiting_room_active` for other clients.
 //!
 //! After the origin answered: `Sluice-Command: revoke` ends the session at
@@ -38,6 +41,7 @@
 
 pub mod adaptive;
 pub mod cookies;
+pub mod crawlers;
 pub(crate) mod forward;
 pub mod rooms;
 pub mod schedule;
@@ -125,6 +129,9 @@ enum Grant {
     /// Admitted on the spot at an idle room: the new token goes to the
     /// origin and into the visitor's cookie.
     Passthrough(String),
+    /// A verified crawler of the room (`crawlers`): named to the origin,
+    /// nothing taken, no cookie.
+    Crawler(Arc<str>),
     /// A valid admission token whose session lives: forwarded (renewed past
     /// half its life, then also set as the cookie). `claims`: the token's
     /// as shown (its session is the renewed one's).
@@ -136,12 +143,19 @@ enum Grant {
 }
 
 impl Admission {
-    /// The gateway's own header to the origin, `Sluice-Admission`: the
-    /// admission token, when there is one.
-    fn origin_header(&self) -> Option<HeaderValue> {
+    /// The gateway's own header to the origin: `Sluice-Admission` (the
+    /// admission token, when there is one) or `Sluice-Crawler`.
+    fn origin_header(&self) -> crate::proxy::OwnHeader {
         match &self.grant {
-            Grant::Passthrough(token) => HeaderValue::from_str(token).ok(),
-            Grant::Token { forwarded, .. } => Some(forwarded.clone()),
+            Grant::Passthrough(token) => HeaderValue::from_str(token)
+                .ok()
+                .map(|v| (crate::proxy::SLUICE_ADMISSION, v)),
+            Grant::Token { forwarded, .. } => {
+                Some((crate::proxy::SLUICE_ADMISSION, forwarded.clone()))
+            }
+            Grant::Crawler(name) => HeaderValue::from_str(name)
+                .ok()
+                .map(|v| (http::HeaderName::from_static(crawlers::CRAWLER_HEADER), v)),
             Grant::Unguarded | Grant::FailOpen => None,
         }
     }
@@ -249,9 +263,19 @@ pub async fn authorize(state: &AppState, mut req: Request) -> Result<Request, Re
     };
     let grant = match admission_grant(state, &room, &mut req, &client).await {
         Ok(grant) => grant,
-        Err(revoked) => {
-            idle_grant(state, &room, req.uri(), req.headers(), &client, revoked).await?
-        }
+        Err(revoked) => match state
+            .crawlers()
+            .pass(
+                state.telemetry(),
+                room.id(),
+                crawlers::Target::of(&req),
+                &client,
+            )
+            .await
+        {
+            Some(passed) => Grant::Crawler(passed?),
+            None => idle_grant(state, &room, req.uri(), req.headers(), &client, revoked).await?,
+        },
     };
     req.extensions_mut().insert(Admission {
         room: Some(room),
@@ -318,7 +342,8 @@ async fn renew(
     Some((token, renewed))
 }
 
-/// Checks 4 and 5 for a request with no live admission: fail open when the
+/// Checks 5 and 6 for a request with no live admission (and no verified
+/// crawler): fail open when the
 /// store is down and the room says so, passthrough at an idle room, or
 /// `Err` with the waiting room.
 async fn idle_grant(
@@ -427,7 +452,7 @@ async fn after_origin(
     };
     room.observe_upstream(started.elapsed(), res.status());
     match &admission.grant {
-        Grant::Unguarded | Grant::FailOpen | Grant::Passthrough(_) => {
+        Grant::Unguarded | Grant::FailOpen | Grant::Passthrough(_) | Grant::Crawler(_) => {
             admission_cookies(&admission, client, res.headers_mut());
         }
         Grant::Token { claims, .. } => {
@@ -469,7 +494,7 @@ fn admission_cookies(admission: &Admission, client: &ClientInfo, headers: &mut H
                 cookies::set_admission(headers, room, token, client);
             }
         }
-        Grant::Unguarded | Grant::FailOpen | Grant::Token { .. } => {}
+        Grant::Unguarded | Grant::FailOpen | Grant::Crawler(_) | Grant::Token { .. } => {}
     }
 }
 

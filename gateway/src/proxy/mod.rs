@@ -154,7 +154,7 @@ impl Proxy {
         &self,
         req: Request<Body>,
         client: &ClientInfo,
-        admission: Option<HeaderValue>,
+        admission: OwnHeader,
     ) -> Response {
         // The connection's deadlines, when the server put them with it.
         let watch = req.extensions().get::<std::sync::Arc<ConnWatch>>().cloned();
@@ -169,7 +169,7 @@ impl Proxy {
         &self,
         mut req: Request<Body>,
         client: &ClientInfo,
-        admission: Option<HeaderValue>,
+        admission: OwnHeader,
         watch: Option<&ConnWatch>,
     ) -> Response {
         let Ok(_permit) = self.slots.try_acquire() else {
@@ -282,7 +282,7 @@ impl Proxy {
         &self,
         req: &mut Request<Body>,
         fwd: &Forwarding,
-        admission: Option<HeaderValue>,
+        admission: OwnHeader,
         upgrade: Option<&HeaderValue>,
     ) -> Result<Option<std::sync::Arc<std::sync::atomic::AtomicBool>>, Response> {
         let uri = self
@@ -296,8 +296,8 @@ impl Proxy {
             h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             h.insert(header::UPGRADE, proto.clone());
         }
-        if let Some(v) = admission {
-            h.insert(SLUICE_ADMISSION, v);
+        if let Some((name, v)) = admission {
+            h.insert(name, v);
         }
         if http_body::Body::is_end_stream(req.body()) {
             return Ok(None);
@@ -669,6 +669,12 @@ impl<T: tokio::io::AsyncWrite> tokio::io::AsyncWrite for Activity<T> {
 const SLUICE_COMMAND: HeaderName = HeaderName::from_static("sluice-command");
 /// The gateway's own header to the origin: the visitor's admission token.
 pub(crate) const SLUICE_ADMISSION: HeaderName = HeaderName::from_static("sluice-admission");
+
+/// The gateway's own header to the origin, at most one per request:
+/// [`SLUICE_ADMISSION`] (the visitor's admission token) or
+/// `Sluice-Crawler` (a verified crawler's name). A client's own `Sluice-*`
+/// fields never pass, so it is never written twice.
+pub(crate) type OwnHeader = Option<(HeaderName, HeaderValue)>;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -840,7 +846,7 @@ fn encode_forwarded(
     req: &Request<Body>,
     target: &str,
     fwd: &Forwarding,
-    admission: Option<&HeaderValue>,
+    admission: Option<&(HeaderName, HeaderValue)>,
     out: &mut Vec<u8>,
 ) {
     let h = req.headers();
@@ -888,8 +894,8 @@ fn encode_forwarded(
     if let Some(v) = &fwd.forwarded {
         line(&header::FORWARDED, v);
     }
-    if let Some(v) = admission {
-        line(&SLUICE_ADMISSION, v);
+    if let Some((name, v)) = admission {
+        line(name, v);
     }
     // As hyper's client: a bodiless request of a method that may carry one
     // says its length is zero.
@@ -1060,7 +1066,7 @@ mod tests {
             (!preserve_host).then(|| origin.clone()),
             &origin,
         );
-        let admission = extra.then(|| HeaderValue::from_static("token"));
+        let admission = extra.then(|| (SLUICE_ADMISSION, HeaderValue::from_static("token")));
         let mut wire = Vec::new();
         encode_forwarded(&req, "/p?q=1", &fwd, admission.as_ref(), &mut wire);
         let mut fields = [httparse::EMPTY_HEADER; 64];
@@ -1083,8 +1089,8 @@ mod tests {
             .collect();
         let mut h = req.headers().clone();
         fwd.apply(&mut h);
-        if let Some(v) = admission {
-            h.insert(SLUICE_ADMISSION, v);
+        if let Some((name, v)) = admission {
+            h.insert(name, v);
         }
         let mut mapped: Vec<(String, String)> = h
             .iter()

@@ -145,7 +145,7 @@ pub fn load_ca_bundle(path: &Path) -> Result<RootCertStore, String> {
 
 /// The system's trusted roots; a loud warning when none load (every
 /// handshake will then fail `unknown issuer`).
-fn system_roots() -> RootCertStore {
+pub(crate) fn system_roots() -> RootCertStore {
     let found = rustls_native_certs::load_native_certs();
     for e in &found.errors {
         tracing::warn!(error = %e, "reading the system's trusted roots");
