@@ -481,24 +481,6 @@ impl EventData {
         }
     }
 
-    /// A `stock` entry for a layout change or a transfer (`reason`).
-    fn log_shard(&mut self, cap: usize, now: u64, reason: &str) {
-        let t = Transition {
-            kind: TransitionKind::Stock,
-            hold_id: String::new(),
-            visitor: String::new(),
-            qty: self.total,
-            available: self.available,
-            ts_ms: now,
-            payment_event_id: None,
-            items: Vec::new(),
-            categories: Vec::new(),
-            reason: Some(reason.to_owned()),
-            waves: self.waves.clone(),
-        };
-        self.log(cap, t);
-    }
-
     /// The categories as a stock entry describes them.
     fn category_specs(&self) -> Vec<CategorySpec> {
         self.cats
@@ -1125,7 +1107,9 @@ impl EventData {
         }
     }
 
-    /// The `stock` entry of an applied feed row.
+    /// A `stock` entry (`reason`): an applied feed row, or a shard's layout
+    /// change or transfer (a sharded event has no categories, so its entry
+    /// lists none).
     fn log_stock(&mut self, cap: usize, now: u64, reason: &str) {
         let t = Transition {
             kind: TransitionKind::Stock,
@@ -1325,7 +1309,7 @@ impl Inventory for MemoryInventory {
         if let Some(v) = layout.version {
             e.version = v;
         }
-        e.log_shard(cap, now, "layout");
+        e.log_stock(cap, now, "layout");
         Ok(LayoutOutcome::Set)
     }
 
@@ -1352,7 +1336,7 @@ impl Inventory for MemoryInventory {
             e.total -= qty;
             e.xout.insert(id.to_owned(), (to.clone(), qty, now));
             e.moves += 1;
-            e.log_shard(cap, now, "transfer_out");
+            e.log_stock(cap, now, "transfer_out");
         }
         Ok(TransferOut::Moved {
             qty,
@@ -1386,7 +1370,7 @@ impl Inventory for MemoryInventory {
         e.available = e.available.saturating_add(qty).min(room);
         e.xin.insert(id.to_owned(), now);
         e.moves += 1;
-        e.log_shard(cap, now, "transfer_in");
+        e.log_stock(cap, now, "transfer_in");
         Ok(TransferIn::Applied {
             available: e.available,
         })
