@@ -100,6 +100,8 @@
   // The gateway says when the room takes only visitors signed in at the
   // shop: the page then asks for no work it could not use.
   var enqueueRequired = root.getAttribute('data-enqueue') === 'required';
+  // the shop's sign-in page (the operator's `sign_in_url`), if any
+  var signInUrl = root.getAttribute('data-sign-in') || '';
   function takeCredentials() {
     var f = takeFragment(window.location.hash);
     if (!f.found) return false;
@@ -403,6 +405,7 @@
   function askInvite(reason) {
     root.classList.remove('working');
     root.setAttribute('data-state', 'invite');
+    if (leadEl) leadEl.textContent = t('invite_lead');
     setProgress(0);
     invite = null;
     store(INVITE_KEY, null);
@@ -420,6 +423,7 @@
   function inviteAccepted() {
     if (invite) store(INVITE_KEY, invite);
     if (inviteForm) inviteForm.hidden = true;
+    if (leadEl) leadEl.textContent = leadText;
   }
 
   // A room for the shop's signed-in customers, and no (valid) token: say
@@ -428,6 +432,7 @@
   function needSignIn(again) {
     root.classList.remove('working');
     root.setAttribute('data-state', 'sign-in');
+    if (leadEl) leadEl.textContent = t('sign_in_lead');
     setProgress(0);
     if (again) { enqueueToken = null; store(TOKEN_KEY, null); }
     say(t(again ? 'enqueue_invalid' : 'enqueue_required'));
@@ -436,8 +441,10 @@
       signIn.id = 'sluice-sign-in';
       signIn.className = 'notice';
       var a = document.createElement('a');
-      a.href = safePath(fallbackReturn);
-      a.textContent = t('enqueue_link');
+      // the operator's sign-in page (checked by the gateway's config:
+      // https or a path of this site), else back to the page asked for
+      a.href = signInUrl || safePath(fallbackReturn);
+      a.textContent = t(signInUrl ? 'enqueue_sign_in_link' : 'enqueue_link');
       signIn.appendChild(a);
       place(signIn);
     }
@@ -452,6 +459,7 @@
     if (stuck !== 'invite' && stuck !== 'sign-in') return;
     if (signIn) signIn.hidden = true;
     if (inviteForm) inviteForm.hidden = true;
+    if (leadEl) leadEl.textContent = leadText;
     root.removeAttribute('data-state');
     join();
   });

@@ -100,11 +100,60 @@ struct RawClaims {
     lane: Option<String>,
 }
 
+/// Ed25519 keys of an origin's JWKS, by `kid`.
+pub type JwksKeys = HashMap<String, DecodingKey>;
+
+/// Most keys taken from one JWKS.
+pub const MAX_JWKS_KEYS: usize = 64;
+
+/// The Ed25519 keys of a JWKS document. `strict` (a file the operator
+/// wrote): any key without a `kid` or not Ed25519 is an error, naming it.
+/// Not strict (a JWKS fetched from the origin, which may publish other
+/// keys for other uses): such keys are skipped. No usable key is an error
+/// either way.
+pub fn jwks_keys(text: &str, strict: bool) -> std::result::Result<JwksKeys, String> {
+    let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("JWKS: {e}"))?;
+    let mut keys = JwksKeys::new();
+    for jwk in set.keys.iter().take(MAX_JWKS_KEYS) {
+        let Some(kid) = jwk.common.key_id.clone() else {
+            if strict {
+                return Err("JWKS: every key needs a kid".into());
+            }
+            continue;
+        };
+        let okp = matches!(
+            &jwk.algorithm,
+            jsonwebtoken::jwk::AlgorithmParameters::OctetKeyPair(p)
+                if p.curve == jsonwebtoken::jwk::EllipticCurve::Ed25519
+        );
+        if !okp {
+            if strict {
+                return Err(format!("JWKS: key {kid} is not an Ed25519 (OKP) key"));
+            }
+            continue;
+        }
+        match DecodingKey::from_jwk(jwk) {
+            Ok(key) => {
+                keys.insert(kid, key);
+            }
+            Err(e) if strict => return Err(format!("JWKS key {kid}: {e}")),
+            Err(_) => {}
+        }
+    }
+    if keys.is_empty() {
+        return Err("JWKS: no Ed25519 key with a kid".into());
+    }
+    Ok(keys)
+}
+
 /// The keys a room trusts for enqueue tokens.
 #[derive(Clone)]
 pub struct EnqueueVerifier {
     hmac: Option<DecodingKey>,
-    eddsa: HashMap<String, DecodingKey>,
+    eddsa: JwksKeys,
+    /// EdDSA keys also come from a JWKS fetched elsewhere (the caller
+    /// passes them to [`EnqueueVerifier::verify_with`]).
+    remote: bool,
     max_ttl: Duration,
 }
 
@@ -113,17 +162,21 @@ impl std::fmt::Debug for EnqueueVerifier {
         f.debug_struct("EnqueueVerifier")
             .field("hmac", &self.hmac.is_some())
             .field("eddsa_kids", &self.eddsa.keys().collect::<Vec<_>>())
+            .field("remote", &self.remote)
             .field("max_ttl", &self.max_ttl)
             .finish()
     }
 }
 
 impl EnqueueVerifier {
-    /// Trusts an HS256 secret (at least 32 bytes) and/or the Ed25519 keys
-    /// of a JWKS document (each with a `kid`); at least one of them.
+    /// Trusts an HS256 secret (at least 32 bytes), the Ed25519 keys of a
+    /// JWKS document (each with a `kid`), and/or (`remote_jwks`) the keys
+    /// of a JWKS fetched from the origin and passed at each verification;
+    /// at least one of them.
     pub fn new(
         hmac_secret: Option<&[u8]>,
         jwks_json: Option<&str>,
+        remote_jwks: bool,
         max_ttl: Duration,
     ) -> std::result::Result<Self, String> {
         let hmac = match hmac_secret {
@@ -131,31 +184,11 @@ impl EnqueueVerifier {
             Some(s) => Some(DecodingKey::from_secret(s).map_err(|e| format!("HMAC secret: {e}"))?),
             None => None,
         };
-        let mut eddsa = HashMap::new();
-        if let Some(text) = jwks_json {
-            let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("JWKS: {e}"))?;
-            for jwk in &set.keys {
-                let kid = jwk
-                    .common
-                    .key_id
-                    .clone()
-                    .ok_or("JWKS: every key needs a kid")?;
-                let okp = matches!(
-                    &jwk.algorithm,
-                    jsonwebtoken::jwk::AlgorithmParameters::OctetKeyPair(p)
-                        if p.curve == jsonwebtoken::jwk::EllipticCurve::Ed25519
-                );
-                if !okp {
-                    return Err(format!("JWKS: key {kid} is not an Ed25519 (OKP) key"));
-                }
-                let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("JWKS key {kid}: {e}"))?;
-                eddsa.insert(kid, key);
-            }
-            if eddsa.is_empty() {
-                return Err("JWKS: no key".into());
-            }
-        }
-        if hmac.is_none() && eddsa.is_empty() {
+        let eddsa = match jwks_json {
+            Some(text) => jwks_keys(text, true)?,
+            None => JwksKeys::new(),
+        };
+        if hmac.is_none() && eddsa.is_empty() && !remote_jwks {
             return Err("an HMAC secret or a JWKS is needed".into());
         }
         if max_ttl.is_zero() {
@@ -164,16 +197,30 @@ impl EnqueueVerifier {
         Ok(Self {
             hmac,
             eddsa,
+            remote: remote_jwks,
             max_ttl,
         })
     }
 
-    /// Verifies `token` for `room` at `now_s`.
+    /// Verifies `token` for `room` at `now_s` with the keys configured.
     pub fn verify(
         &self,
         token: &str,
         room: &str,
         now_s: u64,
+    ) -> std::result::Result<EnqueueClaims, EnqueueError> {
+        self.verify_with(token, room, now_s, None)
+    }
+
+    /// Verifies `token` for `room` at `now_s`, an EdDSA token's key also
+    /// looked up in `fetched` (the origin's JWKS as last fetched, in a
+    /// verifier made with `remote_jwks`).
+    pub fn verify_with(
+        &self,
+        token: &str,
+        room: &str,
+        now_s: u64,
+        fetched: Option<&JwksKeys>,
     ) -> std::result::Result<EnqueueClaims, EnqueueError> {
         if token.len() > MAX_ENQUEUE_TOKEN_LEN
             || !token.is_ascii()
@@ -184,10 +231,18 @@ impl EnqueueVerifier {
         let header = jsonwebtoken::decode_header(token).map_err(|_| EnqueueError::Malformed)?;
         let key = match header.alg {
             Algorithm::HS256 => self.hmac.as_ref().ok_or(EnqueueError::Algorithm)?,
-            Algorithm::EdDSA if self.eddsa.is_empty() => return Err(EnqueueError::Algorithm),
+            Algorithm::EdDSA if self.eddsa.is_empty() && !self.remote => {
+                return Err(EnqueueError::Algorithm);
+            }
             Algorithm::EdDSA => {
                 let kid = header.kid.as_deref().ok_or(EnqueueError::UnknownKey)?;
-                self.eddsa.get(kid).ok_or(EnqueueError::UnknownKey)?
+                match self.eddsa.get(kid) {
+                    Some(key) => key,
+                    None if self.remote => fetched
+                        .and_then(|keys| keys.get(kid))
+                        .ok_or(EnqueueError::UnknownKey)?,
+                    None => return Err(EnqueueError::UnknownKey),
+                }
             }
             _ => return Err(EnqueueError::Algorithm),
         };
@@ -481,7 +536,7 @@ mod tests {
 
     #[test]
     fn hmac_tokens_are_checked_claim_by_claim() {
-        let v = EnqueueVerifier::new(Some(SECRET), None, Duration::from_secs(600)).unwrap();
+        let v = EnqueueVerifier::new(Some(SECRET), None, false, Duration::from_secs(600)).unwrap();
         let now = 1_800_000_000;
         let ok = hs(json!({"sub": "acct-1", "aud": "vip", "exp": now + 60, "lane": "presale"}));
         let c = v.verify(&ok, "vip", now).unwrap();
@@ -527,8 +582,10 @@ mod tests {
             Err(EnqueueError::BadSignature)
         );
         // a room trusting only a JWKS refuses HS256
-        assert!(EnqueueVerifier::new(Some(b"short"), None, Duration::from_secs(60)).is_err());
-        assert!(EnqueueVerifier::new(None, None, Duration::from_secs(60)).is_err());
+        assert!(
+            EnqueueVerifier::new(Some(b"short"), None, false, Duration::from_secs(60)).is_err()
+        );
+        assert!(EnqueueVerifier::new(None, None, false, Duration::from_secs(60)).is_err());
     }
 
     #[test]
@@ -613,7 +670,77 @@ mod eddsa_tests {
         )
         .unwrap();
         let hs_only =
-            EnqueueVerifier::new(Some(&[1u8; 40]), None, Duration::from_secs(600)).unwrap();
+            EnqueueVerifier::new(Some(&[1u8; 40]), None, false, Duration::from_secs(600)).unwrap();
         assert_eq!(hs_only.verify(&t, "vip", now), Err(EnqueueError::Algorithm));
+    }
+}
+
+#[cfg(test)]
+mod remote_jwks_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use base64::Engine as _;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    fn token(seed: u8, kid: &str, now: u64) -> String {
+        let mut der = vec![
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        der.extend_from_slice(&[seed; 32]);
+        let mut h = Header::new(Algorithm::EdDSA);
+        h.kid = Some(kid.into());
+        encode(
+            &h,
+            &json!({"sub": "a", "aud": "vip", "exp": now + 60}),
+            &EncodingKey::from_ed_der(&der),
+        )
+        .unwrap()
+    }
+
+    fn jwk(seed: u8, kid: &str) -> serde_json::Value {
+        let public = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]).verifying_key();
+        let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(public.as_bytes());
+        json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": x})
+    }
+
+    #[test]
+    fn fetched_keys_verify_only_in_a_verifier_that_trusts_them() {
+        let now = 1_800_000_000;
+        let remote = EnqueueVerifier::new(None, None, true, Duration::from_secs(600)).unwrap();
+        let t = token(7, "k1", now);
+        // nothing fetched yet: the key is unknown (the caller may fetch)
+        assert_eq!(remote.verify(&t, "vip", now), Err(EnqueueError::UnknownKey));
+        let origin = json!({"keys": [
+            {"kty": "RSA", "kid": "rsa-for-something-else", "n": "AQAB", "e": "AQAB"},
+            {"kty": "OKP", "crv": "Ed25519", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"},
+            jwk(7, "k1"),
+        ]})
+        .to_string();
+        // an origin's JWKS may carry keys for other uses: skipped, not fatal
+        assert!(jwks_keys(&origin, true).is_err());
+        let keys = jwks_keys(&origin, false).unwrap();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(
+            remote.verify_with(&t, "vip", now, Some(&keys)).unwrap().sub,
+            "a"
+        );
+        // a key of the same kid but another secret does not verify
+        let forged = token(8, "k1", now);
+        assert_eq!(
+            remote.verify_with(&forged, "vip", now, Some(&keys)),
+            Err(EnqueueError::BadSignature)
+        );
+        // a verifier that does not trust fetched keys ignores them
+        let hs =
+            EnqueueVerifier::new(Some(&[1u8; 40]), None, false, Duration::from_secs(600)).unwrap();
+        assert_eq!(
+            hs.verify_with(&t, "vip", now, Some(&keys)),
+            Err(EnqueueError::Algorithm)
+        );
+        assert!(jwks_keys(r#"{"keys": []}"#, false).is_err());
+        assert!(jwks_keys("<html>", false).is_err());
     }
 }

@@ -180,9 +180,14 @@ impl Sig {
     }
 }
 
+/// Where [`KeyDirectory`] serves its keys as an origin's JWKS.
+pub const JWKS_PATH: &str = "/jwks.json";
+
 /// A signer's key directory over HTTPS (a certificate of `ca` for
 /// 127.0.0.1), serving its JWKS at
-/// `/.well-known/http-message-signatures-directory`. Stops when dropped.
+/// `/.well-known/http-message-signatures-directory`, and the same body at
+/// [`JWKS_PATH`] as an origin publishes its JWKS (`application/jwk-set+json`).
+/// Stops when dropped.
 pub struct KeyDirectory {
     /// Its address.
     pub addr: SocketAddr,
@@ -230,8 +235,10 @@ impl KeyDirectory {
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let (b, f, down) = (b.clone(), f.clone(), down.clone());
                         async move {
-                            let wk = req.uri().path()
-                                == "/.well-known/http-message-signatures-directory";
+                            let jwks = req.uri().path() == JWKS_PATH;
+                            let wk = jwks
+                                || req.uri().path()
+                                    == "/.well-known/http-message-signatures-directory";
                             if wk {
                                 f.fetch_add(1, Ordering::Relaxed);
                             }
@@ -243,7 +250,11 @@ impl KeyDirectory {
                                 http::Response::builder()
                                     .header(
                                         "content-type",
-                                        "application/http-message-signatures-directory+json",
+                                        if jwks {
+                                            "application/jwk-set+json"
+                                        } else {
+                                            "application/http-message-signatures-directory+json"
+                                        },
                                     )
                                     .body(Full::new(Bytes::from(b.lock().clone())))
                             } else {
@@ -275,6 +286,16 @@ impl KeyDirectory {
     pub fn serve(&self, signers: &[&Signer]) {
         let keys: Vec<_> = signers.iter().map(|s| s.jwk()).collect();
         *self.body.lock() = serde_json::json!({ "keys": keys }).to_string();
+    }
+
+    /// Serves `body` (any JSON) from now on.
+    pub fn serve_json(&self, body: &serde_json::Value) {
+        *self.body.lock() = body.to_string();
+    }
+
+    /// `https://127.0.0.1:port/jwks.json`.
+    pub fn jwks_url(&self) -> String {
+        format!("https://{}{JWKS_PATH}", self.addr)
     }
 
     /// `https://127.0.0.1:port`: the signer's origin.

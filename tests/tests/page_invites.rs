@@ -40,8 +40,12 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 // === the gateway and its rooms ===
 
+/// The shop's sign-in page of room `club`.
+const SIGN_IN: &str = "/echo/login?next=/echo/club&from=sluice";
+
 /// `vip`: invite-only, under `/echo/vip`; `members`: enqueue tokens
-/// required, under `/echo/members`. Both admit nobody after their first
+/// required, under `/echo/members`; `club`: the same, with the shop's
+/// sign-in page, under `/echo/club`. All admit nobody after their first
 /// visitor (`rate` 0, one credit) unless `open`, when they admit at once.
 async fn gateway(origin: &TestOrigin, open: bool) -> TestGateway {
     let rate = if open { 1000.0 } else { 0.0 };
@@ -61,6 +65,15 @@ async fn gateway(origin: &TestOrigin, open: bool) -> TestGateway {
                         ..EnqueueConfig::default()
                     },
                     ..easy_room("members", rate, burst, &["/echo/members"])
+                },
+                RoomConfig {
+                    enqueue: EnqueueConfig {
+                        required: true,
+                        hmac_secret: Some(SECRET.into()),
+                        sign_in_url: Some(SIGN_IN.into()),
+                        ..EnqueueConfig::default()
+                    },
+                    ..easy_room("club", rate, burst, &["/echo/club"])
                 },
             ];
         })
@@ -244,6 +257,11 @@ async fn invite_form(b: &Browser, words: &str) -> String {
         b.js("return document.getElementById('sluice').getAttribute('data-state')")
             .await,
         json!("invite")
+    );
+    let lead = b.text("#sluice .lead").await;
+    assert!(
+        lead.contains("invited guests") && !lead.contains("place is kept"),
+        "the lead promises no place before a code is taken: {lead}"
     );
     let reason = b
         .js("return document.getElementById('sluice-invite').getAttribute('data-reason')")
@@ -511,6 +529,23 @@ async fn chromium_carries_the_shops_enqueue_token() {
         json!("sign-in")
     );
     assert_eq!(challenges(&base, "members").await, issued, "no work asked");
+    let lead = b.text("#sluice .lead").await;
+    assert!(
+        lead.contains("signed-in customers") && !lead.contains("place is kept"),
+        "the lead promises no place before a token: {lead}"
+    );
+
+    // A room with the shop's sign-in page: the notice links there (the
+    // ampersand intact), in the same words.
+    b.c().goto(&format!("{base}/echo/club/drop")).await.unwrap();
+    says(&b, "signed in at the shop").await;
+    assert_eq!(
+        b.js("return document.querySelector('#sluice-sign-in a').getAttribute('href')")
+            .await,
+        json!(SIGN_IN)
+    );
+    assert_eq!(b.text("#sluice-sign-in a").await, "Sign in at the shop");
+    assert_eq!(challenges(&base, "club").await, 0.0, "no work asked");
 
     // A token for another room: refused at the join, said once, no loop.
     let wrong = token("vip", "fan-1");

@@ -105,6 +105,7 @@ impl AppState {
             telemetry.clone(),
         )?;
         let rooms = Arc::new(Rooms::from_config(&config)?);
+        rooms.warm_keys();
         // The page's files hashed and compressed now, not on a visitor's
         // request (once per process).
         crate::visitor::assets::warm();

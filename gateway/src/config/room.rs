@@ -407,6 +407,77 @@ mod tests {
         RoomConfig::default().settings().validate().unwrap();
     }
 
+    /// `[rooms.enqueue] jwks_url`: https only, no user info, sane timings,
+    /// `jwks_ca` only with it; a room trusting only the URL may require
+    /// tokens.
+    #[test]
+    fn enqueue_jwks_urls_are_checked() {
+        let with = |f: fn(&mut EnqueueConfig)| {
+            let mut e = EnqueueConfig::default();
+            f(&mut e);
+            e.verifier().map(|v| v.is_some())
+        };
+        assert_eq!(
+            with(|e| {
+                e.required = true;
+                e.jwks_url = Some("https://shop.example/.well-known/jwks.json".into());
+                e.sign_in_url = Some("https://shop.example/login?next=/drop".into());
+            }),
+            Ok(true)
+        );
+        assert_eq!(
+            with(|e| {
+                e.hmac_secret = Some("x".repeat(32));
+                e.sign_in_url = Some("/account/login".into());
+            }),
+            Ok(true)
+        );
+        for (f, words) in [
+            (
+                (|e: &mut EnqueueConfig| e.jwks_url = Some("http://shop.example/jwks".into()))
+                    as fn(&mut EnqueueConfig),
+                "https",
+            ),
+            (
+                |e| e.jwks_url = Some("https://user:pw@shop.example/jwks".into()),
+                "user info",
+            ),
+            (|e| e.jwks_url = Some("jwks.json".into()), "https"),
+            (|e| e.jwks_ca = Some("/etc/ca.pem".into()), "needs jwks_url"),
+            (
+                |e| {
+                    e.hmac_secret = Some("x".repeat(32));
+                    e.sign_in_url = Some("javascript:alert(1)".into());
+                },
+                "sign_in_url",
+            ),
+            (
+                |e| {
+                    e.hmac_secret = Some("x".repeat(32));
+                    e.sign_in_url = Some("//evil.example/login".into());
+                },
+                "sign_in_url",
+            ),
+            (
+                |e| {
+                    e.jwks_url = Some("https://shop.example/jwks".into());
+                    e.jwks_retry = Duration::ZERO;
+                },
+                "jwks_retry",
+            ),
+            (
+                |e| {
+                    e.jwks_url = Some("https://shop.example/jwks".into());
+                    e.jwks_ca = Some("/nonexistent/ca.pem".into());
+                },
+                "jwks_ca",
+            ),
+        ] {
+            let err = with(f).unwrap_err();
+            assert!(err.contains(words), "{words}: {err}");
+        }
+    }
+
     /// The challenge format's own check: a TTL it cannot carry, or a
     /// minimum solve age under attack not shorter than the TTL (every join
     /// would come too early or too late), is refused with its words.
@@ -509,9 +580,29 @@ pub struct EnqueueConfig {
     pub hmac_secret: Option<String>,
     /// The origin's JWKS (Ed25519 keys, each with a `kid`), read at start.
     pub jwks_file: Option<std::path::PathBuf>,
+    /// The origin's JWKS fetched over HTTPS (`https://…`), refreshed
+    /// every `jwks_ttl` and early when a token names a key it lacks (a
+    /// rotation), at most once per `jwks_retry`; keys of other types in it
+    /// are skipped.
+    pub jwks_url: Option<String>,
+    /// CA certificates (PEM) trusted for `jwks_url`, instead of the
+    /// system's roots.
+    pub jwks_ca: Option<std::path::PathBuf>,
+    /// How long a fetched JWKS is used before it is fetched again (a
+    /// shorter `Cache-Control: max-age` of the origin's wins, down to 1m).
+    #[serde(with = "humantime_serde")]
+    pub jwks_ttl: Duration,
+    /// Least time between two early fetches, or after a failed one.
+    #[serde(with = "humantime_serde")]
+    pub jwks_retry: Duration,
     /// Longest a token may live (`exp` at most this far ahead).
     #[serde(with = "humantime_serde")]
     pub max_ttl: Duration,
+    /// Where the waiting page sends a fan who must sign in first (the
+    /// shop's sign-in page, which hands a token back in the fragment): an
+    /// `https://` URL or a path of this site. Without it the page links
+    /// back to the page the fan asked for.
+    pub sign_in_url: Option<String>,
 }
 
 impl Default for EnqueueConfig {
@@ -520,7 +611,12 @@ impl Default for EnqueueConfig {
             required: false,
             hmac_secret: None,
             jwks_file: None,
+            jwks_url: None,
+            jwks_ca: None,
+            jwks_ttl: Duration::from_secs(600),
+            jwks_retry: Duration::from_secs(30),
             max_ttl: Duration::from_secs(600),
+            sign_in_url: None,
         }
     }
 }
@@ -529,9 +625,15 @@ impl EnqueueConfig {
     /// The verifier of the room's enqueue tokens; `None` when the room
     /// trusts no key (tokens are then ignored, and `required` refused).
     pub fn verifier(&self) -> Result<Option<sluice_admission::enqueue::EnqueueVerifier>, String> {
-        if self.hmac_secret.is_none() && self.jwks_file.is_none() {
+        if self.jwks_ca.is_some() && self.jwks_url.is_none() {
+            return Err("jwks_ca needs jwks_url".into());
+        }
+        if let Some(url) = &self.sign_in_url {
+            check_sign_in_url(url)?;
+        }
+        if self.hmac_secret.is_none() && self.jwks_file.is_none() && self.jwks_url.is_none() {
             if self.required {
-                return Err("required needs hmac_secret or jwks_file".into());
+                return Err("required needs hmac_secret, jwks_file or jwks_url".into());
             }
             return Ok(None);
         }
@@ -542,11 +644,52 @@ impl EnqueueConfig {
             ),
             None => None,
         };
+        if let Some(url) = &self.jwks_url {
+            check_jwks_url(url)?;
+            if !(1.0..=7.0 * 86_400.0).contains(&self.jwks_ttl.as_secs_f64()) {
+                return Err("jwks_ttl must be between 1s and 7 days".into());
+            }
+            if !(1.0..=3_600.0).contains(&self.jwks_retry.as_secs_f64()) {
+                return Err("jwks_retry must be between 1s and 1h".into());
+            }
+            if let Some(ca) = &self.jwks_ca {
+                crate::proxy::tls::load_ca_bundle(ca).map_err(|e| format!("jwks_ca: {e}"))?;
+            }
+        }
         sluice_admission::enqueue::EnqueueVerifier::new(
             self.hmac_secret.as_deref().map(str::as_bytes),
             jwks.as_deref(),
+            self.jwks_url.is_some(),
             self.max_ttl,
         )
         .map(Some)
+    }
+}
+
+/// A `sign_in_url` is an `https://` URL or a path of this site (`/…`,
+/// not `//…`), at most 2,048 characters without controls or spaces.
+fn check_sign_in_url(url: &str) -> Result<(), String> {
+    let shaped = url.len() <= 2048
+        && !url.chars().any(|c| c.is_control() || c.is_whitespace())
+        && (url.starts_with("https://") || (url.starts_with('/') && !url.starts_with("//")));
+    if !shaped {
+        return Err(format!(
+            "sign_in_url `{url}`: must be an https URL or a path starting with one /"
+        ));
+    }
+    url.parse::<http::Uri>()
+        .map(|_| ())
+        .map_err(|e| format!("sign_in_url `{url}`: {e}"))
+}
+
+/// A `jwks_url` is `https://host[:port]/path`, no user info, no fragment.
+fn check_jwks_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("jwks_url `{url}`: {e}"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(format!("jwks_url `{url}`: must be an https URL"));
+    }
+    match uri.authority() {
+        Some(a) if !a.host().is_empty() && !a.as_str().contains('@') => Ok(()),
+        _ => Err(format!("jwks_url `{url}`: needs a host and no user info")),
     }
 }

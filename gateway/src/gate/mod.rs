@@ -42,6 +42,7 @@
 pub mod adaptive;
 pub mod cookies;
 pub mod crawlers;
+pub mod fetched;
 pub(crate) mod forward;
 pub mod rooms;
 pub mod schedule;

@@ -36,6 +36,8 @@ use crate::app::problem::Problem;
 use crate::app::telemetry::Telemetry;
 use crate::config::{Config, FailurePolicy, RoomConfig};
 use crate::edge::client_ip::canonical_ip;
+use crate::gate::fetched::{Fetched, Kind, Policy};
+use sluice_admission::enqueue::JwksKeys;
 
 /// How often each gateway advances every room's bucket and refreshes its
 /// snapshot.
@@ -71,6 +73,8 @@ pub struct Room {
     invite_limiter: Option<DefaultKeyedRateLimiter<NetPrefix>>,
     /// The keys of the origin's enqueue tokens (`[rooms.enqueue]`), if any.
     pub enqueue: Option<sluice_admission::enqueue::EnqueueVerifier>,
+    /// The origin's JWKS fetched from `[rooms.enqueue] jwks_url`, if set.
+    pub enqueue_jwks: Option<Arc<Fetched<JwksKeys>>>,
     /// The settings this gateway creates the room with in an empty store.
     initial: RoomSettings,
     /// seq → place of the latest pre-queue draw, once built.
@@ -141,8 +145,11 @@ impl Room {
             .enqueue
             .verifier()
             .map_err(|e| anyhow::anyhow!("room {}: enqueue: {e}", config.id))?;
+        let enqueue_jwks = enqueue_jwks(&config)
+            .map_err(|e| anyhow::anyhow!("room {}: enqueue.jwks_url: {e}", config.id))?;
         let room = Room {
             enqueue,
+            enqueue_jwks,
             snapshot: ArcSwap::from_pointee(empty_snapshot(&config.id, &settings)),
             initial: settings.clone(),
             place_map: ArcSwap::from_pointee(None),
@@ -700,6 +707,35 @@ fn check_keyed(
     }
 }
 
+/// The fetched JWKS of a room's `[rooms.enqueue] jwks_url`.
+fn enqueue_jwks(config: &RoomConfig) -> anyhow::Result<Option<Arc<Fetched<JwksKeys>>>> {
+    let e = &config.enqueue;
+    let Some(url) = &e.jwks_url else {
+        return Ok(None);
+    };
+    let policy = Policy::new(
+        e.jwks_ca.as_deref(),
+        true,
+        ENQUEUE_JWKS_TIMEOUT,
+        e.jwks_ttl,
+        e.jwks_retry,
+    )?;
+    let kind = Kind {
+        name: "enqueue JWKS",
+        accept: "application/jwk-set+json, application/json",
+        content_types: &["application/jwk-set+json", "application/json"],
+        parse: |body| {
+            let text = std::str::from_utf8(body).map_err(|_| "JWKS: not UTF-8".to_owned())?;
+            sluice_admission::enqueue::jwks_keys(text, false)
+        },
+    };
+    Ok(Some(Fetched::new(url, kind, policy)?))
+}
+
+/// Longest a join waits for the origin's JWKS (none fetched yet, or a
+/// token naming a key it lacks).
+pub const ENQUEUE_JWKS_TIMEOUT: Duration = Duration::from_secs(2);
+
 fn limiter(per_min: u32) -> Option<DefaultKeyedRateLimiter<NetPrefix>> {
     let n = std::num::NonZeroU32::new(per_min)?;
     Some(RateLimiter::keyed(Quota::per_minute(n)))
@@ -727,6 +763,16 @@ impl Rooms {
             rooms.push(room);
         }
         Ok(Rooms { rooms, by_id })
+    }
+
+    /// Starts the first fetch of every room's enqueue JWKS (call within
+    /// the runtime).
+    pub fn warm_keys(&self) {
+        for room in &self.rooms {
+            if let Some(jwks) = &room.enqueue_jwks {
+                jwks.warm();
+            }
+        }
     }
 
     /// A room by id.

@@ -9,13 +9,18 @@
 //! - A valid token: the account's place if it has one (any device, any
 //!   gateway), else a new place bound to it (module docs of
 //!   `sluice_admission::enqueue`). A room that trusts no key ignores
-//!   tokens. The `lane` claim is read and not yet used (lanes are not
+//!   tokens.
+//! - A room with `jwks_url` verifies EdDSA tokens with the origin's JWKS
+//!   as last fetched ([`crate::gate::fetched`]); a token naming a key it
+//!   lacks (the origin rotated) waits for one early fetch, at most once per
+//!   `jwks_retry` and `ENQUEUE_JWKS_TIMEOUT` long, so made-up key ids
+//!   cannot make the gateway fetch more often. The `lane` claim is read and not yet used (lanes are not
 //!   built).
 
 use std::time::Duration;
 
 use http::StatusCode;
-use sluice_admission::enqueue::account_key;
+use sluice_admission::enqueue::{EnqueueError, account_key};
 
 use crate::app::clock::now_s;
 use crate::app::problem::Problem;
@@ -45,9 +50,19 @@ pub fn required() -> Problem {
     )
 }
 
+/// `enqueue_keys_unavailable`: the origin's JWKS could not be fetched yet.
+fn keys_unavailable(room: &Room) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "enqueue_keys_unavailable",
+        "The keys that verify this room's enqueue tokens cannot be had right now",
+    )
+    .retry_after(room.config.enqueue.jwks_retry.as_secs().clamp(1, 60))
+}
+
 /// The account key of the join's token, checked; `None` without a token
 /// (where none is required) or in a room that trusts no key.
-pub fn check(room: &Room, token: Option<&str>) -> Result<Option<String>, Problem> {
+pub async fn check(room: &Room, token: Option<&str>) -> Result<Option<String>, Problem> {
     let Some(verifier) = &room.enqueue else {
         return Ok(None);
     };
@@ -58,8 +73,24 @@ pub fn check(room: &Room, token: Option<&str>) -> Result<Option<String>, Problem
             Ok(None)
         };
     };
-    let claims = verifier
-        .verify(token, room.id(), now_s())
-        .map_err(|e| invalid(e.reason()))?;
+    let fetched = match &room.enqueue_jwks {
+        Some(jwks) => jwks.keys().await,
+        None => None,
+    };
+    let mut verdict = verifier.verify_with(token, room.id(), now_s(), fetched.as_deref());
+    if verdict == Err(EnqueueError::UnknownKey)
+        && let Some(jwks) = &room.enqueue_jwks
+    {
+        match jwks.refetch(true).await {
+            Some(fresh) => {
+                verdict = verifier.verify_with(token, room.id(), now_s(), Some(&fresh));
+            }
+            // never fetched: the key may well be good, the gateway cannot
+            // tell yet; the fan tries again, nothing was taken
+            None if jwks.current().is_none() => return Err(keys_unavailable(room)),
+            None => {}
+        }
+    }
+    let claims = verdict.map_err(|e| invalid(e.reason()))?;
     Ok(Some(account_key(room.id(), &claims.sub)))
 }

@@ -170,7 +170,7 @@ pub async fn join(
     let return_to = safe_return_to(body.return_to.as_deref());
     // The account, before the work: a bad token costs no verification, and
     // an account that has a place gets it back from any device.
-    let account = enqueue::check(room, body.enqueue_token.as_deref())?;
+    let account = enqueue::check(room, body.enqueue_token.as_deref()).await?;
     let mut spent: Option<String> = None;
     if let Some(acct) = &account
         && let Some(note) = state

@@ -165,6 +165,11 @@ pub fn waiting_page(
         "enqueue",
         if enqueue_required { "required" } else { "" }.to_owned(),
     );
+    let sign_in = match &room.config.enqueue.sign_in_url {
+        Some(url) if enqueue_required => html_escape(url),
+        _ => String::new(),
+    };
+    values.insert("sign_in_url", sign_in);
     let html = render(custom.as_ref().map_or(PAGE, |c| c.html.as_str()), &values);
     let mut res = html.into_response();
     let h = res.headers_mut();

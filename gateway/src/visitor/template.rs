@@ -41,7 +41,9 @@ pub struct PageConfig {
 /// and `{{worker_url}}` (for `data-worker-url`), and `{{enqueue}}`
 /// (`required` when the room takes only visitors with an enqueue token,
 /// else empty: for `data-enqueue`, so the page asks no work of a visitor
-/// it must send to sign in).
+/// it must send to sign in), `{{sign_in_url}}` (the room's
+/// `[rooms.enqueue] sign_in_url` in such a room, else empty: for
+/// `data-sign-in`).
 pub const PLACEHOLDERS: &[&str] = &[
     "room",
     "return_to",
@@ -54,6 +56,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "script_url",
     "worker_url",
     "enqueue",
+    "sign_in_url",
 ];
 
 impl PageConfig {
@@ -330,7 +333,10 @@ fn door_texts(lang: Lang) -> Value {
             "invite_wait": "Too many codes were tried from your network. Trying again in {seconds} s…",
             "enqueue_required": "This line is for customers signed in at the shop. Please sign in there first: the shop then sends you back here, and your place is kept for your account.",
             "enqueue_invalid": "Your sign-in for this line has expired or is not valid. Please sign in at the shop again: it sends you back here.",
-            "enqueue_link": "Back to the page you wanted"
+            "enqueue_link": "Back to the page you wanted",
+            "enqueue_sign_in_link": "Sign in at the shop",
+            "invite_lead": "This line is open to invited guests: enter your invite code to take a place in it.",
+            "sign_in_lead": "This line is for the shop's signed-in customers: sign in at the shop to take a place in it."
         }),
         Lang::Fr => json!({
             "invite_prompt": "Cette file est sur invitation.",
@@ -343,7 +349,10 @@ fn door_texts(lang: Lang) -> Value {
             "invite_wait": "Trop de codes ont été essayés depuis votre réseau. Nouvel essai dans {seconds} s…",
             "enqueue_required": "Cette file est réservée aux clients connectés à la boutique. Connectez-vous d'abord sur la boutique : elle vous renvoie ici, et votre place est gardée pour votre compte.",
             "enqueue_invalid": "Votre connexion pour cette file a expiré ou n'est pas valable. Reconnectez-vous sur la boutique : elle vous renvoie ici.",
-            "enqueue_link": "Retour à la page demandée"
+            "enqueue_link": "Retour à la page demandée",
+            "enqueue_sign_in_link": "Se connecter sur la boutique",
+            "invite_lead": "Cette file est réservée aux invités : saisissez votre code d'invitation pour y prendre place.",
+            "sign_in_lead": "Cette file est réservée aux clients connectés à la boutique : connectez-vous sur la boutique pour y prendre place."
         }),
     }
 }
