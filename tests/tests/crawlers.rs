@@ -620,3 +620,61 @@ async fn rotated_keys_follow_the_directory_and_an_outage_revokes_nothing() {
     nothing_taken(&base, &before).await;
     gw.shutdown().await;
 }
+
+/// A nonce verifies once across gateways: the same signed request (the
+/// same `Host`, so the same `@authority`) replayed to a second gateway on
+/// the same Redis waits, while a fresh signature passes there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nonce_verifies_once_across_gateways() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let ca = TestCa::new();
+    let signer = Signer::new();
+    let dir = KeyDirectory::start(&ca, &[&signer]).await;
+    let dns = DnsServer::start(Zone::new()).await;
+    let agents = || vec![signed_agent("signedbot", &dir)];
+    let a = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
+    let b = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
+    let (base_a, base_b) = (a.url(), b.url());
+    make_busy(&base_a).await;
+    let ip = "203.0.113.70";
+    // gateway b sees the room busy too (a plain visitor waits there)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while get(&base_b, "/echo/page", ip, &[]).await.status != 503 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gateway b never saw the room busy"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let host = "shop.example";
+    let signed = || {
+        let mut h = signer.headers(&Sig::new(&dir.origin(), host, "/echo/page"));
+        h.push(("host".into(), host.into()));
+        h
+    };
+    let once = signed();
+    passed(
+        &get(&base_a, "/echo/page", ip, &once).await,
+        "signedbot",
+        "first use, at gateway a",
+    );
+    let at_origin = origin.requests();
+    waits(
+        &get(&base_b, "/echo/page", ip, &once).await,
+        "the same nonce replayed to gateway b",
+    );
+    waits(
+        &get(&base_a, "/echo/page", ip, &once).await,
+        "the same nonce replayed to gateway a",
+    );
+    assert_eq!(origin.requests(), at_origin, "no replay reached the origin");
+    assert!(crawler_metric(&base_b, &["result=\"replayed\""]).await >= 1.0);
+    passed(
+        &get(&base_b, "/echo/page", ip, &signed()).await,
+        "signedbot",
+        "a fresh nonce at gateway b",
+    );
+}

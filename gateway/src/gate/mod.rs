@@ -268,6 +268,7 @@ pub async fn authorize(state: &AppState, mut req: Request) -> Result<Request, Re
             .crawlers()
             .pass(
                 state.telemetry(),
+                state.replay_guard(),
                 room.id(),
                 crawlers::Target::of(&req),
                 &client,

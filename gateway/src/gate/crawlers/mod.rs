@@ -12,7 +12,8 @@
 //!    `signature_agent`, the `keyid` (a JWK thumbprint) a key of its
 //!    directory, `created` within `crawlers.max_signature_age` of the
 //!    gateway's clock, `expires` not passed, `alg` (when given) `ed25519`;
-//!    a `nonce` verifies once per gateway.
+//!    a `nonce` verifies once across every gateway sharing the replay
+//!    guard's store (the same Redis the proofs of work are consumed in).
 //! 2. **Forward-confirmed reverse DNS** ([`rdns`]) for a request whose
 //!    User-Agent names a crawler with `hostnames`: the client address's
 //!    PTR name under a configured suffix, and that name's A/AAAA holding
@@ -48,6 +49,8 @@ use http::{HeaderMap, StatusCode, header};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sfv::{BareItem, Dictionary, Item, ListEntry, Parser};
+use sha2::Digest as _;
+use sluice_pow::{ReplayGuard, ReplayStore as _};
 
 use crate::app::clock::now_s;
 use crate::app::problem::Problem;
@@ -65,6 +68,21 @@ pub const CRAWLER_HEADER: &str = "sluice-crawler";
 /// The crawler label of refusals no crawler can be named for (a signer
 /// not on the allow-list, a signature that does not parse).
 pub const UNKNOWN: &str = "unknown";
+
+/// A crawler's nonce in the replay guard's key space: 16 bytes of a
+/// SHA-256 separated from the proofs of work's challenge ids by its
+/// prefix.
+fn nonce_id(origin: &str, nonce: &str) -> [u8; 16] {
+    let d = sha2::Sha256::new()
+        .chain_update(b"sluice-crawler-nonce-v1\0")
+        .chain_update(origin.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(nonce.as_bytes())
+        .finalize();
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&d[..16]);
+    id
+}
 
 /// Longest nonce remembered (a longer one is refused).
 const MAX_NONCE: usize = 256;
@@ -216,6 +234,7 @@ impl Crawlers {
     pub async fn pass(
         &self,
         telemetry: &Telemetry,
+        guard: &ReplayGuard,
         room: &str,
         req: Target<'_>,
         client: &ClientInfo,
@@ -242,7 +261,7 @@ impl Crawlers {
         }
         let mut verified = None;
         if signed {
-            match self.web_bot_auth(req, client).await {
+            match self.web_bot_auth(guard, req, client).await {
                 Verdict::Verified(i) if self.agents[i].covers(room) => verified = Some(i),
                 Verdict::Verified(i) => self.count(telemetry, room, Some(i), "room"),
                 Verdict::Refused { crawler, reason } => {
@@ -295,7 +314,12 @@ impl Crawlers {
     /// The Web Bot Auth check of a request carrying `Signature-Input`:
     /// the first of its `web-bot-auth` signatures that verifies, or the
     /// first one's refusal.
-    async fn web_bot_auth(&self, req: Target<'_>, client: &ClientInfo) -> Verdict {
+    async fn web_bot_auth(
+        &self,
+        guard: &ReplayGuard,
+        req: Target<'_>,
+        client: &ClientInfo,
+    ) -> Verdict {
         let headers = req.headers;
         let sigs = match httpsig::signatures(headers) {
             Ok(s) => s,
@@ -324,7 +348,7 @@ impl Crawlers {
         let view = RequestView::new(req.method.as_str(), client.proto, host, req.uri, headers);
         let mut first = None;
         for sig in tagged {
-            match self.check_signature(&view, headers, sig).await {
+            match self.check_signature(guard, &view, headers, sig).await {
                 Ok(i) => return Verdict::Verified(i),
                 Err(refusal) => {
                     first.get_or_insert(refusal);
@@ -340,6 +364,7 @@ impl Crawlers {
     /// signed, when, the key, the base, the signature, its nonce.
     async fn check_signature(
         &self,
+        guard: &ReplayGuard,
         view: &RequestView<'_>,
         headers: &HeaderMap,
         sig: &Signed,
@@ -400,35 +425,52 @@ impl Crawlers {
             return Err(mine("signature"));
         }
         if let Some(nonce) = nonce {
-            self.remember_nonce(origin, nonce, created, now)
+            self.remember_nonce(guard, origin, nonce, created, now)
+                .await
                 .map_err(mine)?;
         }
         Ok(i)
     }
 
     /// A nonce verifies once: remembered until its signature is stale
-    /// anyway. `Err("replayed")` when seen; `Err("replay_full")` when the
-    /// set is full of live nonces (refused rather than one forgotten).
-    fn remember_nonce(
+    /// anyway, here (a replay to this gateway costs no store round trip)
+    /// and in the replay guard's store, shared by every gateway on it (a
+    /// replay to another gateway is refused too). `Err("replayed")` when
+    /// seen; `Err("replay_full")` when this gateway's set is full of live
+    /// nonces, `Err("replay_store")` when the store cannot say (refused
+    /// rather than a nonce forgotten).
+    async fn remember_nonce(
         &self,
+        guard: &ReplayGuard,
         origin: &str,
         nonce: &str,
         created: i64,
         now: i64,
     ) -> Result<(), Reason> {
-        let key = format!("{origin} {nonce}");
-        let mut seen = self.nonces.lock();
-        if seen.get(&key).is_some_and(|until| *until >= now) {
-            return Err("replayed");
-        }
-        if seen.len() >= self.nonce_capacity {
-            seen.retain(|_, until| *until >= now);
+        let until = created.saturating_add(self.max_age).saturating_add(1);
+        {
+            let key = format!("{origin} {nonce}");
+            let mut seen = self.nonces.lock();
+            if seen.get(&key).is_some_and(|u| *u >= now) {
+                return Err("replayed");
+            }
             if seen.len() >= self.nonce_capacity {
-                return Err("replay_full");
+                seen.retain(|_, u| *u >= now);
+                if seen.len() >= self.nonce_capacity {
+                    return Err("replay_full");
+                }
+            }
+            seen.insert(key, until);
+        }
+        let ttl = std::time::Duration::from_secs(u64::try_from(until - now).unwrap_or(1).max(1));
+        match guard.consume_once(&nonce_id(origin, nonce), ttl).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("replayed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "crawler nonce not checked: the replay guard's store failed");
+                Err("replay_store")
             }
         }
-        seen.insert(key, created.saturating_add(self.max_age).saturating_add(1));
-        Ok(())
     }
 
     /// Counts an outcome (`passed`, `rate_limited` or a refusal's reason).
