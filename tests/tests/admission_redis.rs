@@ -322,7 +322,7 @@ async fn a_gateway_killed_mid_join_loses_no_place_and_sells_none_twice() {
         return;
     };
     let origin = TestOrigin::start().await;
-    let mut gws = gateways(2, &redis, &origin, &room_config(0.0, ""));
+    let gws = gateways(2, &redis, &origin, &room_config(0.0, ""));
     let (a, b) = (gws[0].url(), gws[1].url());
     // the one credit: every later join waits
     let mut first = Visitor::new(&a, "default");
