@@ -1,9 +1,22 @@
 -- join.lua: hand out the next seq; passthrough when nobody waits.
 --
--- KEYS: as lib.lua.
--- ARGV[1]: 'join' (default) or 'passthrough' (admit on the spot or do
---          nothing: no seq is handed out unless it is admitted)
+-- KEYS: as lib.lua; with 'once', KEYS[7] the solution's key
+--       (sluice:{room}:pow:<hex id>, under the room's hash tag).
+-- ARGV[1]: 'join' (default), 'passthrough' (admit on the spot or do
+--          nothing: no seq is handed out unless it is admitted) or 'once'
+--          (a join paid for by a proof-of-work solution: the replay guard
+--          and the join in one step, store.rs QueueStore::join_once)
+-- With 'once': ARGV[2] how long the solution is remembered (ms), ARGV[3]
+--   the visitor id the place is noted with, ARGV[4] 'new' (a solution
+--   already recorded is a replay: answered with its note, nothing
+--   changed) or 'own' (the caller recorded it itself: the note is
+--   written over). A join that hands out a seq records the solution,
+--   PX ARGV[2], as 'seq:epoch:sub' (its place) or '1' when admitted at
+--   once (no place to give back); one that hands out none records nothing.
 -- Returns:
+--   {5, note}                         'once', 'new': the solution was
+--                                     recorded before; note is its value
+--                                     ('1': the bare mark, no place)
 --   {0}                               the room has no state
 --   {2}                               the room is closed
 --   {3}                               passthrough: not admissible now;
@@ -24,6 +37,13 @@
 -- never admit a join at once; reject joins as a passthrough does, {4}
 -- when it cannot.
 
+local once = ARGV[1] == 'once'
+if once and ARGV[4] == 'new' then
+  local seen = redis.call('GET', KEYS[7])
+  if seen then
+    return {5, seen}
+  end
+end
 local now = now_ms()
 local st = load()
 if not st then
@@ -61,6 +81,13 @@ if not halted(st) and st.frontier == seq - 1 and st.credit >= MICRO
   admitted = 1
 end
 save(st)
+if once then
+  local note = '1'
+  if admitted == 0 then
+    note = int(seq) .. ':' .. int(st.epoch) .. ':' .. ARGV[3]
+  end
+  redis.call('SET', KEYS[7], note, 'PX', ARGV[2])
+end
 local prequeue = 0
 if st.pq_n < 0 then
   prequeue = 1

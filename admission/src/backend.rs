@@ -6,7 +6,10 @@ use std::time::Duration;
 use crate::memory::MemoryQueueStore;
 use crate::redis_store::RedisQueueStore;
 use crate::settings::RoomSettings;
-use crate::store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Result, Snapshot};
+use crate::store::{
+    AdmitOutcome, ClaimOutcome, Floors, JoinOnce, JoinOutcome, QueueStore, Result, Snapshot,
+    Solution, Spend,
+};
 
 /// The store a gateway runs on, chosen at start-up.
 #[derive(Clone)]
@@ -87,6 +90,15 @@ impl QueueStore for QueueBackend {
     }
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
         delegate!(self, s => s.join(room))
+    }
+    async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
+        delegate!(self, s => s.join_once(room, solution))
+    }
+    async fn spend_solution(&self, room: &str, id: &[u8; 16], ttl: Duration) -> Result<Spend> {
+        delegate!(self, s => s.spend_solution(room, id, ttl))
+    }
+    async fn release_solution(&self, room: &str, id: &[u8; 16]) -> Result<()> {
+        delegate!(self, s => s.release_solution(room, id))
     }
     async fn advance(&self, room: &str) -> Result<Snapshot> {
         delegate!(self, s => s.advance(room))

@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use crate::error::AdmissionError;
 use crate::settings::{QueueMethod, RoomSettings};
-use crate::store::{AdmitOutcome, ClaimOutcome, Floors, QueueStore, Snapshot};
+use crate::store::{
+    AdmitOutcome, ClaimOutcome, Floors, JoinOnce, QueueStore, Snapshot, Solution, Spend,
+};
 
 /// A store under test and control over its world.
 pub trait Harness: Send {
@@ -183,6 +185,214 @@ pub async fn method_reject<H: Harness>(h: &mut H) {
         Err(AdmissionError::Full(_))
     ));
     assert_eq!(store.snapshot(capped).await.unwrap().tail, 1);
+}
+
+fn solution<'a>(id: &'a [u8; 16], sub: &'a str, spent: bool) -> Solution<'a> {
+    Solution {
+        id,
+        ttl: Duration::from_secs(60),
+        sub,
+        spent,
+    }
+}
+
+fn joined(o: crate::store::Result<JoinOnce>) -> crate::store::JoinOutcome {
+    match o {
+        Ok(JoinOnce::Joined(j)) => j,
+        other => panic!("expected a place, got {other:?}"),
+    }
+}
+
+/// `join_once`: a solution buys one place, and a replay of it gets that
+/// place's note, changing nothing; a join that hands out nothing (closed,
+/// full) records nothing; `spend_solution` + `join_once(spent)` for joins
+/// with steps between; `release_solution` lets it pay again; the record
+/// goes with its ttl.
+pub async fn solution_buys_one_place<H: Harness>(h: &mut H) {
+    let room = "c-once";
+    let mut s = settings(0.01, 1.0);
+    let store = setup(h, room, &s).await;
+    let (a, b, c, d) = ([1u8; 16], [2u8; 16], [3u8; 16], [4u8; 16]);
+    // admitted at once (the one credit): recorded, with no place to give back
+    let j = joined(store.join_once(room, solution(&a, "v-a", false)).await);
+    assert_eq!((j.seq, j.admitted), (1, true));
+    assert_eq!(
+        store
+            .join_once(room, solution(&a, "v-x", false))
+            .await
+            .unwrap(),
+        JoinOnce::Replayed { note: None }
+    );
+    // a place in line: its note comes back to every replay
+    let j = joined(store.join_once(room, solution(&b, "v-b", false)).await);
+    assert_eq!((j.seq, j.admitted), (2, false));
+    let note = Some(format!("2:{}:v-b", j.epoch));
+    for _ in 0..3 {
+        assert_eq!(
+            store
+                .join_once(room, solution(&b, "v-y", false))
+                .await
+                .unwrap(),
+            JoinOnce::Replayed { note: note.clone() }
+        );
+    }
+    assert_eq!(
+        store
+            .spend_solution(room, &b, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Spend::Replayed { note: note.clone() }
+    );
+    let snap = store.snapshot(room).await.unwrap();
+    assert_eq!((snap.tail, snap.joins_total), (2, 2), "no second place");
+    // the solution's own join again (a store that went back): a new
+    // place, noted over the old one
+    let j = joined(store.join_once(room, solution(&b, "v-b2", true)).await);
+    assert_eq!(j.seq, 3);
+    assert_eq!(
+        store
+            .join_once(room, solution(&b, "v-y", false))
+            .await
+            .unwrap(),
+        JoinOnce::Replayed {
+            note: Some(format!("3:{}:v-b2", j.epoch))
+        }
+    );
+    // a closed room takes nothing: the solution stays good
+    s.closed = true;
+    store.configure(room, &s).await.unwrap();
+    assert!(matches!(
+        store.join_once(room, solution(&c, "v-c", false)).await,
+        Err(AdmissionError::Closed(_))
+    ));
+    s.closed = false;
+    store.configure(room, &s).await.unwrap();
+    assert_eq!(
+        joined(store.join_once(room, solution(&c, "v-c", false)).await).seq,
+        4
+    );
+    // spent first, then joined as its own; released, it pays again
+    let ttl = Duration::from_secs(60);
+    assert_eq!(
+        store.spend_solution(room, &d, ttl).await.unwrap(),
+        Spend::First
+    );
+    assert_eq!(
+        store.spend_solution(room, &d, ttl).await.unwrap(),
+        Spend::Replayed { note: None }
+    );
+    assert_eq!(
+        store
+            .join_once(room, solution(&d, "v-z", false))
+            .await
+            .unwrap(),
+        JoinOnce::Replayed { note: None },
+        "spent, not joined yet: no place to give back"
+    );
+    let j = joined(store.join_once(room, solution(&d, "v-d", true)).await);
+    assert_eq!(
+        store.spend_solution(room, &d, ttl).await.unwrap(),
+        Spend::Replayed {
+            note: Some(format!("{}:{}:v-d", j.seq, j.epoch))
+        }
+    );
+    store.release_solution(room, &d).await.unwrap();
+    assert_eq!(
+        store.spend_solution(room, &d, ttl).await.unwrap(),
+        Spend::First
+    );
+    // forgotten after its ttl
+    let e = [5u8; 16];
+    let short = Solution {
+        ttl: Duration::from_millis(200),
+        ..solution(&e, "v-e", false)
+    };
+    let first = joined(store.join_once(room, short).await).seq;
+    h.elapse(Duration::from_millis(400)).await;
+    assert!(joined(store.join_once(room, short).await).seq > first);
+    // a reject room that is full takes nothing, the solution included
+    let full = "c-once-reject";
+    let s = RoomSettings {
+        method: QueueMethod::Reject,
+        ..settings(0.01, 1.0)
+    };
+    let store = setup(h, full, &s).await;
+    let f = [6u8; 16];
+    assert!(
+        joined(
+            store
+                .join_once(full, solution(&[7u8; 16], "v", false))
+                .await
+        )
+        .admitted
+    );
+    assert!(matches!(
+        store.join_once(full, solution(&f, "v-f", false)).await,
+        Err(AdmissionError::Full(_))
+    ));
+    assert_eq!(
+        store.spend_solution(full, &f, ttl).await.unwrap(),
+        Spend::First
+    );
+    assert_eq!(store.snapshot(full).await.unwrap().tail, 1);
+    assert!(matches!(
+        store
+            .join_once("c-once-never", solution(&f, "v", false))
+            .await,
+        Err(AdmissionError::RoomNotFound(_))
+    ));
+}
+
+/// The same solutions sent at once from many callers: each buys exactly
+/// one place, and every other call gets that place's note.
+pub async fn solution_replays_race<H: Harness>(h: &mut H) {
+    let room = "c-once-race";
+    let store = setup(h, room, &settings(0.01, 1.0)).await;
+    assert!(store.join(room).await.unwrap().admitted, "the one credit");
+    const IDS: u8 = 8;
+    const CALLERS: usize = 12;
+    let mut tasks = Vec::new();
+    for caller in 0..CALLERS {
+        let st = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for i in 0..IDS {
+                let id = [i; 16];
+                let sub = format!("v-{caller}");
+                let o = st
+                    .join_once(room, solution(&id, &sub, false))
+                    .await
+                    .unwrap();
+                got.push((i, sub, o));
+            }
+            got
+        }));
+    }
+    let mut places: Vec<Vec<String>> = vec![Vec::new(); IDS as usize];
+    let mut notes: Vec<Vec<String>> = vec![Vec::new(); IDS as usize];
+    for t in tasks {
+        for (i, sub, o) in t.await.unwrap() {
+            match o {
+                JoinOnce::Joined(j) => {
+                    assert!(!j.admitted);
+                    places[i as usize].push(format!("{}:{}:{sub}", j.seq, j.epoch));
+                }
+                JoinOnce::Replayed { note } => notes[i as usize].push(note.expect("a place")),
+            }
+        }
+    }
+    for i in 0..IDS as usize {
+        assert_eq!(places[i].len(), 1, "solution {i} bought {:?}", places[i]);
+        assert_eq!(notes[i].len(), CALLERS - 1);
+        assert!(
+            notes[i].iter().all(|n| *n == places[i][0]),
+            "{:?}",
+            notes[i]
+        );
+    }
+    let snap = store.snapshot(room).await.unwrap();
+    let n = u64::from(IDS) + 1;
+    assert_eq!((snap.tail, snap.joins_total), (n, n));
 }
 
 /// Seqs come out in order and are admitted in order.
@@ -1139,7 +1349,8 @@ macro_rules! conformance_tests {
             passthrough_takes_no_place passthrough_race one_place_one_session
             admissions_at_once_never_pass_the_cap
             settings_compare_and_set reseat_is_stable_and_unshared
-            method_queue_all method_reject);
+            method_queue_all method_reject
+            solution_buys_one_place solution_replays_race);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

@@ -115,7 +115,10 @@ pub use settings::{
     little_max_active,
 };
 pub use sluice_clock::{Clock, ManualClock, SystemClock};
-pub use store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Snapshot};
+pub use store::{
+    AdmitOutcome, ClaimOutcome, Floors, JoinOnce, JoinOutcome, QueueStore, Snapshot, Solution,
+    Spend,
+};
 pub use tokens::{
     AdmitClaims, Keyring, QueueClaims, TokenError, VerifyCache, keygen, new_visitor_id, session_of,
     unix_now_s,

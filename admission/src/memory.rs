@@ -1,7 +1,8 @@
 //! The in-memory store: one gateway, no Redis; the reference semantics of
 //! [`QueueStore`].
 //!
-//! Each room is a [`RoomCore`] behind its own mutex (operations are a few
+//! Each room is a [`RoomCore`] (with the solutions spent on its joins,
+//! `Solutions`) behind its own mutex (operations are a few
 //! hundred nanoseconds, never held across an await), found through a
 //! read-mostly map. Time comes from the injected [`Clock`], so with a
 //! [`crate::ManualClock`] the store runs in virtual time for tests and the
@@ -17,7 +18,10 @@ use parking_lot::{Mutex, RwLock};
 use crate::error::{AdmissionError, validate_room_id};
 use crate::room::{Refusal, RoomCore};
 use crate::settings::RoomSettings;
-use crate::store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Result, Snapshot};
+use crate::store::{
+    AdmitOutcome, ClaimOutcome, Floors, JoinOnce, JoinOutcome, QueueStore, Result, Snapshot,
+    Solution, Spend,
+};
 use sluice_clock::{Clock, SystemClock};
 
 /// The in-memory store; cheap to clone (clones share the rooms).
@@ -28,12 +32,73 @@ pub struct MemoryQueueStore {
 
 struct Inner {
     clock: Arc<dyn Clock>,
-    rooms: RwLock<HashMap<String, Arc<Mutex<RoomCore>>>>,
+    rooms: RwLock<HashMap<String, Arc<Mutex<Entry>>>>,
     /// Epochs handed out, so a room created again gets a higher one even
     /// when the clock did not move (virtual time).
     last_epoch: Mutex<u64>,
     /// Steering leases: room → (holder, expiry ms).
     leases: Mutex<HashMap<String, (String, u64)>>,
+}
+
+/// One room: its state machine and the solutions spent on its joins, under
+/// one lock so a join and its replay guard are one step.
+struct Entry {
+    core: RoomCore,
+    solutions: Solutions,
+}
+
+impl Entry {
+    fn new(core: RoomCore) -> Arc<Mutex<Entry>> {
+        Arc::new(Mutex::new(Entry {
+            core,
+            solutions: Solutions::default(),
+        }))
+    }
+}
+
+/// A room's spent proof-of-work solutions, as `lua/join.lua` keeps them in
+/// Redis: id → (forget at, store clock ms; the place noted, `None` for the
+/// bare mark). Swept of expired ids when it has doubled since the last
+/// sweep; at [`MAX_SOLUTIONS`] live ids it refuses (a store error) rather
+/// than forget one early.
+#[derive(Default)]
+struct Solutions {
+    ids: HashMap<[u8; 16], (u64, Option<Box<str>>)>,
+    sweep_at: usize,
+}
+
+/// The most solutions a room remembers at once (about 80 MB): far above
+/// what a rate-limited room takes within a challenge's lifetime.
+const MAX_SOLUTIONS: usize = 1 << 20;
+
+impl Solutions {
+    /// The live record of `id`: `Some(note)` when spent.
+    fn seen(&self, id: &[u8; 16], now: u64) -> Option<Option<String>> {
+        self.ids
+            .get(id)
+            .filter(|(until, _)| *until > now)
+            .map(|(_, note)| note.as_deref().map(str::to_owned))
+    }
+
+    /// Room for one more id, or a store error when full of live ones.
+    fn make_room(&mut self, id: &[u8; 16], now: u64) -> Result<()> {
+        if self.ids.len() >= self.sweep_at.max(1024) || self.ids.len() >= MAX_SOLUTIONS {
+            self.ids.retain(|_, (until, _)| *until > now);
+            self.sweep_at = self.ids.len() * 2;
+        }
+        if self.ids.len() >= MAX_SOLUTIONS && !self.ids.contains_key(id) {
+            return Err(AdmissionError::Store(format!(
+                "{MAX_SOLUTIONS} proof-of-work solutions remembered: refusing more"
+            )));
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, id: &[u8; 16], now: u64, ttl: Duration, note: Option<String>) {
+        let until = now.saturating_add(ttl.as_millis().try_into().unwrap_or(u64::MAX));
+        self.ids
+            .insert(*id, (until, note.map(String::into_boxed_str)));
+    }
 }
 
 impl Default for MemoryQueueStore {
@@ -77,7 +142,7 @@ impl MemoryQueueStore {
         self.inner.clock.now_ms()
     }
 
-    fn room(&self, room: &str) -> Result<Arc<Mutex<RoomCore>>> {
+    fn room(&self, room: &str) -> Result<Arc<Mutex<Entry>>> {
         self.inner
             .rooms
             .read()
@@ -88,9 +153,9 @@ impl MemoryQueueStore {
 
     fn with_room<T>(&self, room: &str, f: impl FnOnce(&mut RoomCore, u64) -> T) -> Result<T> {
         let r = self.room(room)?;
-        let mut core = r.lock();
+        let mut entry = r.lock();
         let now = self.now_ms();
-        Ok(f(&mut core, now))
+        Ok(f(&mut entry.core, now))
     }
 
     fn next_epoch(&self, now_ms: u64) -> u64 {
@@ -135,7 +200,7 @@ impl MemoryQueueStore {
             Ok(core.snapshot(room, now))
         };
         if let Some(r) = self.inner.rooms.read().get(room).cloned() {
-            return update(&mut r.lock());
+            return update(&mut r.lock().core);
         }
         if expected.is_some() {
             return Err(AdmissionError::RoomNotFound(room.to_owned()));
@@ -144,7 +209,7 @@ impl MemoryQueueStore {
         if let Some(r) = rooms.get(room).cloned() {
             // another caller created it meanwhile: update that one
             drop(rooms);
-            return update(&mut r.lock());
+            return update(&mut r.lock().core);
         }
         Ok(self.create(&mut rooms, room, settings, now, Floors::default()))
     }
@@ -153,7 +218,7 @@ impl MemoryQueueStore {
     /// configure.lua).
     fn create(
         &self,
-        rooms: &mut HashMap<String, Arc<Mutex<RoomCore>>>,
+        rooms: &mut HashMap<String, Arc<Mutex<Entry>>>,
         room: &str,
         mut settings: RoomSettings,
         now: u64,
@@ -170,7 +235,7 @@ impl MemoryQueueStore {
             floors.epoch,
         );
         let snap = core.snapshot(room, now);
-        rooms.insert(room.to_owned(), Arc::new(Mutex::new(core)));
+        rooms.insert(room.to_owned(), Entry::new(core));
         snap
     }
 
@@ -190,12 +255,12 @@ impl MemoryQueueStore {
             core.snapshot(room, now)
         };
         if let Some(r) = self.inner.rooms.read().get(room).cloned() {
-            return Ok(reseed(&mut r.lock()));
+            return Ok(reseed(&mut r.lock().core));
         }
         let mut rooms = self.inner.rooms.write();
         if let Some(r) = rooms.get(room).cloned() {
             drop(rooms);
-            return Ok(reseed(&mut r.lock()));
+            return Ok(reseed(&mut r.lock().core));
         }
         Ok(self.create(&mut rooms, room, settings, now, floors))
     }
@@ -203,10 +268,25 @@ impl MemoryQueueStore {
     /// [`QueueStore::join`], synchronously.
     pub fn join_now(&self, room: &str) -> Result<JoinOutcome> {
         self.with_room(room, |c, now| c.join(now))?
-            .map_err(|r| match r {
-                Refusal::Closed => AdmissionError::Closed(room.to_owned()),
-                Refusal::Full => AdmissionError::Full(room.to_owned()),
-            })
+            .map_err(|r| refusal(room, r))
+    }
+
+    /// [`QueueStore::join_once`], synchronously.
+    pub fn join_once_now(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
+        let r = self.room(room)?;
+        let mut entry = r.lock();
+        let now = self.now_ms();
+        if !solution.spent
+            && let Some(note) = entry.solutions.seen(solution.id, now)
+        {
+            return Ok(JoinOnce::Replayed { note });
+        }
+        entry.solutions.make_room(solution.id, now)?;
+        let outcome = entry.core.join(now).map_err(|r| refusal(room, r))?;
+        let note = (!outcome.admitted)
+            .then(|| format!("{}:{}:{}", outcome.seq, outcome.epoch, solution.sub));
+        entry.solutions.record(solution.id, now, solution.ttl, note);
+        Ok(JoinOnce::Joined(outcome))
     }
 
     /// [`QueueStore::advance`], synchronously.
@@ -215,6 +295,13 @@ impl MemoryQueueStore {
             c.advance(now);
             c.snapshot(room, now)
         })
+    }
+}
+
+fn refusal(room: &str, r: Refusal) -> AdmissionError {
+    match r {
+        Refusal::Closed => AdmissionError::Closed(room.to_owned()),
+        Refusal::Full => AdmissionError::Full(room.to_owned()),
     }
 }
 
@@ -277,7 +364,7 @@ impl QueueStore for MemoryQueueStore {
 
     async fn settings(&self, room: &str) -> Result<Option<RoomSettings>> {
         match self.room(room) {
-            Ok(r) => Ok(Some(r.lock().settings().clone())),
+            Ok(r) => Ok(Some(r.lock().core.settings().clone())),
             Err(AdmissionError::RoomNotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
@@ -285,6 +372,29 @@ impl QueueStore for MemoryQueueStore {
 
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
         self.join_now(room)
+    }
+
+    async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
+        self.join_once_now(room, solution)
+    }
+
+    async fn spend_solution(&self, room: &str, id: &[u8; 16], ttl: Duration) -> Result<Spend> {
+        let r = self.room(room)?;
+        let mut entry = r.lock();
+        let now = self.now_ms();
+        if let Some(note) = entry.solutions.seen(id, now) {
+            return Ok(Spend::Replayed { note });
+        }
+        entry.solutions.make_room(id, now)?;
+        entry.solutions.record(id, now, ttl, None);
+        Ok(Spend::First)
+    }
+
+    async fn release_solution(&self, room: &str, id: &[u8; 16]) -> Result<()> {
+        if let Ok(r) = self.room(room) {
+            r.lock().solutions.ids.remove(id);
+        }
+        Ok(())
     }
 
     async fn advance(&self, room: &str) -> Result<Snapshot> {

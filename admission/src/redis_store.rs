@@ -20,6 +20,7 @@
 //! | `sluice:{room}:sessions` | sorted set | session id → deadline (ms, `TIME`) |
 //! | `sluice:{room}:ended` | sorted set | session id ended by a revoke → when (ms); kept for the session ttl + 30 s |
 //! | `sluice:{room}:reseats` | hash | `epoch:seq` of an old-epoch queue token → its seq in this epoch ([`QueueStore::reseat`]) |
+//! | `sluice:{room}:pow:<hex id>` | string, with a TTL | a proof-of-work solution spent on a join of the room: `seq:epoch:sub` (the place it bought) or `1`; kept until the challenge can no longer be accepted ([`QueueStore::join_once`]) |
 //! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
 //!
 //! The prefix `sluice` is [`RedisConfig::prefix`]. Requires Redis ≥ 7.0
@@ -43,7 +44,10 @@ use crate::error::{AdmissionError, validate_room_id};
 use crate::memory::validate_session_id;
 use crate::prequeue::PrequeueDraw;
 use crate::settings::RoomSettings;
-use crate::store::{AdmitOutcome, ClaimOutcome, Floors, JoinOutcome, QueueStore, Result, Snapshot};
+use crate::store::{
+    AdmitOutcome, ClaimOutcome, Floors, JoinOnce, JoinOutcome, QueueStore, Result, Snapshot,
+    Solution, Spend,
+};
 
 const LIB: &str = include_str!("../lua/lib.lua");
 const JOIN: &str = include_str!("../lua/join.lua");
@@ -199,17 +203,39 @@ impl RedisQueueStore {
 
     /// Runs `script` for `room`; maps status 0 (no state) and 2 (closed).
     async fn run(&self, script: &Script, room: &str, args: &[String]) -> Result<Vec<i64>> {
+        let reply = self.run_raw(script, room, None, args).await?;
+        Self::ints(room, reply)
+    }
+
+    /// [`Self::run`]'s call with the reply as it came, and `extra` (a key
+    /// under the room's hash tag) after the six room keys.
+    async fn run_raw(
+        &self,
+        script: &Script,
+        room: &str,
+        extra: Option<&str>,
+        args: &[String],
+    ) -> Result<Value> {
         validate_room_id(room)?;
         let mut inv = script.prepare_invoke();
         for k in self.keys(room) {
+            inv.key(k);
+        }
+        if let Some(k) = extra {
             inv.key(k);
         }
         for a in args {
             inv.arg(a);
         }
         let mut conn = self.conn.clone();
-        let reply: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
-        Self::status(room, reply)
+        self.bounded(inv.invoke_async(&mut conn)).await
+    }
+
+    /// A script's reply as integers, its status mapped.
+    fn ints(room: &str, reply: Value) -> Result<Vec<i64>> {
+        let parsed =
+            redis::from_redis_value(reply).map_err(|e| AdmissionError::Protocol(e.to_string()))?;
+        Self::status(room, parsed)
     }
 
     /// [`Self::run`] for a script that hands out a seq: with
@@ -217,17 +243,32 @@ impl RedisQueueStore {
     /// connection, and refused ([`AdmissionError::NotReplicated`]) when fewer
     /// replicas acknowledged it.
     async fn run_waited(&self, script: &Script, room: &str, args: &[String]) -> Result<Vec<i64>> {
+        let reply = self.run_waited_raw(script, room, None, args).await?;
+        Self::ints(room, reply)
+    }
+
+    /// [`Self::run_waited`] with the reply as it came (see [`Self::run_raw`]).
+    async fn run_waited_raw(
+        &self,
+        script: &Script,
+        room: &str,
+        extra: Option<&str>,
+        args: &[String],
+    ) -> Result<Value> {
         let Some(durable) = &self.durable else {
-            return self.run(script, room, args).await;
+            return self.run_raw(script, room, extra, args).await;
         };
         validate_room_id(room)?;
         let keys = self.keys(room);
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha
             .arg(script.get_hash())
-            .arg(keys.len())
-            .arg(&keys[..])
-            .arg(args);
+            .arg(keys.len() + usize::from(extra.is_some()))
+            .arg(&keys[..]);
+        if let Some(k) = extra {
+            evalsha.arg(k);
+        }
+        evalsha.arg(args);
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
             .add_command(evalsha)
@@ -254,9 +295,13 @@ impl RedisQueueStore {
                 }
                 Some(Err(e)) => return Err(e.into()),
                 Some(Ok(reply)) => {
-                    let parsed = redis::from_redis_value(reply)
-                        .map_err(|e| AdmissionError::Protocol(e.to_string()))?;
-                    let reply = Self::status(room, parsed)?;
+                    // a refusal (no state, closed, full) is told before the
+                    // replicas are: nothing was handed out to lose
+                    if let Value::Array(items) = &reply
+                        && let Some(Value::Int(0 | 2 | 4)) = items.first()
+                    {
+                        return Ok(reply);
+                    }
                     let acked = match waited {
                         Some(Ok(w)) => redis::from_redis_value::<i64>(w)
                             .map_err(|e| AdmissionError::Protocol(e.to_string()))?,
@@ -276,6 +321,16 @@ impl RedisQueueStore {
             }
         }
         Err(AdmissionError::Protocol("script and WAIT: no reply".into()))
+    }
+
+    /// The key recording a solution `id` spent on a join of `room`.
+    pub fn solution_key(&self, room: &str, id: &[u8; 16]) -> String {
+        use std::fmt::Write as _;
+        let mut k = format!("{}:{{{room}}}:pow:", self.cfg.prefix);
+        for b in id {
+            let _ = write!(k, "{b:02x}");
+        }
+        k
     }
 
     fn status(room: &str, reply: Vec<i64>) -> Result<Vec<i64>> {
@@ -412,6 +467,19 @@ impl RedisQueueStore {
     }
 }
 
+/// A ttl as the scripts take it: whole ms, at least 1 (`PX 0` is an error).
+fn ttl_ms(ttl: Duration) -> String {
+    u64::try_from(ttl.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+        .to_string()
+}
+
+/// A solution key's value as a note: `1` is the bare mark (no place).
+fn noted(value: String) -> Option<String> {
+    (value != "1" && !value.is_empty()).then_some(value)
+}
+
 impl QueueStore for RedisQueueStore {
     async fn configure(&self, room: &str, settings: &RoomSettings) -> Result<Snapshot> {
         self.configure_script("configure", room, Some(settings), Floors::default(), None)
@@ -540,6 +608,56 @@ impl QueueStore for RedisQueueStore {
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
         let r = self.run_waited(&self.scripts.join, room, &[]).await?;
         Self::join_from(&r)
+    }
+
+    async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
+        validate_room_id(room)?;
+        let key = self.solution_key(room, solution.id);
+        let args = [
+            "once".to_owned(),
+            ttl_ms(solution.ttl),
+            solution.sub.to_owned(),
+            if solution.spent { "own" } else { "new" }.to_owned(),
+        ];
+        let reply = self
+            .run_waited_raw(&self.scripts.join, room, Some(&key), &args)
+            .await?;
+        if let Value::Array(items) = &reply
+            && let [Value::Int(5), note] = &items[..]
+        {
+            let note: String = redis::from_redis_value(note.clone())
+                .map_err(|e| AdmissionError::Protocol(e.to_string()))?;
+            return Ok(JoinOnce::Replayed { note: noted(note) });
+        }
+        Self::join_from(&Self::ints(room, reply)?).map(JoinOnce::Joined)
+    }
+
+    async fn spend_solution(&self, room: &str, id: &[u8; 16], ttl: Duration) -> Result<Spend> {
+        validate_room_id(room)?;
+        // NX with GET (Redis >= 7.0): the old value when it was recorded,
+        // nil when this call recorded it
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.solution_key(room, id))
+            .arg("1")
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(ttl_ms(ttl));
+        let mut conn = self.conn.clone();
+        let before: Option<String> = self.bounded(cmd.query_async(&mut conn)).await?;
+        Ok(match before {
+            None => Spend::First,
+            Some(note) => Spend::Replayed { note: noted(note) },
+        })
+    }
+
+    async fn release_solution(&self, room: &str, id: &[u8; 16]) -> Result<()> {
+        validate_room_id(room)?;
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(self.solution_key(room, id));
+        let mut conn = self.conn.clone();
+        let _: i64 = self.bounded(cmd.query_async(&mut conn)).await?;
+        Ok(())
     }
 
     async fn advance(&self, room: &str) -> Result<Snapshot> {

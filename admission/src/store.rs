@@ -39,6 +39,48 @@ impl JoinOutcome {
     }
 }
 
+/// A proof-of-work solution paying for a join ([`QueueStore::join_once`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Solution<'a> {
+    /// The challenge's id: what makes the solution single-use.
+    pub id: &'a [u8; 16],
+    /// How long the id is remembered: until the challenge can no longer be
+    /// accepted anywhere.
+    pub ttl: Duration,
+    /// The visitor id the place is noted with.
+    pub sub: &'a str,
+    /// The caller recorded the id itself ([`QueueStore::spend_solution`]):
+    /// no replay check, the note is written over.
+    pub spent: bool,
+}
+
+/// What [`QueueStore::join_once`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinOnce {
+    /// The solution bought this place now.
+    Joined(JoinOutcome),
+    /// The solution was spent before; nothing changed. `note`: the place it
+    /// bought (`seq:epoch:sub`), `None` when it bought none to give back
+    /// (admitted at once, or spent by [`QueueStore::spend_solution`] and
+    /// not joined yet).
+    Replayed {
+        /// The place noted by the first join.
+        note: Option<String>,
+    },
+}
+
+/// What [`QueueStore::spend_solution`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Spend {
+    /// First use: recorded now.
+    First,
+    /// Spent before, with the place it bought (see [`JoinOnce::Replayed`]).
+    Replayed {
+        /// The place noted by the first join.
+        note: Option<String>,
+    },
+}
+
 /// What `claim` found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum ClaimOutcome {
@@ -280,6 +322,38 @@ pub trait QueueStore: Send + Sync {
     /// Hands out the next seq; admits it at once when nobody waits and credit
     /// allows (passthrough). [`AdmissionError::Closed`] when the room is closed.
     fn join(&self, room: &str) -> impl Future<Output = Result<JoinOutcome>> + Send;
+
+    /// The replay guard and [`QueueStore::join`] in one atomic step: a
+    /// solution recorded before (and not `spent` by this caller) changes
+    /// nothing and returns its note; otherwise the join, and when it hands
+    /// out a seq the solution is recorded for its ttl with the place
+    /// (`seq:epoch:sub`; no place when admitted at once). A join that hands
+    /// out nothing (closed, full, no state) records nothing: the solution
+    /// stays good. So a solution buys one place, and every replay of it
+    /// sees that place, however many gateways race.
+    fn join_once(
+        &self,
+        room: &str,
+        solution: Solution<'_>,
+    ) -> impl Future<Output = Result<JoinOnce>> + Send;
+
+    /// Records a solution's id for `ttl` if it is not recorded: for a join
+    /// with steps of its own between the spending and the place (invites,
+    /// accounts), which then calls [`QueueStore::join_once`] with `spent`.
+    fn spend_solution(
+        &self,
+        room: &str,
+        id: &[u8; 16],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Spend>> + Send;
+
+    /// Forgets a solution's id (and its note), so it may pay again: for a
+    /// join whose purchase failed after [`QueueStore::spend_solution`].
+    fn release_solution(
+        &self,
+        room: &str,
+        id: &[u8; 16],
+    ) -> impl Future<Output = Result<()>> + Send;
 
     /// Brings the bucket up to the store's clock: refunds no-shows, prunes
     /// expired sessions, admits what credit and the active cap allow.

@@ -305,3 +305,86 @@ async fn redis_restarted_empty_reissues_no_seq_and_admitted_visitors_pass() {
         .await;
     assert_eq!(ready.status, 200);
 }
+
+/// A gateway killed (SIGKILL) while joins are in flight loses no place and
+/// sells none twice: every solution sent to it, sent again to another
+/// gateway, gets a place (the one it bought, if its join ran; a new one if
+/// it never did), no two share one, and the tail moved by exactly one per
+/// solution. The replay guard and the join are one script: there is no
+/// moment where a solution is spent and its place not noted (the
+/// three-step join left such solutions refused with 409 `pow_replayed`
+/// and their places orphaned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_killed_mid_join_loses_no_place_and_sells_none_twice() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let gws = gateways(2, &redis, &origin, &room_config(0.0, ""));
+    let (a, b) = (gws[0].url(), gws[1].url());
+    // the one credit: every later join waits
+    let mut first = Visitor::new(&a, "default");
+    assert!(first.join("/").await.status.is_success());
+    const N: usize = 150;
+    let mut bodies = Vec::new();
+    for _ in 0..N {
+        let (challenge, solutions) = Visitor::new(&a, "default").solved().await;
+        bodies.push(json!({"challenge": challenge, "solutions": solutions}));
+    }
+    let tail_before = admin_room(&b, "default").await["tail"].as_u64().unwrap();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for body in bodies.clone() {
+        let (a, answered) = (a.clone(), answered.clone());
+        tasks.push(tokio::spawn(async move {
+            let req = http::Request::post(format!("{a}/_sluice/rooms/default/join"))
+                .header("content-type", "application/json")
+                .body(sluice_tests::client::body(body.to_string()))
+                .unwrap();
+            let res = TestClient::new().try_send(req).await;
+            answered.fetch_add(1, Ordering::Relaxed);
+            res.map(|r| r.status.as_u16())
+        }));
+    }
+    // kill it with joins flowing: some answered, most in flight
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answered.load(Ordering::Relaxed) < 5 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    gws[0].signal("KILL");
+    let mut lost = 0;
+    for t in tasks {
+        if t.await.unwrap().is_none() {
+            lost += 1;
+        }
+    }
+    eprintln!("{lost} of {N} joins lost their answer in the kill");
+    let client = TestClient::new();
+    let mut seqs = HashSet::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let res = client
+            .post_json(&format!("{b}/_sluice/rooms/default/join"), &[], body)
+            .await;
+        assert_eq!(res.status, 201, "solution {i} sent again: {}", res.text());
+        assert!(
+            seqs.insert(res.json()["seq"].as_u64().unwrap()),
+            "solution {i} got a place another holds"
+        );
+    }
+    // every place handed out is one solution's
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let tail = admin_room(&b, "default").await["tail"].as_u64().unwrap();
+        if tail == tail_before + N as u64 {
+            break;
+        }
+        assert!(
+            tail <= tail_before + N as u64 && Instant::now() < deadline,
+            "tail {tail}: {} places for {N} solutions",
+            tail - tail_before
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -382,6 +382,65 @@ async fn a_connection_that_showed_a_valid_admission_gets_nothing_for_a_forged_on
 
 // === proof of work ===
 
+/// One solution sent at once over many connections to two gateways on
+/// one Redis: it buys one place, and every answer is that place (201, the
+/// same seq), however the requests interleave. The replay guard and the
+/// join are one script: no request sees the solution spent without its
+/// place (which the three-step join answered with 409 `pow_replayed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_solution_sent_at_once_over_many_connections_buys_one_place() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let a = gateway(&origin, &keys, Some(&redis.url())).await;
+    let b = gateway(&origin, &keys, Some(&redis.url())).await;
+    let tail = settled_tail(&a.url(), "default").await;
+    const SOLUTIONS: usize = 6;
+    const SENDS: usize = 16;
+    let mut solved = Vec::new();
+    for _ in 0..SOLUTIONS {
+        solved.push(Visitor::new(&a.url(), "default").solved().await);
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (challenge, solutions)) in solved.iter().enumerate() {
+        for k in 0..SENDS {
+            let base = if k % 2 == 0 { a.url() } else { b.url() };
+            let body = json!({"challenge": challenge, "solutions": solutions});
+            set.spawn(async move {
+                // a client of its own: a connection of its own
+                let res = TestClient::new()
+                    .post_json(&format!("{base}/_sluice/rooms/default/join"), &[], &body)
+                    .await;
+                (i, res)
+            });
+        }
+    }
+    let mut seqs: Vec<Vec<u64>> = vec![Vec::new(); SOLUTIONS];
+    while let Some(r) = set.join_next().await {
+        let (i, res) = r.unwrap();
+        assert_eq!(res.status, 201, "solution {i}: {}", res.text());
+        seqs[i].push(res.json()["seq"].as_u64().unwrap());
+    }
+    let mut places = Vec::new();
+    for (i, s) in seqs.iter().enumerate() {
+        assert_eq!(s.len(), SENDS);
+        assert!(s.iter().all(|q| *q == s[0]), "solution {i} got {s:?}");
+        places.push(s[0]);
+    }
+    places.sort_unstable();
+    places.dedup();
+    assert_eq!(places.len(), SOLUTIONS, "two solutions shared a place");
+    assert_eq!(
+        settled_tail(&a.url(), "default").await,
+        tail + SOLUTIONS as u64,
+        "one place per solution"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pow_replay_across_gateways_tampering_and_oversized_counters() {
     let Some(redis) = RedisServer::start() else {

@@ -1853,7 +1853,8 @@ async fn a_flushed_store_behind_running_gateways_keeps_every_place() {
     let mut new = Vec::new();
     for _ in 0..10 {
         let mut v = Visitor::new(&b.url(), "default");
-        assert_eq!(v.join("/").await.status, 201);
+        let res = v.join("/").await;
+        assert_eq!(res.status, 201, "{}", res.text());
         new.push(v);
     }
     let after = places(&mut old).await;

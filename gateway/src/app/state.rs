@@ -20,7 +20,7 @@ use crate::proxy::Proxy;
 use sluice_admission::{
     AdmitClaims, Keyring, QueueBackend, QueueClaims, QueueStore, TokenError, VerifyCache,
 };
-use sluice_pow::{Keyset, ReplayGuard};
+use sluice_pow::Keyset;
 use sluice_reservation::StockBackend;
 
 /// An [`AppState`] that does not keep it alive.
@@ -48,7 +48,6 @@ struct Inner {
     keyring: Keyring,
     verify_cache: VerifyCache,
     pow: Keyset,
-    replay_guard: ReplayGuard,
     inventory: StockBackend,
     /// Invite codes of invite-only rooms.
     invites: sluice_admission::invites::InviteStore,
@@ -230,7 +229,6 @@ impl AppState {
                 keyring,
                 verify_cache,
                 pow,
-                replay_guard: stores.replay_guard,
                 inventory: stores.inventory,
                 invites: stores.invites,
                 accounts: stores.accounts,
@@ -311,11 +309,6 @@ impl AppState {
     /// The proof-of-work keys.
     pub fn pow(&self) -> &Keyset {
         &self.inner.pow
-    }
-
-    /// The proof-of-work replay guard.
-    pub fn replay_guard(&self) -> &ReplayGuard {
-        &self.inner.replay_guard
     }
 
     /// The invite codes of invite-only rooms.

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use sluice_admission::{MemoryQueueStore, QueueBackend, RedisConfig, RedisQueueStore, SystemClock};
-use sluice_pow::{RedisReplayGuard, ReplayGuard};
 use sluice_reservation::{
     InventoryBackend, MemoryInventory, RedisInventory, Sharded, StockBackend,
 };
@@ -20,8 +19,6 @@ use crate::config::Config;
 pub struct Stores {
     /// Admission queue.
     pub queue: QueueBackend,
-    /// Proof-of-work replay guard.
-    pub replay_guard: ReplayGuard,
     /// Reservation inventory (sharded events routed).
     pub inventory: StockBackend,
     /// Invite codes of invite-only rooms.
@@ -42,7 +39,6 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     let Some(url) = &config.redis else {
         return Ok(Stores {
             queue: QueueBackend::Memory(MemoryQueueStore::new(std::sync::Arc::new(SystemClock))),
-            replay_guard: ReplayGuard::memory(),
             inventory: Sharded::new(InventoryBackend::Memory(
                 MemoryInventory::new().with_retention(config.reservation.retention()),
             )),
@@ -76,16 +72,16 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
         .await
         .map_err(|e| anyhow::anyhow!("reservation store at {url}: {e}"))?;
     // `validate` parsed the URL already; parsed again here, the same way.
-    let replay_guard = sluice_redis::RedisUrl::parse(url)?
+    // The proof-of-work replay guard is the queue store's (a join and its
+    // solution are one script); invites and accounts share a connection of
+    // their own (keys under the room's hash tag, as the queue's).
+    let shared = sluice_redis::RedisUrl::parse(url)?
         .connect_with(STORE_TIMEOUT, &tls)
         .await
-        .map_err(|e| anyhow::anyhow!("replay guard at {url}: {e}"))?;
-    // the invites share the replay guard's connection (keys under the
-    // room's hash tag, as the queue's)
+        .map_err(|e| anyhow::anyhow!("invite and account store at {url}: {e}"))?;
     let prefix = sluice_admission::redis_store::RedisConfig::default().prefix;
-    let invites = sluice_admission::invites::InviteStore::redis(replay_guard.clone(), &prefix);
-    let accounts = sluice_admission::enqueue::AccountPlaces::redis(replay_guard.clone(), &prefix);
-    let replay_guard = ReplayGuard::Redis(RedisReplayGuard::new(replay_guard));
+    let invites = sluice_admission::invites::InviteStore::redis(shared.clone(), &prefix);
+    let accounts = sluice_admission::enqueue::AccountPlaces::redis(shared, &prefix);
     let lane_conn = sluice_redis::RedisUrl::parse(url)?
         .connect_with(STORE_TIMEOUT, &tls)
         .await
@@ -97,7 +93,6 @@ pub async fn connect(config: &Config) -> anyhow::Result<Stores> {
     ));
     Ok(Stores {
         queue: QueueBackend::Redis(queue),
-        replay_guard,
         inventory: Sharded::new(InventoryBackend::Redis(inventory)),
         invites,
         accounts,

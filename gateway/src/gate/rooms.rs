@@ -1083,6 +1083,44 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
     Ok(outcome)
 }
 
+/// [`join`] paid for by a proof-of-work solution: the replay guard and the
+/// join in one store step ([`QueueStore::join_once`]), with the same guard
+/// against a store that went back. A seq seen before is not the visitor's:
+/// the room is recovered and the join made again as the solution's own,
+/// its note written over with the new place.
+pub async fn join_once(
+    room: &Room,
+    store: &QueueBackend,
+    solution: sluice_admission::Solution<'_>,
+) -> Result<sluice_admission::JoinOnce, AdmissionError> {
+    use sluice_admission::JoinOnce;
+    let seen = room.max_tail.load(Ordering::Relaxed);
+    let mut once = store.join_once(room.id(), solution).await?;
+    if let JoinOnce::Joined(outcome) = &once
+        && outcome.seq <= seen
+    {
+        tracing::warn!(
+            room = room.id(),
+            store_seq = outcome.seq,
+            seen_tail = seen,
+            "store handed out a seq already seen: recovering from the highest values seen"
+        );
+        let snap = store
+            .recover(room.id(), &room.settings_for_store(), room.floors())
+            .await?;
+        room.record(snap);
+        let own = sluice_admission::Solution {
+            spent: true,
+            ..solution
+        };
+        once = store.join_once(room.id(), own).await?;
+    }
+    if let JoinOnce::Joined(outcome) = &once {
+        room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
+    }
+    Ok(once)
+}
+
 /// A passthrough (admit on the spot or nothing, [`QueueStore::passthrough`])
 /// with the same guard against a store that went back as [`join`].
 pub async fn passthrough(

@@ -21,9 +21,10 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_admission::{
-    AdmitOutcome, JoinOutcome, QueueClaims, QueueStore, Snapshot, new_visitor_id,
+    AdmitOutcome, JoinOnce, JoinOutcome, QueueClaims, QueueStore, Snapshot, Solution, Spend,
+    new_visitor_id,
 };
-use sluice_pow::{PowError, Redemption, ReplayStore, network_prefix};
+use sluice_pow::{PowError, network_prefix};
 
 use crate::app::clock::{now_ms, now_s};
 use crate::app::extract::JsonBody;
@@ -193,17 +194,19 @@ pub async fn join(
     let invite_hash = match invite::check(&state, room, prefix, body.invite.as_deref()).await {
         Ok(h) => h,
         Err(p) if p.reason() == Some("exhausted") => {
-            return match sluice_pow::redeem_or_recall(
-                state.pow(),
-                state.replay_guard(),
-                &body.challenge,
-                &body.solutions,
-                room.id(),
-                now_ms(),
-            )
-            .await
+            let now = now_ms();
+            let Ok(verified) = state
+                .pow()
+                .verify(&body.challenge, &body.solutions, room.id(), now)
+            else {
+                return Err(p);
+            };
+            return match state
+                .queue()
+                .spend_solution(room.id(), &verified.id, verified.guard_ttl(now))
+                .await
             {
-                Ok(Redemption::Replayed { note, .. }) => {
+                Ok(Spend::Replayed { note }) => {
                     place_again(&state, room, &client, note.as_deref(), return_to)
                         .await
                         .map_err(|e| match e {
@@ -221,27 +224,40 @@ pub async fn join(
         state.telemetry().pow_rejected(room.id(), e.code());
         pow_problem(e)
     };
-    let redemption = sluice_pow::redeem_or_recall(
-        state.pow(),
-        state.replay_guard(),
-        &body.challenge,
-        &body.solutions,
-        room.id(),
-        now_ms(),
-    )
-    .await
-    .map_err(rejected)?;
-    let verified = match redemption {
-        Redemption::New(v) => v,
-        Redemption::Replayed { note, .. } => {
-            return place_again(&state, room, &client, note.as_deref(), return_to)
-                .await
-                .map_err(|e| match e {
-                    Ok(pow) => rejected(pow),
-                    Err(p) => p,
-                });
-        }
+    let replayed = |e: Result<PowError, Problem>| match e {
+        Ok(pow) => rejected(pow),
+        Err(p) => p,
     };
+    let now = now_ms();
+    let verified = state
+        .pow()
+        .verify(&body.challenge, &body.solutions, room.id(), now)
+        .map_err(rejected)?;
+    let ttl = verified.guard_ttl(now);
+    // A join with steps of its own between the work and the place (an
+    // invite's use, the account's hold) spends the solution first, alone;
+    // any other spends it in the join itself: one store step.
+    let spend_first = invite_hash.is_some() || account.is_some();
+    if spend_first {
+        match state
+            .queue()
+            .spend_solution(room.id(), &verified.id, ttl)
+            .await
+        {
+            Ok(Spend::First) => {}
+            Ok(Spend::Replayed { note }) => {
+                return place_again(&state, room, &client, note.as_deref(), return_to)
+                    .await
+                    .map_err(replayed);
+            }
+            Err(e) => {
+                state
+                    .telemetry()
+                    .pow_rejected(room.id(), "store_unavailable");
+                return Err(Problem::store_unavailable().log_cause(&e));
+            }
+        }
+    }
 
     if let Some(hash) = &invite_hash {
         invite::redeem(&state, room, hash, &format!("network {prefix}")).await?;
@@ -276,8 +292,24 @@ pub async fn join(
             }
         }
     }
-    let outcome = match rooms::join(room, state.queue()).await {
-        Ok(o) => o,
+    // The place, and the solution noted with it (what a replay of it gets
+    // back), in one store step.
+    let sub = new_visitor_id();
+    let solution = Solution {
+        id: &verified.id,
+        ttl,
+        sub: &sub,
+        spent: spend_first,
+    };
+    let outcome = match rooms::join_once(room, state.queue(), solution).await {
+        Ok(JoinOnce::Joined(outcome)) => outcome,
+        Ok(JoinOnce::Replayed { note }) => {
+            // the same solution, sent again while this request was on its
+            // way: it gets the place the first one bought
+            return place_again(&state, room, &client, note.as_deref(), return_to)
+                .await
+                .map_err(replayed);
+        }
         Err(e) => {
             if let Some(hash) = &invite_hash {
                 invite::give_back(&state, room, hash).await;
@@ -285,11 +317,18 @@ pub async fn join(
             if let Some(acct) = &account {
                 settle_account(&state, room, acct, &nonce, None).await;
             }
+            // A refused one-step join recorded nothing; a solution spent
+            // first is given back, and so is one whose place a failover
+            // could lose. After a timeout the step may have run: the
+            // solution then holds its place (a resubmission gets it), so
+            // it is kept.
+            let release =
+                spend_first || matches!(e, sluice_admission::AdmissionError::NotReplicated { .. });
             return join_failed(
                 &state,
                 room,
                 &client,
-                &verified.id,
+                release.then_some(&verified.id),
                 e,
                 snap.epoch,
                 &return_to,
@@ -297,7 +336,6 @@ pub async fn join(
             .await;
         }
     };
-    let sub = new_visitor_id();
     if let Some(acct) = &account {
         let note = NotedPlace {
             seq: outcome.seq,
@@ -329,17 +367,6 @@ pub async fn join(
         .await;
     }
     let (_, token) = queue_token(&state, room, &sub, outcome.seq, outcome.epoch, return_to)?;
-    let note = NotedPlace {
-        seq: outcome.seq,
-        epoch: outcome.epoch,
-        sub: sub.clone(),
-    }
-    .to_string();
-    if let Err(e) = state.replay_guard().note(&verified.id, &note).await {
-        // Only a resubmission after a lost answer is affected: it is
-        // refused as a replay, as before notes existed.
-        tracing::warn!(room = room.id(), error = %e, "place not noted on the replay guard");
-    }
     let body = waiting_join_body(room, &outcome, &token);
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
@@ -454,8 +481,9 @@ fn queue_token(
     Ok((claims, token))
 }
 
-/// The place a solution bought, noted on the replay guard under the
-/// challenge's id as `seq:epoch:sub`.
+/// The place a solution bought, noted with the solution in the queue store
+/// (`QueueStore::join_once`) as `seq:epoch:sub`, and bound to an account
+/// the same way.
 #[derive(Debug, PartialEq, Eq)]
 struct NotedPlace {
     seq: u64,
@@ -528,19 +556,21 @@ fn token_invalid() -> Problem {
 }
 
 /// A join the store could not take: nothing was bought, so the solution
-/// (`solution_id`) stays good for another try; a fail-open room lets the
-/// visitor in while its store is down (not a closed one), any other answers
-/// the store's error.
+/// stays good for another try (`release`: the one spent apart from the
+/// join is given back); a fail-open room lets the visitor in while its
+/// store is down (not a closed one), any other answers the store's error.
 async fn join_failed(
     state: &AppState,
     room: &Arc<Room>,
     client: &ClientInfo,
-    solution_id: &[u8; 16],
+    release: Option<&[u8; 16]>,
     e: sluice_admission::AdmissionError,
     epoch: u64,
     return_to: &str,
 ) -> Result<Response, Problem> {
-    if let Err(g) = state.replay_guard().release(solution_id).await {
+    if let Some(id) = release
+        && let Err(g) = state.queue().release_solution(room.id(), id).await
+    {
         tracing::warn!(room = room.id(), error = %g, "solution not released after a failed join");
     }
     if matches!(e, sluice_admission::AdmissionError::Full(_)) {
