@@ -552,6 +552,11 @@ async fn event_task(
             if let Some(c) = &applied.check {
                 s.checks += 1;
                 s.drift_units = c.drift_units;
+                s.category_drift = c
+                    .categories
+                    .iter()
+                    .map(|c| (c.category.clone(), c.drift_units))
+                    .collect();
             }
         });
         if last_lag.elapsed() >= Duration::from_secs(1) {

@@ -8,14 +8,16 @@
 //! the ledger: `qty` = total, `version`, `available`). Categories ride
 //! along: a hold's `items` (its breakdown, adding up to `qty`) and a
 //! `stock`/`restored` entry's `categories` (their totals adding up to
-//! `qty`); either malformed parks the entry.
+//! `qty`); either malformed parks the entry. So does a malformed
+//! `category_available` (each category's available units after the
+//! change, what per-category reconciliation compares with).
 
 use std::fmt;
 
 use sluice_reservation::types::{
     categories_problem, duplicate_category, parse_categories, parse_items,
 };
-use sluice_reservation::{CategorySpec, EventId, HoldId, Item, MAX_TOTAL};
+use sluice_reservation::{CategoryId, CategorySpec, EventId, HoldId, Item, MAX_TOTAL};
 
 /// A stream entry id, `ms-seq`, ordered as Redis orders them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -108,6 +110,10 @@ pub struct Entry {
     pub items: Vec<Item>,
     /// The categories a `stock`/`restored` entry loaded (empty: none).
     pub categories: Vec<CategorySpec>,
+    /// Each category's available units right after the change, in load
+    /// order (empty: an event without categories, or a writer older than
+    /// the field).
+    pub category_available: Vec<(CategoryId, u64)>,
 }
 
 /// An entry the ledger could not understand, parked with the reason.
@@ -205,6 +211,7 @@ fn parse_entry(event: &EventId, raw: &RawEntry) -> Result<Entry, String> {
         version: None,
         items: Vec::new(),
         categories: Vec::new(),
+        category_available: category_available_of(get("category_available").unwrap_or(""))?,
     };
     if kind.is_hold() {
         let hold = need("hold_id")?;
@@ -260,6 +267,29 @@ fn items_of(text: &str, qty: u64) -> Result<Vec<Item>, String> {
         return Err(format!("items {text:?} add up to {sum}, not qty {qty}"));
     }
     Ok(items)
+}
+
+/// The `category_available` field: `{category}={units}` joined by `,`,
+/// each category once ('' or absent: none).
+fn category_available_of(text: &str) -> Result<Vec<(CategoryId, u64)>, String> {
+    let mut out: Vec<(CategoryId, u64)> = Vec::new();
+    if text.is_empty() {
+        return Ok(out);
+    }
+    for part in text.split(',') {
+        let parsed = part.split_once('=').and_then(|(c, n)| {
+            let n: u64 = n.parse().ok().filter(|n| *n <= MAX_TOTAL)?;
+            Some((CategoryId::parse(c)?, n))
+        });
+        let Some((c, n)) = parsed else {
+            return Err(format!("bad category_available {text:?}"));
+        };
+        if out.iter().any(|(seen, _)| *seen == c) {
+            return Err(format!("category_available {text:?} lists {c} twice"));
+        }
+        out.push((c, n));
+    }
+    Ok(out)
 }
 
 /// A `stock`/`restored` entry's `categories` field: well formed, each

@@ -29,7 +29,9 @@
 //! - **lag**: entries not yet recorded and the age of the oldest
 //!   ([`Lag`], [`stream_lag`]).
 //! - **drift**: the ledger's `total − held − confirmed` minus the store's
-//!   `available` at the same entry ([`Check`]).
+//!   `available` at the same entry ([`Check`]), for the event and for each
+//!   of its categories ([`CategoryCheck`], from the entry's
+//!   `category_available`).
 //! - **floors**: a room's queue high-water mark (tail, frontier, epoch),
 //!   kept so a rebuilt room never reissues a seq.
 //!
@@ -95,5 +97,5 @@ pub use error::{LedgerError, Result};
 pub use metrics::{EventStats, Metrics, serve_metrics};
 pub use payments::{Finding, ProviderPayment};
 pub use sluice_reservation::{CategoryRecord, EventRecord, OpenHold};
-pub use store::{Applied, Check, EventSummary, Ledger, RoomFloors};
+pub use store::{Applied, CategoryCheck, Check, EventSummary, Ledger, RoomFloors};
 pub use stream::{Lag, stream_lag};

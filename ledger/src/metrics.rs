@@ -28,6 +28,9 @@ pub struct EventStats {
     pub drift_units: i64,
     /// Exact reconciliation checks made.
     pub checks: u64,
+    /// The last exact reconciliation's drift per category (every category
+    /// checked, 0 where they agree; empty without categories).
+    pub category_drift: BTreeMap<String, i64>,
     /// Entries not yet recorded (last look).
     pub lag_entries: u64,
     /// Age of the oldest of them, seconds (last look).
@@ -127,6 +130,18 @@ impl Metrics {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
             for (event, s) in &snap {
                 out.push_str(&format!("{name}{{event=\"{event}\"}} {}\n", get(s)));
+            }
+        }
+        let name = "sluice_ledger_category_drift_units";
+        out.push_str(&format!(
+            "# HELP {name} Ledger minus store available units of a category at the last check.\n\
+             # TYPE {name} gauge\n"
+        ));
+        for (event, s) in &snap {
+            for (category, d) in &s.category_drift {
+                out.push_str(&format!(
+                    "{name}{{event=\"{event}\",category=\"{category}\"}} {d}\n"
+                ));
             }
         }
         out

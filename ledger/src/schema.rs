@@ -21,6 +21,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "categories",
         include_str!("../migrations/0002_categories.sql"),
     ),
+    (
+        3,
+        "category_reconciliation",
+        include_str!("../migrations/0003_category_reconciliation.sql"),
+    ),
 ];
 
 /// The newest schema version this binary knows.

@@ -56,6 +56,22 @@ pub struct Check {
     pub store_available: i64,
     /// `ledger_available − store_available`; 0 when they agree.
     pub drift_units: i64,
+    /// The same per category, when the entry gave each category's
+    /// available units (an event with categories), in the store's order.
+    pub categories: Vec<CategoryCheck>,
+}
+
+/// One category's part of a [`Check`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CategoryCheck {
+    /// The category.
+    pub category: String,
+    /// The category's `total − held − confirmed` by the ledger.
+    pub ledger_available: i64,
+    /// The category's available units by the entry.
+    pub store_available: i64,
+    /// `ledger_available − store_available`; 0 when they agree.
+    pub drift_units: i64,
 }
 
 /// The ledger's counters of one event (the `events` row).
@@ -75,6 +91,9 @@ pub struct EventSummary {
     pub dead_letters: i64,
     /// The last reconciliation's drift (0 when none or in agreement).
     pub drift_units: i64,
+    /// The last reconciliation's drift per category, only the categories
+    /// that disagreed (empty: all agreed, or none was checked).
+    pub category_drift: BTreeMap<String, i64>,
 }
 
 /// A room's queue high-water mark as the ledger keeps it.
@@ -118,9 +137,11 @@ const CHECKED: usize = 8;
 const COUNTERS: usize = 9;
 /// Index in [`BATCH_SQL`]: holds' units per category.
 const ITEMS: usize = 10;
+/// Index in [`BATCH_SQL`]: held and confirmed units per category.
+const CATEGORY_UNITS: usize = 11;
 
 /// The statements of [`Ledger::apply_batch`], prepared once per connection.
-const BATCH_SQL: [&str; 11] = [
+const BATCH_SQL: [&str; 12] = [
     "INSERT INTO events (event) VALUES ($1) ON CONFLICT DO NOTHING",
     "SELECT total, version, stock_ms, stock_seq, held_units, confirmed_units,
                         last_ms, last_seq, categories
@@ -170,10 +191,10 @@ const BATCH_SQL: [&str; 11] = [
                       AS t(p, h, o, ts, s)
                  ON CONFLICT DO NOTHING",
     "INSERT INTO reconciliation (event, stream_id, ledger_available,
-                                                 store_available, drift_units)
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                                                 store_available, drift_units, category)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
     "UPDATE events SET drift_units = $2, reconciled_stream_id = $3,
-                                   reconciled_at = now()
+                                   category_drift = $4, reconciled_at = now()
                  WHERE event = $1",
     "UPDATE events SET total = $2, version = $3, stock_ms = $4, stock_seq = $5,
                                held_units = $6, confirmed_units = $7, last_ms = $8,
@@ -185,6 +206,12 @@ const BATCH_SQL: [&str; 11] = [
                  SELECT t.h, $1, t.c, t.q
                  FROM unnest($2::text[], $3::text[], $4::int8[]) AS t(h, c, q)
                  ON CONFLICT DO NOTHING",
+    "SELECT i.category,
+            COALESCE(sum(i.qty) FILTER (WHERE h.status = 'held'), 0)::int8,
+            COALESCE(sum(i.qty) FILTER (WHERE h.status = 'confirmed'), 0)::int8
+     FROM hold_items i JOIN holds h USING (hold_id)
+     WHERE i.event = $1 AND h.status IN ('held', 'confirmed')
+     GROUP BY i.category",
 ];
 
 /// The per-category part of a record: the categories as the latest stock
@@ -236,6 +263,63 @@ async fn record_items(
         tx.execute(statement, &[&ev, &hold, &cat, &qty]).await?;
     }
     Ok(())
+}
+
+/// Each category's reconciliation at entry `at` (none when the entry
+/// gives no per-category availability): the ledger's `total − held −
+/// confirmed` per category, inside the batch's transaction, against the
+/// entry's `category_available`. A category only one side knows counts
+/// as 0 units on the other.
+async fn category_checks(
+    tx: &tokio_postgres::Transaction<'_>,
+    units_statement: &Statement,
+    ev: &str,
+    at: &Entry,
+    categories: Option<&str>,
+) -> Result<Vec<CategoryCheck>> {
+    if at.category_available.is_empty() {
+        return Ok(Vec::new());
+    }
+    let specs = categories.and_then(parse_categories).unwrap_or_default();
+    let units: HashMap<String, (i64, i64)> = tx
+        .query(units_statement, &[&ev])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
+    let ledger_available = |c: &str| {
+        let total = specs
+            .iter()
+            .find(|s| s.id.as_str() == c)
+            .map_or(0, |s| to_i64(s.total));
+        let (held, confirmed) = units.get(c).copied().unwrap_or((0, 0));
+        total - held - confirmed
+    };
+    let mut out: Vec<CategoryCheck> = at
+        .category_available
+        .iter()
+        .map(|(c, store)| {
+            let ledger = ledger_available(c.as_str());
+            CategoryCheck {
+                category: c.to_string(),
+                ledger_available: ledger,
+                store_available: to_i64(*store),
+                drift_units: ledger - to_i64(*store),
+            }
+        })
+        .collect();
+    for s in &specs {
+        if !at.category_available.iter().any(|(c, _)| *c == s.id) {
+            let ledger = ledger_available(s.id.as_str());
+            out.push(CategoryCheck {
+                category: s.id.to_string(),
+                ledger_available: ledger,
+                store_available: 0,
+                drift_units: ledger,
+            });
+        }
+    }
+    Ok(out)
 }
 
 // === impl Ledger ===
@@ -532,16 +616,48 @@ impl Ledger {
                     "ledger: drift between the ledger and the store");
                 tx.execute(
                     &st[DRIFT],
-                    &[&ev, &stream_id, &ledger_available, &store_available, &drift],
+                    &[
+                        &ev,
+                        &stream_id,
+                        &ledger_available,
+                        &store_available,
+                        &drift,
+                        &"",
+                    ],
                 )
                 .await?;
             }
-            tx.execute(&st[CHECKED], &[&ev, &drift, &stream_id]).await?;
+            let per_category =
+                category_checks(&tx, &st[CATEGORY_UNITS], ev, at, categories.as_deref()).await?;
+            let mut drifted = Vec::new();
+            for c in per_category.iter().filter(|c| c.drift_units != 0) {
+                tracing::warn!(event = ev, category = %c.category, stream_id = %stream_id,
+                    ledger_available = c.ledger_available, store_available = c.store_available,
+                    drift_units = c.drift_units,
+                    "ledger: drift between the ledger and the store in a category");
+                tx.execute(
+                    &st[DRIFT],
+                    &[
+                        &ev,
+                        &stream_id,
+                        &c.ledger_available,
+                        &c.store_available,
+                        &c.drift_units,
+                        &c.category,
+                    ],
+                )
+                .await?;
+                drifted.push(format!("{}={}", c.category, c.drift_units));
+            }
+            let category_drift = (!drifted.is_empty()).then(|| drifted.join(","));
+            tx.execute(&st[CHECKED], &[&ev, &drift, &stream_id, &category_drift])
+                .await?;
             check = Some(Check {
                 stream_id,
                 ledger_available,
                 store_available,
                 drift_units: drift,
+                categories: per_category,
             });
         }
 
@@ -714,7 +830,7 @@ impl Ledger {
             .client
             .query_opt(
                 "SELECT total, version, held_units, confirmed_units, entries, dead_letters,
-                        drift_units
+                        drift_units, category_drift
                  FROM events WHERE event = $1",
                 &[&event.as_str()],
             )
@@ -727,6 +843,15 @@ impl Ledger {
             entries: r.get(4),
             dead_letters: r.get(5),
             drift_units: r.get(6),
+            category_drift: r
+                .get::<_, Option<String>>(7)
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|p| {
+                    let (c, d) = p.split_once('=')?;
+                    Some((c.to_owned(), d.parse().ok()?))
+                })
+                .collect(),
         }))
     }
 

@@ -75,6 +75,20 @@ local function emit(kind, suffix, visitor, qty, available, now, extra)
   if extra then
     for _, v in ipairs(extra) do args[#args + 1] = v end
   end
+  -- Each category's available units after the change, so a consumer can
+  -- reconcile per category at this entry as it does for the event.
+  local cats = redis.call('HGET', K_META, 'cats')
+  if cats and cats ~= '' then
+    local fields, parts = {}, {}
+    for c in string.gmatch(cats, '[^,]+') do fields[#fields + 1] = 'c:' .. c .. ':avail' end
+    local got = redis.call('HMGET', K_META, unpack(fields))
+    local i = 0
+    for c in string.gmatch(cats, '[^,]+') do
+      i = i + 1
+      parts[i] = c .. '=' .. (got[i] or '0')
+    end
+    args[#args + 1] = 'category_available'; args[#args + 1] = table.concat(parts, ',')
+  end
   redis.call(unpack(args))
 end
 

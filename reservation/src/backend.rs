@@ -162,3 +162,26 @@ impl Inventory for InventoryBackend {
 /// What a gateway holds: its backend with sharded events routed
 /// ([`crate::sharded::Sharded`]; plain events pass straight through).
 pub type StockBackend = crate::sharded::Sharded<InventoryBackend>;
+
+impl InventoryBackend {
+    /// Applies feed rows of one event in order: in one pipeline on Redis
+    /// ([`RedisInventory::apply_stock_batch`]), one at a time in memory.
+    /// On an error some rows may have been applied: retry the batch whole
+    /// (rows are idempotent).
+    pub async fn apply_stock_batch(
+        &self,
+        event: &EventId,
+        rows: &[StockRow],
+    ) -> Result<Vec<FeedOutcome>> {
+        match self {
+            InventoryBackend::Redis(r) => r.apply_stock_batch(event, rows).await,
+            InventoryBackend::Memory(m) => {
+                let mut out = Vec::with_capacity(rows.len());
+                for row in rows {
+                    out.push(m.apply_stock(event, row).await?);
+                }
+                Ok(out)
+            }
+        }
+    }
+}

@@ -873,80 +873,173 @@ fn restore_category_args(record: &EventRecord, cats: &CategoryRecord, args: &mut
     }
 }
 
+/// feed.lua's extra KEYS and its ARGV for `row` (already checked with
+/// [`StockRow::problem`]).
+fn feed_call(keys: &Keys, row: &StockRow) -> (Vec<String>, [String; 7]) {
+    let mut extra = vec![keys.loaded()];
+    let category = row
+        .category
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    let args = match &row.change {
+        StockChange::Delta { delta, key } => {
+            extra.push(keys.feed(key));
+            [
+                "d".to_owned(),
+                category,
+                delta.to_string(),
+                String::new(),
+                ms(FEED_KEY_TTL).to_string(),
+                key.clone(),
+                MAX_TOTAL.to_string(),
+            ]
+        }
+        StockChange::Snapshot { total, version } => [
+            "s".to_owned(),
+            category,
+            total.to_string(),
+            version.to_string(),
+            String::new(),
+            String::new(),
+            MAX_TOTAL.to_string(),
+        ],
+    };
+    (extra, args)
+}
+
+/// feed.lua's reply as a [`FeedOutcome`].
+fn feed_outcome(reply: Value) -> Result<FeedOutcome> {
+    let r = items(reply)?;
+    let applied = |v: Option<&Value>| -> Result<crate::FeedApplied> {
+        let t = text(v)?;
+        parse_key_record(&t)
+            .map(|(_, _, a)| a)
+            .ok_or_else(|| ReservationError::Protocol(format!("feed record {t}")))
+    };
+    Ok(match text(r.first())?.as_str() {
+        "APPLIED" => FeedOutcome::Applied(applied(r.get(1))?),
+        "REPLAYED" => FeedOutcome::Replayed(applied(r.get(1))?),
+        "NOT_READY" => FeedOutcome::NotReady,
+        "KEY_REUSED" => FeedOutcome::KeyReused,
+        "CATEGORY_REQUIRED" => FeedOutcome::CategoryRequired,
+        "CATEGORY_NOT_FOUND" => FeedOutcome::CategoryNotFound {
+            category: text(r.get(1))?,
+        },
+        "STOCK_NEGATIVE" => FeedOutcome::StockNegative {
+            available: uint(r.get(1))?,
+        },
+        "STALE" => FeedOutcome::Stale {
+            current_version: text(r.get(1))?.parse().unwrap_or(0),
+        },
+        "BELOW" => FeedOutcome::BelowCommitted {
+            held: uint(r.get(1))?,
+            confirmed: uint(r.get(2))?,
+        },
+        "CAT_BELOW" => FeedOutcome::CategoryBelowCommitted {
+            category: text(r.get(1))?,
+            held: uint(r.get(2))?,
+            confirmed: uint(r.get(3))?,
+        },
+        "INVALID" => FeedOutcome::Invalid {
+            reason: "total above 2^53",
+        },
+        other => return Err(ReservationError::Protocol(format!("feed: {other}"))),
+    })
+}
+
+impl RedisInventory {
+    /// Applies feed rows of one event in order, each its own call of
+    /// feed.lua (each atomic, as [`Inventory::apply_stock`]), sent as one
+    /// pipeline on one connection: one round trip for the lot instead of
+    /// one per row, and Redis still runs other clients' commands between
+    /// the rows' scripts. The answers are in the rows' order. An error
+    /// (the connection lost, a timeout) may come after some rows were
+    /// applied: rows are idempotent (a delta's key replays, a snapshot's
+    /// version is stale), so the caller retries the batch whole.
+    pub async fn apply_stock_batch(
+        &self,
+        event: &EventId,
+        rows: &[StockRow],
+    ) -> Result<Vec<FeedOutcome>> {
+        let mut out: Vec<Option<FeedOutcome>> = rows
+            .iter()
+            .map(|r| r.problem().map(|reason| FeedOutcome::Invalid { reason }))
+            .collect();
+        let keys = Keys::new(event);
+        let common = keys.common();
+        // Rows still to send; after a NOSCRIPT (a fresh or just-promoted
+        // server ran none of them from there on), the rest once more.
+        let mut todo: Vec<usize> = (0..rows.len()).filter(|i| out[*i].is_none()).collect();
+        for attempt in 0..2 {
+            if todo.is_empty() {
+                break;
+            }
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for &i in &todo {
+                let (extra, args) = feed_call(&keys, &rows[i]);
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.feed.get_hash())
+                    .arg(common.len() + extra.len())
+                    .arg(&common)
+                    .arg(&extra)
+                    .arg(&self.maxlen)
+                    .arg(event.as_str())
+                    .arg(&args[..]);
+            }
+            let mut conn = self.conn.clone();
+            let replies: Vec<redis::RedisResult<Value>> =
+                self.bounded(pipe.query_async(&mut conn)).await?;
+            if replies.len() != todo.len() {
+                return Err(ReservationError::Protocol(format!(
+                    "feed batch: {} replies to {} rows",
+                    replies.len(),
+                    todo.len()
+                )));
+            }
+            let mut rest = Vec::new();
+            for (&i, reply) in todo.iter().zip(replies) {
+                match reply {
+                    Ok(v) if rest.is_empty() => out[i] = Some(feed_outcome(v)?),
+                    // After a NOSCRIPT, later rows are sent again even if
+                    // they ran (another client loaded the script meanwhile):
+                    // they replay, and keep their order.
+                    Ok(_) => rest.push(i),
+                    Err(e)
+                        if attempt == 0
+                            && e.kind()
+                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        rest.push(i);
+                    }
+                    Err(e) => return Err(ReservationError::from_redis(e)),
+                }
+            }
+            if !rest.is_empty() {
+                let mut conn = self.conn.clone();
+                self.bounded(self.scripts.feed.prepare_invoke().load_async(&mut conn))
+                    .await?;
+            }
+            todo = rest;
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| ReservationError::Protocol("feed batch: no answer".into())))
+            .collect()
+    }
+}
+
 impl Inventory for RedisInventory {
     async fn apply_stock(&self, event: &EventId, row: &StockRow) -> Result<FeedOutcome> {
         if let Some(reason) = row.problem() {
             return Ok(FeedOutcome::Invalid { reason });
         }
         let keys = Keys::new(event);
-        let mut extra = vec![keys.loaded()];
-        let category = row
-            .category
-            .as_ref()
-            .map(|c| c.to_string())
-            .unwrap_or_default();
-        let args = match &row.change {
-            StockChange::Delta { delta, key } => {
-                extra.push(keys.feed(key));
-                [
-                    "d".to_owned(),
-                    category,
-                    delta.to_string(),
-                    String::new(),
-                    ms(FEED_KEY_TTL).to_string(),
-                    key.clone(),
-                    MAX_TOTAL.to_string(),
-                ]
-            }
-            StockChange::Snapshot { total, version } => [
-                "s".to_owned(),
-                category,
-                total.to_string(),
-                version.to_string(),
-                String::new(),
-                String::new(),
-                MAX_TOTAL.to_string(),
-            ],
-        };
-        let r = items(
+        let (extra, args) = feed_call(&keys, row);
+        feed_outcome(
             self.run_common(&self.scripts.feed, event, &keys, &extra, &args)
                 .await?,
-        )?;
-        let applied = |v: Option<&Value>| -> Result<crate::FeedApplied> {
-            let t = text(v)?;
-            parse_key_record(&t)
-                .map(|(_, _, a)| a)
-                .ok_or_else(|| ReservationError::Protocol(format!("feed record {t}")))
-        };
-        Ok(match text(r.first())?.as_str() {
-            "APPLIED" => FeedOutcome::Applied(applied(r.get(1))?),
-            "REPLAYED" => FeedOutcome::Replayed(applied(r.get(1))?),
-            "NOT_READY" => FeedOutcome::NotReady,
-            "KEY_REUSED" => FeedOutcome::KeyReused,
-            "CATEGORY_REQUIRED" => FeedOutcome::CategoryRequired,
-            "CATEGORY_NOT_FOUND" => FeedOutcome::CategoryNotFound {
-                category: text(r.get(1))?,
-            },
-            "STOCK_NEGATIVE" => FeedOutcome::StockNegative {
-                available: uint(r.get(1))?,
-            },
-            "STALE" => FeedOutcome::Stale {
-                current_version: text(r.get(1))?.parse().unwrap_or(0),
-            },
-            "BELOW" => FeedOutcome::BelowCommitted {
-                held: uint(r.get(1))?,
-                confirmed: uint(r.get(2))?,
-            },
-            "CAT_BELOW" => FeedOutcome::CategoryBelowCommitted {
-                category: text(r.get(1))?,
-                held: uint(r.get(2))?,
-                confirmed: uint(r.get(3))?,
-            },
-            "INVALID" => FeedOutcome::Invalid {
-                reason: "total above 2^53",
-            },
-            other => return Err(ReservationError::Protocol(format!("feed: {other}"))),
-        })
+        )
     }
 
     async fn hold_in_layout(

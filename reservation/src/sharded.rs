@@ -898,6 +898,41 @@ impl EventState {
     }
 }
 
+impl Sharded<crate::InventoryBackend> {
+    /// Applies feed rows of one event in order, as
+    /// [`Inventory::apply_stock`] would one by one: a plain event's rows in
+    /// one pipeline ([`crate::InventoryBackend::apply_stock_batch`]); a
+    /// sharded event's one at a time (a row may move units between
+    /// shards). A plain-looking event whose decrease was refused is asked
+    /// for its layout, as `apply_stock` does, and that row applied again
+    /// across its shards. On an error some rows may have been applied:
+    /// retry the batch whole (rows are idempotent).
+    pub async fn apply_stock_batch(
+        &self,
+        event: &EventId,
+        rows: &[StockRow],
+    ) -> Result<Vec<FeedOutcome>> {
+        if self.cached_shards(event) > 1 {
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(self.apply_stock(event, row).await?);
+            }
+            return Ok(out);
+        }
+        let mut out = self.inner.apply_stock_batch(event, rows).await?;
+        for (row, r) in rows.iter().zip(out.iter_mut()) {
+            if matches!(r, FeedOutcome::StockNegative { .. })
+                && row.category.is_none()
+                && let Some(n) = self.layout_of(event).await?
+                && n > 1
+            {
+                *r = self.apply_sharded(event, row, n).await?;
+            }
+        }
+        Ok(out)
+    }
+}
+
 impl<I: Inventory> Inventory for Sharded<I> {
     async fn set_stock_with_categories(
         &self,

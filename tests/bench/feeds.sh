@@ -2,8 +2,9 @@
 # Holds' latency and throughput through a gateway on Redis, without and
 # with a stock feed storm running, in one run, on one Redis of its own.
 #
-# Usage: tests/bench/feeds.sh [rows] [seconds] [visitors] [connections] [rows_per_sec]
-#   defaults: 2000000 10 2000 32 5000
+# Usage: tests/bench/feeds.sh [rows] [seconds] [visitors] [connections] [rows_per_sec] [pipeline_rows]
+#   defaults: 2000000 10 2000 32 5000 32 (pipeline_rows 1: one store round trip per row,
+#   the consumer as it was before pipelining)
 #
 # Loopback only, bounded: starts redis-server on a free port and `sluice
 # serve` (release) on it with `[feeds] rows_per_sec` as given, admits N
@@ -30,6 +31,7 @@ SECONDS_RUN=${2:-10}
 VISITORS=${3:-2000}
 CONNS=${4:-32}
 RATE=${5:-5000}
+PIPELINE=${6:-32}
 THREADS=2
 ADMIN=bench-admin-token-0123456789
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -66,7 +68,7 @@ for _ in $(seq 100); do
 done
 redis-cli -p "$RPORT" PING | grep -q PONG
 
-echo "== sluice serve (feeds.rows_per_sec = $RATE)" >&2
+echo "== sluice serve (feeds.rows_per_sec = $RATE, pipeline_rows = $PIPELINE)" >&2
 GPORT=$(free_port)
 BASE="http://127.0.0.1:$GPORT"
 cat >"$WORK/sluice.toml" <<TOML
@@ -75,6 +77,7 @@ holds_per_visitor_per_min = 0
 
 [feeds]
 rows_per_sec = $RATE
+pipeline_rows = $PIPELINE
 max_depth = 100000000
 
 [[rooms]]

@@ -842,6 +842,7 @@ fn history(event: &EventId, ops: &[(u8, u8)]) -> (Vec<Parsed>, (i64, i64, i64)) 
             version: extra.2,
             items: Vec::new(),
             categories: Vec::new(),
+            category_available: Vec::new(),
         }));
     };
     push(total, Kind::Stock, None, total, (None, None, Some(1)));
@@ -1145,6 +1146,142 @@ async fn a_flushed_store_gets_its_group_back_and_a_restore_is_recorded() {
     ledger.shutdown().await;
 }
 
+/// Drift in one category (a direct write to the store moves `vip`'s
+/// available units while the event's stay right) is found by the exact
+/// check at the next entry and reported as the event's is (log, metric,
+/// `reconciliation` row, `events.category_drift`), naming the category,
+/// and never corrected; the event's own drift stays 0 and the other
+/// category agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn drift_in_one_category_is_found_and_reported() {
+    use sluice_reservation::{CategoryId, CategorySpec, Item};
+    let Some(s) = servers() else { return };
+    let (redis, pg) = (s.redis.url(), s.pg.url());
+    let event = EventId::parse("tiers-drift").unwrap();
+    let inv = inventory(&redis).await;
+    let cat = |c: &str| CategoryId::parse(c).unwrap();
+    let spec = StockSpec {
+        total: 30,
+        cart_limit: 6,
+        hold_ttl: Duration::from_secs(60),
+        version: 1,
+        room: "default".into(),
+    };
+    let specs = [
+        CategorySpec {
+            id: cat("floor"),
+            total: 20,
+            cart_limit: None,
+        },
+        CategorySpec {
+            id: cat("vip"),
+            total: 10,
+            cart_limit: Some(2),
+        },
+    ];
+    inv.set_stock_with_categories(&event, &spec, &specs)
+        .await
+        .unwrap();
+    let ledger = spawn_ledger(test_config(&redis, &pg));
+    let hold = async |visitor: &str, items: &[(&str, u32)]| {
+        let items: Vec<Item> = items
+            .iter()
+            .map(|(c, q)| Item {
+                category: cat(c),
+                qty: *q,
+            })
+            .collect();
+        match inv.hold_items(&event, visitor, &items, None).await.unwrap() {
+            HoldOutcome::Held(h) => h,
+            other => panic!("{other:?}"),
+        }
+    };
+    let h = hold("a", &[("floor", 2), ("vip", 1)]).await;
+    inv.confirm(&h.hold_id, "pay-a", true).await.unwrap();
+    let mut conn = redis_conn(&redis).await;
+    caught_up(&mut conn, &event, Duration::from_secs(20)).await;
+    let l = Ledger::connect(&pg, Duration::from_secs(5)).await.unwrap();
+    let summary = l.event_summary(&event).await.unwrap().unwrap();
+    assert_eq!(
+        (summary.drift_units, summary.category_drift.len()),
+        (0, 0),
+        "agreement first: {summary:?}"
+    );
+    let m = ledger.metrics.snapshot();
+    assert_eq!(
+        m[event.as_str()].category_drift,
+        [("floor".to_owned(), 0), ("vip".to_owned(), 0)].into(),
+        "each category was checked"
+    );
+
+    // Three vip units appear out of nowhere (the event's counter is left
+    // alone: only the category drifts).
+    let meta = format!("sluice:{{{event}}}:meta");
+    let _: i64 = redis::cmd("HINCRBY")
+        .arg(&meta)
+        .arg("c:vip:avail")
+        .arg(3)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The next entry (a floor hold) carries every category's availability.
+    let h2 = hold("b", &[("floor", 1)]).await;
+    caught_up(&mut conn, &event, Duration::from_secs(20)).await;
+    let summary = l.event_summary(&event).await.unwrap().unwrap();
+    assert_eq!(summary.drift_units, 0, "the event agrees: {summary:?}");
+    assert_eq!(
+        summary.category_drift,
+        [("vip".to_owned(), -3)].into(),
+        "vip drifted by 3 units the ledger never saw"
+    );
+    let rows: Vec<(String, i64, i64, i64)> = l
+        .client()
+        .query(
+            "SELECT category, ledger_available, store_available, drift_units
+             FROM reconciliation WHERE event = $1 ORDER BY stream_id",
+            &[&event.as_str()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(rows, vec![("vip".to_owned(), 9, 12, -3)]);
+    let m = ledger.metrics.snapshot();
+    assert_eq!(m[event.as_str()].category_drift["vip"], -3);
+    assert_eq!(m[event.as_str()].category_drift["floor"], 0);
+    assert_eq!(m[event.as_str()].drift_units, 0);
+    assert!(
+        ledger.metrics.render().contains(
+            "sluice_ledger_category_drift_units{event=\"tiers-drift\",category=\"vip\"} -3"
+        ),
+        "{}",
+        ledger.metrics.render()
+    );
+    // Reported, never corrected: the store keeps what it has.
+    let vip: String = redis::cmd("HGET")
+        .arg(&meta)
+        .arg("c:vip:avail")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(vip, "12");
+
+    // Put right in the store, the next check agrees again.
+    let _: i64 = redis::cmd("HINCRBY")
+        .arg(&meta)
+        .arg("c:vip:avail")
+        .arg(-3)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    inv.release(&h2.hold_id, "b").await.unwrap();
+    caught_up(&mut conn, &event, Duration::from_secs(20)).await;
+    let summary = l.event_summary(&event).await.unwrap().unwrap();
+    assert!(summary.category_drift.is_empty(), "{summary:?}");
+    ledger.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn room_floors_only_rise() {
     let Some(pg) = PgServer::new() else { return };
@@ -1219,6 +1356,7 @@ fn hold_entry(n: u64, kind: Kind, hold: &str, pay: Option<&str>) -> Parsed {
         version: None,
         items: Vec::new(),
         categories: Vec::new(),
+        category_available: Vec::new(),
     })
 }
 

@@ -37,13 +37,19 @@
 //! the lane is a bounded queue per event, lost with the process.
 //!
 //! Each gateway's consumer applies at most `feeds.rows_per_sec` rows a
-//! second (a token bucket, `governor`), in batches of a tenth of that
-//! (at most 500), one store step per row, between which holds run: a
-//! sync of millions of rows takes its time instead of checkout's. A row
-//! refused by the store is counted `rejected` and remembered with its
-//! code (the codes of the one-row endpoint, plus `inventory_not_ready`
-//! for an event whose stock is missing). A store fault leaves the rest of
-//! the batch in the lane, to be retried.
+//! second (a token bucket, `governor`), taking batches of a tenth of that
+//! (at most 500) and sending them to the store in ordered pipelines of up
+//! to `feeds.pipeline_rows` rows (default 32) on one connection
+//! ([`sluice_reservation::StockBackend::apply_stock_batch`]): one round
+//! trip per pipeline, each row still one atomic store step, between which
+//! holds run, so a sync of millions of rows takes its time instead of
+//! checkout's. A row refused by the store is counted `rejected` and
+//! remembered with its code (the codes of the one-row endpoint, plus
+//! `inventory_not_ready` for an event whose stock is missing). A store
+//! fault leaves the failed pipeline whole, and the rest of the batch, in
+//! the lane, to be retried: rows of it that were applied replay (a
+//! delta's key) or are stale (a snapshot's version), so nothing is lost
+//! or applied twice.
 //!
 //! Metrics: `sluice_feed_rows_total{result}` (`accepted`, `applied`,
 //! `replayed`, `rejected`) and `sluice_feed_depth{event}`.
@@ -871,6 +877,7 @@ pub async fn run_consumer(
     let limiter =
         governor::RateLimiter::direct(governor::Quota::per_second(per_sec).allow_burst(burst));
     let batch = usize::try_from(burst.get()).unwrap_or(1).min(500);
+    let pipeline = batch.min(config.pipeline_rows).max(1);
     let mut faults = OutageLog::default();
     loop {
         let events = match lane.events().await {
@@ -898,35 +905,42 @@ pub async fn run_consumer(
             }
             busy = true;
             let mut results = Vec::with_capacity(rows.len());
-            let mut rest = rows.into_iter();
             let mut unfinished = Vec::new();
-            for (id, text) in rest.by_ref() {
-                limiter.until_ready().await;
-                let row = serde_json::from_str::<Value>(&text)
+            let mut rest = rows.into_iter().peekable();
+            while rest.peek().is_some() {
+                let chunk: Vec<(String, String)> = rest.by_ref().take(pipeline).collect();
+                // The bound holds per row: a chunk waits for as many
+                // tokens as it has rows (never more than the burst).
+                let n = u32::try_from(chunk.len())
                     .ok()
-                    .and_then(|v| parse_row(&v).ok());
-                let Some(row) = row else {
-                    results.push(rejected(id, &text, "malformed_request"));
-                    continue;
-                };
-                match inventory.apply_stock(&event, &row).await {
-                    Ok(FeedOutcome::Applied(_)) => results.push(RowResult {
-                        id,
-                        result: "applied",
-                        rejected: None,
-                    }),
-                    Ok(FeedOutcome::Replayed(_)) => results.push(RowResult {
-                        id,
-                        result: "replayed",
-                        rejected: None,
-                    }),
-                    Ok(other) => {
-                        let code = outcome_problem(other).err().map(|p| p.code()).unwrap_or("");
-                        results.push(rejected(id, &text, code));
+                    .and_then(NonZeroU32::new)
+                    .unwrap_or(NonZeroU32::MIN);
+                let _ = limiter.until_n_ready(n).await;
+                let mut parsed = Vec::with_capacity(chunk.len());
+                let mut chunk_results = Vec::with_capacity(chunk.len());
+                for (id, text) in &chunk {
+                    match serde_json::from_str::<Value>(text)
+                        .ok()
+                        .and_then(|v| parse_row(&v).ok())
+                    {
+                        Some(row) => parsed.push((id, text, row)),
+                        None => chunk_results.push(rejected(id.clone(), text, "malformed_request")),
+                    }
+                }
+                let store_rows: Vec<StockRow> = parsed.iter().map(|(_, _, r)| r.clone()).collect();
+                match inventory.apply_stock_batch(&event, &store_rows).await {
+                    Ok(outcomes) => {
+                        for ((id, text, _), outcome) in parsed.iter().zip(outcomes) {
+                            chunk_results.push(row_result((*id).clone(), text, outcome));
+                        }
+                        results.extend(chunk_results);
                     }
                     Err(e) => {
-                        faults.failed("store fault, the rest of the batch stays queued", &e);
-                        unfinished.push((id, text));
+                        // Some rows of the chunk may have been applied:
+                        // the chunk goes back whole (applied again, each
+                        // replays or is stale), with everything after it.
+                        faults.failed("store fault, the batch stays queued", &e);
+                        unfinished.extend(chunk);
                         break;
                     }
                 }
@@ -969,6 +983,26 @@ impl OutageLog {
     fn answered(&mut self) {
         if self.said.take().is_some() {
             tracing::info!("feed lane: the store answers again");
+        }
+    }
+}
+
+/// What the lane records of a row the store answered.
+fn row_result(id: String, text: &str, outcome: FeedOutcome) -> RowResult {
+    match outcome {
+        FeedOutcome::Applied(_) => RowResult {
+            id,
+            result: "applied",
+            rejected: None,
+        },
+        FeedOutcome::Replayed(_) => RowResult {
+            id,
+            result: "replayed",
+            rejected: None,
+        },
+        other => {
+            let code = outcome_problem(other).err().map(|p| p.code()).unwrap_or("");
+            rejected(id, text, code)
         }
     }
 }

@@ -415,6 +415,9 @@ pub async fn run_cat_case(h: &Harness, case: &CatCase, ops: &[CatOp]) -> Result<
         check_counters(h, &ev, &m)
             .await
             .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
+        h.step_check(&ev)
+            .await
+            .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
     }
     check_stream(h, &ev, &m).await
 }
@@ -654,11 +657,7 @@ async fn check_counters(h: &Harness, ev: &EventId, m: &Model) -> Result<(), Stri
 /// Each hold's stream entries: one `held`, and one end exactly when the
 /// model ended it, each with the hold's breakdown.
 async fn check_stream(h: &Harness, ev: &EventId, m: &Model) -> Result<(), String> {
-    let log = h
-        .inv
-        .recent_transitions(ev, 100_000)
-        .await
-        .map_err(|e| e.to_string())?;
+    let log = h.history(ev, 100_000).await?;
     let mut by_hold: HashMap<&str, Vec<(TransitionKind, &[Item])>> = HashMap::new();
     for t in &log {
         by_hold

@@ -69,8 +69,37 @@ pub struct Harness {
     /// The retention the store was built with (the retention tests wait
     /// for it: keep it short where time is real).
     pub retention: Retention,
+    /// Run by the property drivers after every step's own checks (see
+    /// [`Harness::with_step_check`]).
+    step_check: Option<StepCheck>,
+    /// Where the drivers read an event's history at the end of a case
+    /// (see [`Harness::with_history`]); `None`: the store's own stream.
+    history: Option<HistorySource>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
+
+/// An event's transitions, oldest first, from somewhere other than the
+/// store's stream (e.g. the ledger's table, when a ledger consumes and
+/// trims the stream).
+pub type HistorySource = Arc<
+    dyn Fn(
+            EventId,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Vec<crate::Transition>, String>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// A check run after every step of a property driver, given the event:
+/// e.g. that a ledger fed by the store's stream agrees with the store.
+pub type StepCheck = Arc<
+    dyn Fn(
+            EventId,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 static EVENT_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -93,7 +122,54 @@ impl Harness {
             time,
             short_ttl,
             retention: Retention::default(),
+            step_check: None,
+            history: None,
             _guard: None,
+        }
+    }
+
+    /// Adds a check the property drivers (categories, waves) run after
+    /// every step, once the store itself was checked against the model.
+    pub fn with_step_check(mut self, check: StepCheck) -> Self {
+        self.step_check = Some(check);
+        self
+    }
+
+    /// Makes the property drivers check each hold's transitions, at the
+    /// end of a case, in `history` instead of the store's stream (which a
+    /// ledger trims as it goes).
+    pub fn with_history(mut self, history: HistorySource) -> Self {
+        self.history = Some(history);
+        self
+    }
+
+    /// The last `n` transitions of `event`, oldest first: from the
+    /// history source when there is one, else the store's stream.
+    pub async fn history(
+        &self,
+        event: &EventId,
+        n: usize,
+    ) -> Result<Vec<crate::Transition>, String> {
+        match &self.history {
+            Some(h) => {
+                let mut all = h(event.clone()).await?;
+                let skip = all.len().saturating_sub(n);
+                all.drain(..skip);
+                Ok(all)
+            }
+            None => self
+                .inv
+                .recent_transitions(event, n)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Runs the step check, when there is one.
+    pub async fn step_check(&self, event: &EventId) -> Result<(), String> {
+        match &self.step_check {
+            Some(check) => check(event.clone()).await,
+            None => Ok(()),
         }
     }
 

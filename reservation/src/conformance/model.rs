@@ -680,6 +680,7 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                 ),
             ));
         }
+        h.step_check(&ev).await.map_err(|e| err(step, op, e))?;
     }
     // Final: counters (after the same lazy reap) and the transitions of
     // every hold, in order.
@@ -695,11 +696,7 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
     {
         return Err(format!("final: got {got:?}, model {m:?}"));
     }
-    let log = h
-        .inv
-        .recent_transitions(&ev, 10_000)
-        .await
-        .map_err(|e| e.to_string())?;
+    let log = h.history(&ev, 10_000).await?;
     for (i, mh) in m.holds.iter().enumerate() {
         let store: Vec<TransitionKind> = log
             .iter()

@@ -399,6 +399,9 @@ pub async fn run_wave_case(h: &Harness, case: &WaveCase, ops: &[WaveOp]) -> Resu
         check_state(h, &ev, &m)
             .await
             .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
+        h.step_check(&ev)
+            .await
+            .map_err(|e| format!("after step {step} {op:?}: {e}"))?;
     }
     check_stream(h, &ev, &m).await
 }
@@ -630,11 +633,7 @@ async fn check_state(h: &Harness, ev: &EventId, m: &Model) -> Result<(), String>
 /// One `stock` entry `reason=wave` per wave released, in order, each
 /// with the total after it.
 async fn check_stream(h: &Harness, ev: &EventId, m: &Model) -> Result<(), String> {
-    let log = h
-        .inv
-        .recent_transitions(ev, 100_000)
-        .await
-        .map_err(|e| e.to_string())?;
+    let log = h.history(ev, 100_000).await?;
     let totals: Vec<u64> = log
         .iter()
         .filter(|t| t.kind == TransitionKind::Stock && t.reason.as_deref() == Some("wave"))
