@@ -40,13 +40,16 @@ echo "hold.lua sha1 $SHA" >&2
 # KEYS: the seven event keys (common.lua's), the hold hash, the visitor's hold index
 # (`vholds:{len}:{visitor}`, len 20 = "visitor-" + 12 digits); ARGV:
 # maxlen, event, qty, lazy-reap max, idempotency TTL ms, retention ms, 'q'
-# (a bare qty: the event has no categories).
+# (a bare qty: the event has no categories), no items, and the layout the
+# caller routed by ('1': a plain event). Without that last one hold.lua
+# answers RESHARDED before doing anything: the figure measured nothing.
 redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
   EVALSHA "$SHA" 9 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
   "sluice:{$EV}:vholds:20:visitor-__rand_int__" \
-  100000 "$EV" 1 64 86400000 604800000 q
+  100000 "$EV" 1 64 86400000 604800000 q "" 1
 
-STATE=$("${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 7 "${K[@]}" 100000 "$EV" 1000000)
+# read.lua's KEYS[8] is the event's transfers out (shard.lua): none here.
+STATE=$("${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 8 "${K[@]}" "sluice:{$EV}:xout" 100000 "$EV" 1000000)
 python3 - "$STATE" >&2 <<'PY'
 import sys
 # redis-cli prints one array element per line: STATE total cart ttl version room held confirmed available

@@ -29,75 +29,19 @@ SECONDS_RUN=${2:-10}
 CONNS=${3:-64}
 THREADS=${4:-2}
 EVENT=bench-http
-ADMIN=bench-admin-token-0123456789
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BENCH="$ROOT/tests/bench"
-WORK="$(mktemp -d -t sluice-holds-bench.XXXXXX)"
-PIDS=()
+source "$(dirname "$0")/lib.sh"
+bench_init holds-bench
 
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-echo "== building (release)" >&2
-(cd "$ROOT" && cargo build --release -q -p sluice-gateway --bin sluice \
-  && cargo build --release -q -p sluice-tests --example mint_tokens)
-TARGET="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-SLUICE="$TARGET/release/sluice"
+build_release mint_tokens
 MINT="$TARGET/release/examples/mint_tokens"
-
-echo "== redis-server" >&2
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$WORK" --protected-mode no >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do
-  redis-cli -p "$RPORT" PING 2>/dev/null | grep -q PONG && break
-  sleep 0.05
-done
-redis-cli -p "$RPORT" PING | grep -q PONG
-
-echo "== sluice serve" >&2
-GPORT=$(free_port)
-BASE="http://127.0.0.1:$GPORT"
-cat >"$WORK/sluice.toml" <<TOML
-# wrk rotates through the tokens at thousands of holds a second: far past
-# the per-visitor limit (60 a minute by default) this bench does not measure.
-[limits]
-holds_per_visitor_per_min = 0
-
-[[rooms]]
-id = "default"
-rate_per_sec = 100000
-burst = 100000
-puzzles = 1
-difficulty_floor_bits = 1
-difficulty_ceiling_bits = 2
-join_limit_per_prefix_per_min = 0
-attack_min_solve = "0s"
-
+start_redis
+holds_config "$WORK/sluice.toml" "
 [[events]]
-id = "$EVENT"
-room = "default"
-total = 0
-TOML
-SLUICE_LOG=warn "$SLUICE" serve --config "$WORK/sluice.toml" --listen "127.0.0.1:$GPORT" \
-  --redis "redis://127.0.0.1:$RPORT/" --load-stock --admin-token "$ADMIN" >"$WORK/sluice.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 200); do
-  curl -fs "$BASE/_sluice/readyz" >/dev/null 2>&1 && break
-  sleep 0.05
-done
-curl -fs "$BASE/_sluice/readyz" >/dev/null
+id = \"$EVENT\"
+room = \"default\"
+total = 0"
+start_sluice "$WORK/sluice.toml"
 
-admin() { curl -s -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' "$@"; }
 admin -X PUT "$BASE/_sluice/admin/events/bench-warm" \
   -d '{"total": 1000000000000, "cart_limit": 1000000, "hold_ttl_seconds": 600, "version": 1}' >/dev/null
 

@@ -1,0 +1,250 @@
+//! Open-loop hold load for `tests/bench/holds_knee.sh`: POSTs `{"qty":1}`
+//! to one URL at a fixed offered rate over a fixed number of keep-alive
+//! connections, each request with the next admission token of a file as its
+//! bearer token, and reports latency measured from each request's intended
+//! send time (corrected for coordinated omission).
+//!
+//! Usage: `open_loop URL TOKENS_FILE RATE SECONDS CONNECTIONS [THREADS]`
+//!
+//! Our own rather than `oha -q … --latency-correction`: oha sends the same
+//! headers with every request, and a hold needs a visitor's token: one
+//! visitor taking every hold would measure a visitor index of hundreds of
+//! thousands of holds, not a sale (and installing oha is a long build).
+//!
+//! Request `i` is due at `start + i / RATE`. Each connection takes the next
+//! due request, waits for its time if it has not come (tokio's timer: up to
+//! ~1 ms late, which counts in the latency), sends it and records
+//! `answered - due` in an HDR histogram. When the server falls behind, due
+//! times pile up and the latency of every late request includes its wait,
+//! as a visitor's would. Requests still unsent 5 s after the last one was
+//! due are not sent: each is recorded with `stop - due` (a lower bound of
+//! the latency it would have seen) and counted as `unsent`.
+//!
+//! Prints one line:
+//! `OPENLOOP offered=… seconds=… completed=… achieved=… p50_ms=… p99_ms=…
+//! max_ms=… errors=… unsent=… statuses=201=…,409=…`; achieved = answers /
+//! (last answer - start).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+
+/// How long after the last due time a backlog is still sent.
+const GRACE: Duration = Duration::from_secs(5);
+
+struct Shared {
+    url: hyper::Uri,
+    authority: String,
+    tokens: Vec<String>,
+    start: Instant,
+    /// Nanoseconds between due times.
+    gap_ns: f64,
+    total: u64,
+    stop: Instant,
+    next: AtomicU64,
+}
+
+impl Shared {
+    fn due(&self, i: u64) -> Instant {
+        self.start + Duration::from_nanos((i as f64 * self.gap_ns) as u64)
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    hist: Option<Histogram<u64>>,
+    statuses: BTreeMap<u16, u64>,
+    errors: u64,
+    unsent: u64,
+    last: Option<Instant>,
+}
+
+fn histogram() -> Histogram<u64> {
+    // microseconds, up to 10 minutes, 3 significant digits
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 5 {
+        eprintln!("usage: open_loop URL TOKENS_FILE RATE SECONDS CONNECTIONS [THREADS]");
+        std::process::exit(64);
+    }
+    let threads: usize = args.get(5).map_or(2, |t| t.parse().expect("threads"));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(run(&args));
+}
+
+async fn run(args: &[String]) {
+    let url: hyper::Uri = args[0].parse().expect("URL");
+    let authority = url.authority().expect("URL with a host").to_string();
+    let tokens: Vec<String> = std::fs::read_to_string(&args[1])
+        .expect("tokens file")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|t| format!("Bearer {t}"))
+        .collect();
+    assert!(!tokens.is_empty(), "no tokens in {}", args[1]);
+    let rate: f64 = args[2].parse().expect("rate");
+    let seconds: f64 = args[3].parse().expect("seconds");
+    let conns: usize = args[4].parse().expect("connections");
+    let total = (rate * seconds).round() as u64;
+    // Connect first, so the schedule starts with every connection open.
+    let mut streams = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        streams.push(
+            tokio::net::TcpStream::connect(&authority)
+                .await
+                .expect("connect"),
+        );
+    }
+    let start = Instant::now() + Duration::from_millis(20);
+    let shared = Arc::new(Shared {
+        url,
+        authority,
+        tokens,
+        start,
+        gap_ns: 1e9 / rate,
+        total,
+        stop: start + Duration::from_secs_f64(seconds) + GRACE,
+        next: AtomicU64::new(0),
+    });
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .map(|s| tokio::spawn(connection(shared.clone(), s)))
+        .collect();
+    let mut all = Tally {
+        hist: Some(histogram()),
+        ..Tally::default()
+    };
+    for t in tasks {
+        let t = t.await.expect("connection task");
+        if let (Some(a), Some(h)) = (all.hist.as_mut(), t.hist.as_ref()) {
+            a.add(h).expect("merge");
+        }
+        for (s, n) in t.statuses {
+            *all.statuses.entry(s).or_default() += n;
+        }
+        all.errors += t.errors;
+        all.unsent += t.unsent;
+        all.last = all.last.max(t.last);
+    }
+    let h = all.hist.expect("histogram");
+    let completed: u64 = all.statuses.values().sum();
+    let elapsed = all
+        .last
+        .map_or(seconds, |l| l.duration_since(start).as_secs_f64());
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let statuses: Vec<String> = all
+        .statuses
+        .iter()
+        .map(|(s, n)| format!("{s}={n}"))
+        .collect();
+    println!(
+        "OPENLOOP offered={rate:.0} seconds={seconds} completed={completed} achieved={:.1} \
+         p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={} unsent={} statuses={}",
+        completed as f64 / elapsed.max(1e-9),
+        ms(0.5),
+        ms(0.99),
+        h.max() as f64 / 1000.0,
+        all.errors,
+        all.unsent,
+        statuses.join(",")
+    );
+}
+
+/// One keep-alive connection: takes due requests until none are left.
+async fn connection(s: Arc<Shared>, stream: tokio::net::TcpStream) -> Tally {
+    let mut t = Tally {
+        hist: Some(histogram()),
+        ..Tally::default()
+    };
+    let body = Bytes::from_static(b"{\"qty\":1}");
+    let mut sender = None;
+    let mut stream = Some(stream);
+    loop {
+        let i = s.next.fetch_add(1, Ordering::Relaxed);
+        if i >= s.total {
+            break;
+        }
+        let due = s.due(i);
+        let now = Instant::now();
+        if now >= s.stop {
+            // Past the hard stop: this request is never sent; it waited at
+            // least this long.
+            let waited = s.stop.saturating_duration_since(due);
+            let h = t.hist.as_mut().expect("histogram");
+            h.saturating_record(waited.as_micros().max(1) as u64);
+            t.unsent += 1;
+            continue;
+        }
+        if due > now {
+            tokio::time::sleep_until(due.into()).await;
+        }
+        if sender.is_none() {
+            let tcp = match stream.take() {
+                Some(tcp) => tcp,
+                None => match tokio::net::TcpStream::connect(&s.authority).await {
+                    Ok(tcp) => tcp,
+                    Err(_) => {
+                        t.errors += 1;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
+                Ok((tx, conn)) => {
+                    tokio::spawn(conn);
+                    sender = Some(tx);
+                }
+                Err(_) => {
+                    t.errors += 1;
+                    continue;
+                }
+            }
+        }
+        let tx = sender.as_mut().expect("a connection");
+        let token = &s.tokens[(i as usize) % s.tokens.len()];
+        let req = Request::post(s.url.clone())
+            .header(hyper::header::HOST, &s.authority)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::AUTHORIZATION, token)
+            .body(Full::new(body.clone()))
+            .expect("request");
+        let answer = match tx.send_request(req).await {
+            Ok(res) => {
+                let status = res.status().as_u16();
+                res.into_body().collect().await.ok().map(|_| status)
+            }
+            Err(_) => None,
+        };
+        let done = Instant::now();
+        match answer {
+            Some(status) => {
+                *t.statuses.entry(status).or_default() += 1;
+                t.last = Some(done);
+                let us = done.saturating_duration_since(due).as_micros().max(1) as u64;
+                t.hist.as_mut().expect("histogram").saturating_record(us);
+            }
+            None => {
+                t.errors += 1;
+                sender = None;
+            }
+        }
+    }
+    t
+}
