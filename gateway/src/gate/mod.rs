@@ -268,7 +268,7 @@ pub async fn authorize(state: &AppState, mut req: Request) -> Result<Request, Re
             .crawlers()
             .pass(
                 state.telemetry(),
-                state.replay_guard(),
+                state.queue(),
                 room.id(),
                 crawlers::Target::of(&req),
                 &client,

@@ -13,7 +13,8 @@
 //!    directory, `created` within `crawlers.max_signature_age` of the
 //!    gateway's clock, `expires` not passed, `alg` (when given) `ed25519`;
 //!    a `nonce` verifies once across every gateway sharing the replay
-//!    guard's store (the same Redis the proofs of work are consumed in).
+//!    guard's store (the queue store's record of spent proofs of work,
+//!    under the request's room: the same Redis for every gateway).
 //! 2. **Forward-confirmed reverse DNS** ([`rdns`]) for a request whose
 //!    User-Agent names a crawler with `hostnames`: the client address's
 //!    PTR name under a configured suffix, and that name's A/AAAA holding
@@ -50,7 +51,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use sfv::{BareItem, Dictionary, Item, ListEntry, Parser};
 use sha2::Digest as _;
-use sluice_pow::{ReplayGuard, ReplayStore as _};
+use sluice_admission::{QueueBackend, QueueStore as _, Spend};
 
 use crate::app::clock::now_s;
 use crate::app::problem::Problem;
@@ -69,9 +70,17 @@ pub const CRAWLER_HEADER: &str = "sluice-crawler";
 /// not on the allow-list, a signature that does not parse).
 pub const UNKNOWN: &str = "unknown";
 
-/// A crawler's nonce in the replay guard's key space: 16 bytes of a
-/// SHA-256 separated from the proofs of work's challenge ids by its
-/// prefix.
+/// Where nonces are remembered beside this gateway's own set: the queue
+/// store's record of spent proofs of work, under the request's room (the
+/// same Redis for every gateway).
+#[derive(Clone, Copy)]
+struct Nonces<'a> {
+    queue: &'a QueueBackend,
+    room: &'a str,
+}
+
+/// A crawler's nonce among the spent proofs of work: 16 bytes of a
+/// SHA-256 separated from the challenge ids by its prefix.
 fn nonce_id(origin: &str, nonce: &str) -> [u8; 16] {
     let d = sha2::Sha256::new()
         .chain_update(b"sluice-crawler-nonce-v1\0")
@@ -234,7 +243,7 @@ impl Crawlers {
     pub async fn pass(
         &self,
         telemetry: &Telemetry,
-        guard: &ReplayGuard,
+        queue: &QueueBackend,
         room: &str,
         req: Target<'_>,
         client: &ClientInfo,
@@ -261,7 +270,7 @@ impl Crawlers {
         }
         let mut verified = None;
         if signed {
-            match self.web_bot_auth(guard, req, client).await {
+            match self.web_bot_auth(Nonces { queue, room }, req, client).await {
                 Verdict::Verified(i) if self.agents[i].covers(room) => verified = Some(i),
                 Verdict::Verified(i) => self.count(telemetry, room, Some(i), "room"),
                 Verdict::Refused { crawler, reason } => {
@@ -316,7 +325,7 @@ impl Crawlers {
     /// first one's refusal.
     async fn web_bot_auth(
         &self,
-        guard: &ReplayGuard,
+        guard: Nonces<'_>,
         req: Target<'_>,
         client: &ClientInfo,
     ) -> Verdict {
@@ -364,7 +373,7 @@ impl Crawlers {
     /// signed, when, the key, the base, the signature, its nonce.
     async fn check_signature(
         &self,
-        guard: &ReplayGuard,
+        guard: Nonces<'_>,
         view: &RequestView<'_>,
         headers: &HeaderMap,
         sig: &Signed,
@@ -434,14 +443,15 @@ impl Crawlers {
 
     /// A nonce verifies once: remembered until its signature is stale
     /// anyway, here (a replay to this gateway costs no store round trip)
-    /// and in the replay guard's store, shared by every gateway on it (a
+    /// and among the queue store's spent proofs of work, shared by every
+    /// gateway on it (a
     /// replay to another gateway is refused too). `Err("replayed")` when
     /// seen; `Err("replay_full")` when this gateway's set is full of live
     /// nonces, `Err("replay_store")` when the store cannot say (refused
     /// rather than a nonce forgotten).
     async fn remember_nonce(
         &self,
-        guard: &ReplayGuard,
+        guard: Nonces<'_>,
         origin: &str,
         nonce: &str,
         created: i64,
@@ -463,11 +473,15 @@ impl Crawlers {
             seen.insert(key, until);
         }
         let ttl = std::time::Duration::from_secs(u64::try_from(until - now).unwrap_or(1).max(1));
-        match guard.consume_once(&nonce_id(origin, nonce), ttl).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("replayed"),
+        match guard
+            .queue
+            .spend_solution(guard.room, &nonce_id(origin, nonce), ttl)
+            .await
+        {
+            Ok(Spend::First) => Ok(()),
+            Ok(Spend::Replayed { .. }) => Err("replayed"),
             Err(e) => {
-                tracing::warn!(error = %e, "crawler nonce not checked: the replay guard's store failed");
+                tracing::warn!(error = %e, "crawler nonce not checked: the queue store failed");
                 Err("replay_store")
             }
         }
