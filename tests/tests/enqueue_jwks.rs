@@ -22,16 +22,15 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use http::Method;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
 use sluice_gateway::config::RoomConfig;
 use sluice_gateway::config::room::EnqueueConfig;
-use sluice_tests::client::{Answer, TestClient, body};
+use sluice_tests::TestGateway;
+use sluice_tests::client::{Answer, TestClient};
 use sluice_tests::crawler::KeyDirectory;
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::tls::TestCa;
-use sluice_tests::{ADMIN_TOKEN, TestGateway};
 
 const ROOM: &str = "shop";
 
@@ -107,16 +106,9 @@ async fn gateway(origin: &TestOrigin, ca: &TestCa, origin_keys: &KeyDirectory) -
 }
 
 async fn tail(base: &str) -> u64 {
-    let res = TestClient::new()
-        .call(
-            Method::GET,
-            &format!("{base}/_sluice/admin/rooms/{ROOM}"),
-            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
-            body(String::new()),
-        )
-        .await;
-    assert_eq!(res.status, 200, "{}", res.text());
-    res.json()["tail"].as_u64().unwrap()
+    sluice_tests::admin_room(base, ROOM).await["tail"]
+        .as_u64()
+        .unwrap()
 }
 
 /// A join with a solved challenge and `token`.

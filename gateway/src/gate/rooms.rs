@@ -1067,16 +1067,7 @@ pub async fn join(room: &Room, store: &QueueBackend) -> Result<JoinOutcome, Admi
     let seen = room.max_tail.load(Ordering::Relaxed);
     let mut outcome = store.join(room.id()).await?;
     if outcome.seq <= seen {
-        tracing::warn!(
-            room = room.id(),
-            store_seq = outcome.seq,
-            seen_tail = seen,
-            "store handed out a seq already seen: recovering from the highest values seen"
-        );
-        let snap = store
-            .recover(room.id(), &room.settings_for_store(), room.floors())
-            .await?;
-        room.record(snap);
+        recover_above_seen(room, store, outcome.seq, seen, "handed out").await?;
         outcome = store.join(room.id()).await?;
     }
     room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
@@ -1099,16 +1090,7 @@ pub async fn join_once(
     if let JoinOnce::Joined(outcome) = &once
         && outcome.seq <= seen
     {
-        tracing::warn!(
-            room = room.id(),
-            store_seq = outcome.seq,
-            seen_tail = seen,
-            "store handed out a seq already seen: recovering from the highest values seen"
-        );
-        let snap = store
-            .recover(room.id(), &room.settings_for_store(), room.floors())
-            .await?;
-        room.record(snap);
+        recover_above_seen(room, store, outcome.seq, seen, "handed out").await?;
         let own = sluice_admission::Solution {
             spent: true,
             ..solution
@@ -1119,6 +1101,29 @@ pub async fn join_once(
         room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
     }
     Ok(once)
+}
+
+/// The store `did` (handed out, passed through) seq `store_seq`, at or
+/// below `seen`: it went back in time. Logged, and the room recovered
+/// above everything seen.
+async fn recover_above_seen(
+    room: &Room,
+    store: &QueueBackend,
+    store_seq: u64,
+    seen: u64,
+    did: &str,
+) -> Result<(), AdmissionError> {
+    tracing::warn!(
+        room = room.id(),
+        store_seq,
+        seen_tail = seen,
+        "store {did} a seq already seen: recovering from the highest values seen"
+    );
+    let snap = store
+        .recover(room.id(), &room.settings_for_store(), room.floors())
+        .await?;
+    room.record(snap);
+    Ok(())
 }
 
 /// A passthrough (admit on the spot or nothing, [`QueueStore::passthrough`])
@@ -1134,16 +1139,7 @@ pub async fn passthrough(
     if outcome.seq <= seen {
         // a seq handed out before: not this visitor's to take. Recover
         // above everything seen; the visitor gets the waiting room.
-        tracing::warn!(
-            room = room.id(),
-            store_seq = outcome.seq,
-            seen_tail = seen,
-            "store passed through a seq already seen: recovering from the highest values seen"
-        );
-        let snap = store
-            .recover(room.id(), &room.settings_for_store(), room.floors())
-            .await?;
-        room.record(snap);
+        recover_above_seen(room, store, outcome.seq, seen, "passed through").await?;
         return Ok(None);
     }
     room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
