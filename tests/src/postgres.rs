@@ -15,7 +15,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -72,11 +72,6 @@ fn skip_or_panic(why: &str) -> Option<PgServer> {
     None
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    listener.local_addr().expect("local addr").port()
-}
-
 impl PgServer {
     /// Makes a cluster (`initdb -A trust -U postgres`) in a fresh temporary
     /// directory and starts it on a free loopback port; `None` (loudly)
@@ -97,7 +92,7 @@ impl PgServer {
         {
             return skip_or_panic("running as root and there is no postgres user");
         }
-        let port = free_port();
+        let port = crate::redis_server::free_port();
         let dir = std::env::temp_dir().join(format!(
             "sluice-pg-{}-{port}-{:08x}",
             std::process::id(),

@@ -134,31 +134,69 @@ impl RedisServer {
         if !tools_or_skip(tools, "this test needs a real Redis and") {
             return None;
         }
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create redis dir");
         let mut server = RedisServer {
-            port,
-            dir,
+            port: 0,
+            dir: PathBuf::new(),
             options,
             child: None,
         };
-        server.spawn();
-        Some(server)
+        // A port that was free may be taken before the server binds it: the
+        // server then exits at once, and another port is tried.
+        let mut failures = Vec::new();
+        for _ in 0..5 {
+            server.port = free_port();
+            server.dir = std::env::temp_dir().join(format!(
+                "sluice-redis-{}-{}",
+                std::process::id(),
+                server.port
+            ));
+            std::fs::create_dir_all(&server.dir).expect("create redis dir");
+            match server.try_spawn() {
+                Ok(()) => return Some(server),
+                Err(why) => {
+                    let _ = std::fs::remove_dir_all(&server.dir);
+                    failures.push(why);
+                }
+            }
+        }
+        panic!("redis-server did not start: {}", failures.join("; "));
     }
 
     fn spawn(&mut self) {
+        // A restart keeps its port (clients hold the URL): a port taken in the
+        // meantime is waited out a few times before giving up.
+        let mut failures = Vec::new();
+        for attempt in 0..4 {
+            match self.try_spawn() {
+                Ok(()) => return,
+                Err(why) => failures.push(why),
+            }
+            std::thread::sleep(Duration::from_millis(250 << attempt));
+        }
+        panic!(
+            "redis-server did not restart on port {}: {}",
+            self.port,
+            failures.join("; ")
+        );
+    }
+
+    /// Starts the process and waits for its PING; on failure the child is
+    /// gone and the error says why (its log's last lines).
+    fn try_spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         match &self.options.tls {
             Some(tls) => cmd.args(tls.server_args(self.port)),
             None => cmd.arg("--port").arg(self.port.to_string()),
         };
+        let log = self.dir.join("redis.log");
         cmd.arg("--bind")
             .arg("127.0.0.1")
             .arg("--save")
             .arg("")
             .arg("--dir")
             .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
             .arg("--protected-mode")
             .arg("no")
             .arg("--enable-debug-command")
@@ -170,11 +208,28 @@ impl RedisServer {
         }
         cmd.args(&self.options.extra_args);
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
-        let child = cmd.spawn().expect("spawn redis-server");
-        self.child = Some(child);
-        match &self.options.tls {
-            Some(tls) => wait_ready_tls(self.port, tls),
-            None => wait_ready(self.port),
+        let mut child = cmd.spawn().expect("spawn redis-server");
+        let ready = match &self.options.tls {
+            Some(tls) => wait_ready_tls(self.port, tls, &self.dir, &mut child),
+            None => wait_ready(self.port, &self.dir, &mut child),
+        };
+        match ready {
+            Ok(()) => {
+                self.child = Some(child);
+                Ok(())
+            }
+            Err(why) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let tail: String = std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .lines()
+                    .rev()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                Err(format!("port {}: {why} (log: {tail})", self.port))
+            }
         }
     }
 
@@ -295,38 +350,83 @@ pub fn tools_or_skip(tools: &[&str], what: &str) -> bool {
     false
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, taken below the kernel's
+/// ephemeral range (32768 and up on Linux) so that no test's outgoing
+/// connection can have been given it as a source port between this call and
+/// the server's bind; successive calls in one process walk the range from a
+/// start of their own, so two tests running at once do not draw the same.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 12_000;
+    const SPAN: u32 = 20_000; // up to 31_999
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let seed = || {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        (std::process::id().wrapping_mul(7919) ^ nanos) % SPAN
+    };
+    let _ = NEXT.compare_exchange(u32::MAX, seed(), Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
     listener.local_addr().expect("local addr").port()
 }
 
-fn wait_ready_tls(port: u16, tls: &ServerTls) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cli(port, Some(tls), &["PING"]).contains("PONG") {
-        assert!(
-            Instant::now() < deadline,
-            "TLS redis-server on port {port} did not become ready in 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+fn exited(child: &mut Child) -> Option<String> {
+    match child.try_wait() {
+        Ok(Some(status)) => Some(format!("exited with {status}")),
+        _ => None,
     }
 }
 
-fn wait_ready(port: u16) {
+/// The name of the server's own directory, which its `CONFIG GET dir`
+/// answers with: a reply from another server that holds the port does not.
+fn dir_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn wait_ready_tls(port: u16, tls: &ServerTls, dir: &Path, child: &mut Child) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let ours = dir_name(dir);
+    while !cli(port, Some(tls), &["CONFIG", "GET", "dir"]).contains(&ours) {
+        if let Some(why) = exited(child) {
+            return Err(why);
+        }
+        if Instant::now() >= deadline {
+            return Err("TLS server not ready in 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn wait_ready(port: u16, dir: &Path, child: &mut Child) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ours = dir_name(dir);
     while Instant::now() < deadline {
+        if let Some(why) = exited(child) {
+            return Err(why);
+        }
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
             let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-            if s.write_all(b"PING\r\n").is_ok() {
-                let mut buf = [0u8; 64];
+            if s.write_all(b"CONFIG GET dir\r\n").is_ok() {
+                let mut buf = [0u8; 1024];
                 if let Ok(n) = s.read(&mut buf)
-                    && buf[..n].starts_with(b"+PONG")
+                    && String::from_utf8_lossy(&buf[..n]).contains(&ours)
                 {
-                    return;
+                    return Ok(());
                 }
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("redis-server on port {port} did not become ready in 10 s");
+    Err("not ready in 10 s".into())
 }
