@@ -113,6 +113,8 @@ async fn metrics_parse_and_name_everything_documented() {
         "sluice_ledger_lag_seconds",
         "sluice_ledger_behind",
         "sluice_ledger_drift_units",
+        // ... per category, once one drifted (tests/rebuild.rs)
+        "sluice_ledger_category_drift_units",
         "sluice_ledger_rebuilds_total",
         // the stock feeds' lane, once rows were posted (tests/feeds.rs)
         "sluice_feed_rows_total",

@@ -832,6 +832,102 @@ async fn an_event_with_categories_is_rebuilt_per_category_and_never_as_a_plain_o
     );
 }
 
+/// A category whose units change in the store behind the ledger's back
+/// (vip gains 3 the stream never carried; the event's own counter is left
+/// alone): the gateway running the ledger in-process reports that
+/// category's drift, and only it, in the admin view and as
+/// `sluice_ledger_category_drift_units`, corrects nothing, and reports 0
+/// again once the store is put right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_category_drifting_in_the_store_is_reported_by_the_gateway() {
+    let Some(mut site) = Site::start().await else {
+        return;
+    };
+    site.extra = TIERS.to_owned();
+    let gw = site.gateway(true, false, true);
+    let base = gw.url();
+    until("tiers loaded", Duration::from_secs(10), async || {
+        let e = tiers_view(&base).await;
+        (e["available"] == 18).then_some(e)
+    })
+    .await;
+    tiers_sale(&site, &base).await;
+    let agreed = tiers_caught_up(&base).await;
+    assert_eq!(agreed["ledger"]["category_drift"], json!({}), "{agreed}");
+    let vip_metric = "sluice_ledger_category_drift_units{event=\"tiers\",category=\"vip\"}";
+
+    let vip_avail = |by: i64| {
+        let reply = site
+            .redis
+            .command(&format!("HINCRBY sluice:{{tiers}}:meta c:vip:avail {by}"));
+        assert!(reply.starts_with(':'), "{reply}");
+    };
+    vip_avail(3);
+    // The next entry (a floor hold) carries every category's availability.
+    let res = hold_items(&site.buyer(&base), &[("floor", 1)]).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let drifted = until(
+        "the drift is reported",
+        Duration::from_secs(30),
+        async || {
+            let e = tiers_view(&base).await;
+            (e["ledger"]["category_drift"] == json!({"vip": -3})).then_some(e)
+        },
+    )
+    .await;
+    assert_eq!(
+        drifted["ledger"]["drift_units"], 0,
+        "the event agrees: {drifted}"
+    );
+    assert_eq!(sluice_tests::metric(&base, vip_metric).await, -3.0);
+    assert_eq!(
+        sluice_tests::metric(&base, "sluice_ledger_drift_units{event=\"tiers\"}").await,
+        0.0
+    );
+    let text = metrics_text(&base).await;
+    assert!(
+        !text.contains("sluice_ledger_category_drift_units{event=\"tiers\",category=\"floor\"}"),
+        "only the drifting category has a series: {text}"
+    );
+    // Reported, never corrected: the store keeps its 3 units.
+    let vip = drifted["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "vip")
+        .unwrap()
+        .clone();
+    assert_eq!(vip["available"], 3, "{drifted}");
+
+    // Put right in the store: the next reconciliation agrees again.
+    vip_avail(-3);
+    let res = hold_items(&site.buyer(&base), &[("floor", 1)]).await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let agreed = until("the drift clears", Duration::from_secs(30), async || {
+        let e = tiers_view(&base).await;
+        (e["ledger"]["category_drift"] == json!({})).then_some(e)
+    })
+    .await;
+    assert_eq!(agreed["ledger"]["drift_units"], 0, "{agreed}");
+    let text = metrics_text(&base).await;
+    assert!(
+        text.lines().any(|l| l == format!("{vip_metric} 0")),
+        "vip's series goes back to 0: {text}"
+    );
+}
+
+/// The gateway's Prometheus page.
+async fn metrics_text(base: &str) -> String {
+    let res = sluice_tests::client::TestClient::new()
+        .get(
+            &format!("{base}/metrics"),
+            &[("authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    res.text()
+}
+
 // === Property: random sales of an event with categories ===
 
 /// One hold the random sale took: its owner, units per category, and how

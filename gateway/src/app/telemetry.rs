@@ -328,6 +328,19 @@ impl Telemetry {
             .set(units as f64);
     }
 
+    /// The same for one category of the event: reported once it has
+    /// drifted, 0 again once it agrees.
+    pub fn ledger_category_drift(&self, event: &str, category: &str, units: i64) {
+        self.gauge(
+            "sluice_ledger_category_drift_units",
+            &[
+                ("event", event.to_owned()),
+                ("category", category.to_owned()),
+            ],
+        )
+        .set(units as f64);
+    }
+
     /// A rebuild of a lost event from the ledger ended with `outcome`
     /// (`restored`, `present`, `unknown`, `invalid`, `failed`).
     pub fn ledger_rebuild(&self, outcome: &'static str) {

@@ -57,10 +57,21 @@ pub struct LedgerLink {
     /// The TLS files of a `rediss…` store (validated with the config).
     redis_tls: RedisTls,
     lag: RwLock<BTreeMap<String, Lag>>,
-    /// Each event's drift as the ledger last reconciled it (ledger − store
-    /// available units; 0: they agreed), read with the floors.
-    drift: RwLock<BTreeMap<String, i64>>,
+    /// Each event's drift as the ledger last reconciled it, read with the
+    /// floors.
+    drift: RwLock<BTreeMap<String, Drift>>,
     pg: tokio::sync::Mutex<Option<Ledger>>,
+}
+
+/// An event's drift as the ledger last reconciled it: ledger − store
+/// available units (0: they agreed), for the event and per category.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Drift {
+    /// The event's.
+    pub units: i64,
+    /// The categories that disagreed at the last reconciliation (empty:
+    /// every category agreed, or the event has none).
+    pub categories: BTreeMap<String, i64>,
 }
 
 /// Why a rebuild did not happen, as the admin API answers it.
@@ -166,9 +177,10 @@ impl LedgerLink {
     }
 
     /// The ledger's last reconciliation of `event`: its available units
-    /// minus the store's at the same entry (0: they agreed).
-    pub fn drift_of(&self, event: &str) -> Option<i64> {
-        self.drift.read().get(event).copied()
+    /// minus the store's at the same entry (0: they agreed), per category
+    /// too.
+    pub fn drift_of(&self, event: &str) -> Option<Drift> {
+        self.drift.read().get(event).cloned()
     }
 
     /// The readiness detail: `None` when no stream was ever read (memory
@@ -670,23 +682,39 @@ pub async fn run_floors(
 }
 
 impl LedgerLink {
-    /// Each known event's drift as the ledger last reconciled it: kept for
-    /// the admin view, `sluice_ledger_drift_units`, and logged when not 0.
+    /// Each known event's drift as the ledger last reconciled it, per
+    /// category too: kept for the admin view, `sluice_ledger_drift_units`
+    /// and `sluice_ledger_category_drift_units`, and logged when not 0.
     async fn read_drift(&self, events: &Events, telemetry: &Telemetry) {
         for id in events.ids() {
             let Some(event) = EventId::parse(&id) else {
                 continue;
             };
             match self
-                .with_ledger(async |l: &mut Ledger| l.drift_units(&event).await)
+                .with_ledger(async |l: &mut Ledger| l.event_summary(&event).await)
                 .await
             {
-                Ok(Some(d)) => {
-                    if d != 0 && self.drift_of(&id) != Some(d) {
-                        tracing::warn!(event = %id, drift_units = d, "the ledger and the store disagree (ledger − store available units); nothing is corrected upward");
+                Ok(Some(summary)) => {
+                    let now = Drift {
+                        units: summary.drift_units,
+                        categories: summary.category_drift,
+                    };
+                    let before = self.drift_of(&id).unwrap_or_default();
+                    if now != before && (now.units != 0 || !now.categories.is_empty()) {
+                        tracing::warn!(event = %id, drift_units = now.units, category_drift = ?now.categories, "the ledger and the store disagree (ledger − store available units); nothing is corrected upward");
                     }
-                    telemetry.ledger_drift(&id, d);
-                    self.drift.write().insert(id, d);
+                    telemetry.ledger_drift(&id, now.units);
+                    // A category that drifted before and agrees now goes
+                    // back to 0 (one that never drifted has no series).
+                    for category in before.categories.keys() {
+                        if !now.categories.contains_key(category) {
+                            telemetry.ledger_category_drift(&id, category, 0);
+                        }
+                    }
+                    for (category, units) in &now.categories {
+                        telemetry.ledger_category_drift(&id, category, *units);
+                    }
+                    self.drift.write().insert(id, now);
                 }
                 Ok(None) => {}
                 Err(_) => return,

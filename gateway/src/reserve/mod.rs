@@ -885,7 +885,8 @@ async fn event_admin_json(state: &AppState, id: &str) -> Result<Value, Problem> 
     if let Some(d) = state.ledger().drift_of(id)
         && let Some(l) = v.get_mut("ledger").and_then(Value::as_object_mut)
     {
-        l.insert("drift_units".into(), json!(d));
+        l.insert("drift_units".into(), json!(d.units));
+        l.insert("category_drift".into(), json!(d.categories));
     }
     Ok(v)
 }
