@@ -545,3 +545,119 @@ async fn cluster_holds_wait_for_the_replica_of_their_own_shard() {
         assert_eq!((s.available, s.held), (Some(8), 2), "{ev}");
     }
 }
+
+/// The one-step join (replay guard, `join.lua` and the note in one
+/// script) under `--redis-wait-replicas 1`: while no replica acknowledges,
+/// a join is 503 (no place handed out that a failover could lose) and its
+/// proof of work is given back: the same solution sent again is tried
+/// again, never refused as spent; once a replica is back, that same
+/// solution gets one place, and sending it again answers that place, never
+/// a second one. (Checked to fail when the store stops refusing
+/// unacknowledged joins, and when the gateway keeps the refused solution.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_no_replica_acknowledged_keeps_its_solution_and_buys_one_place_later() {
+    let Some(primary) = RedisServer::start() else {
+        return;
+    };
+    let replica_of = |port: u16| RedisOptions {
+        extra_args: vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            port.to_string(),
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
+        ],
+        ..RedisOptions::default()
+    };
+    let Some(mut replica) = RedisServer::start_with(replica_of(primary.port())) else {
+        return;
+    };
+    let synced = async |r: &RedisServer| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !r
+            .command("INFO replication")
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "replica never synced");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    synced(&replica).await;
+    // Nobody is let in after the room's one credit: every later join waits.
+    let cfg = temp_file(
+        "wait-join.toml",
+        "[[rooms]]\nid = \"hall\"\npaths = [\"/\"]\nrate_per_sec = 0\nburst = 1\npuzzles = 1\n\
+         difficulty_floor_bits = 1\ndifficulty_ceiling_bits = 2\njoin_limit_per_prefix_per_min = 0\n\
+         attack_min_solve = \"0s\"\n",
+    );
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let gw = GatewayProcess::start(&[
+        "--redis",
+        &primary.url(),
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-timeout",
+        "100ms",
+        "--origin",
+        &origin.url(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--keys-dir",
+        keys.to_str().unwrap(),
+    ]);
+    let base = gw.url();
+    let mut first = Visitor::new(&base, "hall");
+    let res = first.join("/").await;
+    assert_eq!(res.status, 200, "the credit: {}", res.text());
+    assert!(res.json()["admission_token"].is_string(), "{}", res.text());
+
+    replica.kill();
+    let tail = |room: Value| room["tail"].as_u64().expect("tail");
+    let before = tail(sluice_tests::admin_room(&base, "hall").await);
+    let mut v = Visitor::new(&base, "hall");
+    let (challenge, solutions) = v.solved().await;
+    for attempt in 0..3 {
+        let res = v.join_with(&challenge, &solutions, "/").await;
+        assert_eq!(res.status, 503, "attempt {attempt}: {}", res.text());
+        assert_eq!(res.json()["code"], "store_unavailable", "{}", res.text());
+        assert!(res.header("retry-after").is_some());
+        assert!(v.queue_token.is_none(), "no place handed out");
+    }
+
+    // Each refused attempt ran the script on the primary and was given
+    // back: its seq is a gap nobody holds (a place a failover could lose
+    // is never handed out), not a second place for anyone.
+    assert_eq!(
+        tail(sluice_tests::admin_room(&base, "hall").await),
+        before + 3
+    );
+    // The replica comes back (empty: it syncs from the primary).
+    replica.restart();
+    synced(&replica).await;
+    let res = v.join_with(&challenge, &solutions, "/").await;
+    assert_eq!(res.status, 201, "the same solution, later: {}", res.text());
+    let seq = res.json()["seq"].as_u64().expect("a waiting place");
+    assert_eq!(seq, before + 4, "a fresh place, after the gaps");
+    assert!(v.queue_token.is_some());
+    for _ in 0..3 {
+        let again = Visitor::new(&base, "hall")
+            .join_with(&challenge, &solutions, "/")
+            .await;
+        assert_eq!(again.status, 201, "{}", again.text());
+        assert_eq!(again.json()["seq"], json!(seq), "one solution, one place");
+    }
+    let mut other = Visitor::new(&base, "hall");
+    let res = other.join("/").await;
+    assert_eq!(res.status, 201, "{}", res.text());
+    let next = res.json()["seq"].as_u64().unwrap();
+    assert!(
+        next > seq,
+        "a new solution gets a place of its own: {next} after {seq}"
+    );
+    let res = v.status().await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["state"], "waiting", "{}", res.text());
+}
