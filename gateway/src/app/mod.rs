@@ -10,7 +10,9 @@
 //! 3. `TraceLayer` — one span per request with method, path and request id;
 //!    a 5xx is logged at ERROR, except 503, an expected answer (debug).
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
-//! 5. The router: `/_sluice/…` handlers (bodies limited, no-store but the
+//! 5. [`compress::CompressLayer`] — br or gzip for our own answers that
+//!    gain from it; a request for an event stream goes past it.
+//! 6. The router: `/_sluice/…` handlers (bodies limited, no-store but the
 //!    static files under their hashed names, the
 //!    store-bound ones behind `store_bound`, admin calls behind
 //!    `admin::admin_guard`), and as fallback the guarded proxy (whose forwards
@@ -41,6 +43,7 @@
 //! `sluice_shed_total`, where `LoadShed`'s error would be mapped back to it.
 
 pub mod clock;
+pub mod compress;
 pub mod extract;
 pub mod problem;
 pub mod request_id;
@@ -149,11 +152,11 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
                     .on_failure(on_failure),
                 )
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                .layer(
+                .layer(compress::CompressLayer(
                     CompressionLayer::new()
                         .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))
                         .compress_when(compressible()),
-                ),
+                )),
         )
 }
 
