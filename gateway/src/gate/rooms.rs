@@ -687,6 +687,7 @@ pub(crate) fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
         carried_epoch: 0,
         carried_tail: 0,
         settings_version: 0,
+        lanes: Vec::new(),
     }
 }
 

@@ -300,6 +300,7 @@ pub async fn join(
         ttl,
         sub: &sub,
         spent: spend_first,
+        lane: None,
     };
     let outcome = match rooms::join_once(room, state.queue(), solution).await {
         Ok(JoinOnce::Joined(outcome)) => outcome,
