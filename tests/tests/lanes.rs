@@ -49,7 +49,7 @@ async fn gateway(origin: &TestOrigin, redis: &RedisServer) -> TestGateway {
         .origin(origin.url())
         .redis(redis.url())
         .config(|c| {
-            c.rooms = vec![sluice_gateway::config::RoomConfig {
+            let room = sluice_gateway::config::RoomConfig {
                 lanes: vec![
                     Lane {
                         id: "presale".into(),
@@ -65,7 +65,15 @@ async fn gateway(origin: &TestOrigin, redis: &RedisServer) -> TestGateway {
                     ..EnqueueConfig::default()
                 },
                 ..easy_room(ROOM, 0.01, 10.0, &[])
-            }];
+            };
+            c.rooms = vec![
+                sluice_gateway::config::RoomConfig {
+                    id: "idle".into(),
+                    paths: vec!["/idle".into()],
+                    ..room.clone()
+                },
+                room,
+            ];
             c.pow_secret = Some("lanes-test-pow-secret-0123456789abcdef".into());
         })
         .spawn()
@@ -191,14 +199,19 @@ async fn lanes_split_by_weight_fifo_within_each_across_two_gateways() {
     for (n, v) in visitors.iter().enumerate() {
         // the gateway that signed its token (each has keys of its own)
         let base = if n % 2 == 0 { &a } else { &b };
+        let frontier = if v.lane == "presale" { pre } else { public };
         // a gateway's snapshot may be a tick behind the resume
+        let want = if v.seq <= frontier {
+            "admitted"
+        } else {
+            "waiting"
+        };
         let mut s = status(base, &v.token).await;
         let deadline = Instant::now() + Duration::from_secs(5);
-        while s["state"] == "paused" && Instant::now() < deadline {
+        while s["state"] != want && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
             s = status(base, &v.token).await;
         }
-        let frontier = if v.lane == "presale" { pre } else { public };
         if v.seq <= frontier {
             assert_eq!(s["state"], "admitted", "{} #{}: {s}", v.lane, v.seq);
             let adm = s["admission_token"].as_str().unwrap_or_default().to_owned();
@@ -209,4 +222,64 @@ async fn lanes_split_by_weight_fifo_within_each_across_two_gateways() {
             assert_eq!(s["position"].as_u64().unwrap(), v.seq - frontier, "{s}");
         }
     }
+}
+
+/// At an idle room with lanes, a guarded request without proof of work
+/// passes straight through into the default lane, after joins of another
+/// lane moved the room's tail past the lane's own seqs: the gateway's
+/// check against a store that went back compares places, not lane seqs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn passthrough_at_an_idle_room_with_lanes() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let gw = gateway(&origin, &redis).await;
+    let a = gw.url();
+    let join_idle = |tok: String| {
+        let a = a.clone();
+        async move {
+            let c = TestClient::new()
+                .post_json(
+                    &format!("{a}/_sluice/rooms/idle/challenge"),
+                    &[],
+                    &json!({}),
+                )
+                .await;
+            let mut req = sluice_tests::visitor::join_body(&c, "/").await;
+            req["enqueue_token"] = json!(tok);
+            TestClient::new()
+                .post_json(&format!("{a}/_sluice/rooms/idle/join"), &[], &req)
+                .await
+        }
+    };
+    let tok = |sub: &str| {
+        encode(
+            &Header::new(Algorithm::HS256),
+            &json!({"sub": sub, "aud": "idle", "exp": now() + 60, "iat": now(), "lane": "presale"}),
+            &EncodingKey::from_secret(SECRET.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    for sub in ["m1", "m2", "m3"] {
+        let res = join_idle(tok(sub)).await;
+        assert_eq!(res.json()["state"], "admitted", "{}", res.text());
+    }
+    // a tick records the room's tail (3) on the gateway
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let res = TestClient::new().get(&format!("{a}/idle"), &[]).await;
+    let cookies: Vec<_> = res
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        cookies.iter().any(|c| c.starts_with("sluice_a_idle=")),
+        "not passed through: {cookies:?} {}",
+        res.text()
+    );
+    let view = admin_room(&a, "idle").await;
+    assert_eq!(view["lanes"][1]["admitted_total"], 1, "{view}");
+    assert_eq!(view["lanes"][0]["admitted_total"], 3, "{view}");
 }

@@ -1142,13 +1142,15 @@ pub async fn passthrough(
     let Some(outcome) = store.passthrough(room.id()).await? else {
         return Ok(None);
     };
-    if outcome.seq <= seen {
+    // the place is the room's tail (its seq without lanes; with lanes the
+    // seq is the lane's own)
+    if outcome.place <= seen {
         // a seq handed out before: not this visitor's to take. Recover
         // above everything seen; the visitor gets the waiting room.
-        recover_above_seen(room, store, outcome.seq, seen, "passed through").await?;
+        recover_above_seen(room, store, outcome.place, seen, "passed through").await?;
         return Ok(None);
     }
-    room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
+    room.max_tail.fetch_max(outcome.place, Ordering::Relaxed);
     Ok(Some(outcome))
 }
 
