@@ -441,6 +441,13 @@
     set("active_sessions", num(s.active_sessions) + (s.max_active != null ? " / " + num(s.max_active) : ""));
     set("rate_per_sec", num(s.rate_per_sec) + "/s");
     set("method", { fifo: "FIFO", queue_all: "queue all (no passthrough)", reject: "reject when full (no line)", random: "random" }[s.method] || "FIFO");
+    set(
+      "lanes",
+      Array.isArray(s.lanes) && s.lanes.length
+        ? (s.lane_mode === "strict" ? "strict: " : "") +
+            s.lanes.map((l) => l.id + " " + l.weight + ": " + num(l.waiting) + " waiting, " + num(l.admitted_total) + " in").join(" · ")
+        : "—"
+    );
     set("difficulty", s.difficulty_bits + " bits × " + s.puzzles + (s.under_attack ? " (attack)" : ""));
     set("drain", s.paused ? "paused" : s.sold_out ? "sold out" : s.queue_length === 0 ? "—" : duration(s.queue_length / s.rate_per_sec));
     const a = s.adaptive || { enabled: false, mode: "off" };

@@ -19,6 +19,9 @@
 --         state records it as covered: carry_epoch, carry_tail)
 -- ARGV[16] session ttl in ms (kept for the ended set's retention)
 -- ARGV[17] the queueing method (lib.lua's method field)
+-- ARGV[18] the lanes: '' none, else 'mode,w1,w2,...' (lib.lua's lmode and
+--         the weights in config order); lanes added keep what a lane of
+--         that index held before (room.rs: the lane book never shrinks)
 -- Returns {0} (no state, where one is needed), {3, version} (a settings
 -- conflict) or the snapshot reply of lib.lua. Every settings write bumps
 -- settings_v; the JSON's own version is not read.
@@ -62,11 +65,12 @@ else
     return {0}
   end
   if not st then
-    redis.call('DEL', CLAIMS, BATCHES, SESS, ENDED, RESEATS)
+    redis.call('DEL', CLAIMS, BATCHES, SESS, ENDED, RESEATS, LANES)
     st = {}
     for _, f in ipairs(FIELDS) do
       st[f] = 0
     end
+    st.ln, st.lmode, st.lmask, st.lanes, st.had_lanes = 0, 0, 0, {}, false
     st.epoch = now
     st.last_ms = now
     st.credit = tonumber(ARGV[3])
@@ -104,6 +108,22 @@ else
   st.settings_v = st.settings_v + 1
   st.ttl_ms = tonumber(ARGV[16])
   st.method = tonumber(ARGV[17]) or 0
+  local ws = {}
+  for x in string.gmatch(ARGV[18] or '', '%d+') do
+    ws[#ws + 1] = tonumber(x)
+  end
+  local lmode = 0
+  if #ws > 0 then
+    lmode = table.remove(ws, 1)
+  end
+  for i = st.ln + 1, #ws do
+    st.lanes[i] = load_lane(i)
+  end
+  for i = 1, #ws do
+    st.lanes[i].w = ws[i]
+  end
+  st.ln = #ws
+  st.lmode = lmode
   redis.call('HSET', S, 'settings', ARGV[8])
 end
 reseed(st, tonumber(ARGV[9]), tonumber(ARGV[10]))

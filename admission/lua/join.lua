@@ -1,6 +1,6 @@
 -- join.lua: hand out the next seq; passthrough when nobody waits.
 --
--- KEYS: as lib.lua; with 'once', KEYS[7] the solution's key
+-- KEYS: as lib.lua; with 'once', KEYS[8] the solution's key
 --       (sluice:{room}:pow:<hex id>, under the room's hash tag).
 -- ARGV[1]: 'join' (default), 'passthrough' (admit on the spot or do
 --          nothing: no seq is handed out unless it is admitted) or 'once'
@@ -13,7 +13,11 @@
 --   written over). A join that hands out a seq records the solution,
 --   PX ARGV[2], as 'seq:epoch:sub' (its place) or '1' when admitted at
 --   once (no place to give back); one that hands out none records nothing.
+-- ARGV[5] (every mode; absent: -1): the lane, from 0; -1 the room's
+--   default lane (the last). A lane the room does not have (any lane at a
+--   room without lanes) answers {6}, nothing handed out.
 -- Returns:
+--   {6}                               no such lane
 --   {5, note}                         'once', 'new': the solution was
 --                                     recorded before; note is its value
 --                                     ('1': the bare mark, no place)
@@ -24,8 +28,10 @@
 --   {4}                               a join at a 'reject' room (method 3)
 --                                     not admissible now: the room is
 --                                     full; nothing handed out
---   {1, seq, epoch, admitted(0|1), frontier, prequeue(0|1)}
---     prequeue: the pre-queue is open (the seq is a ticket of the draw)
+--   {1, seq, epoch, admitted(0|1), frontier, prequeue(0|1), lane, place}
+--     prequeue: the pre-queue is open (the seq is a ticket of the draw);
+--     lane: -1 without lanes, else the lane (from 0), seq and frontier
+--     being the lane's; place: the place when admitted, else 0
 --
 -- First brings the room up to TIME (advance: refunds, sessions, admits
 -- those already waiting), then seq = ++tail; admitted at once when
@@ -39,7 +45,7 @@
 
 local once = ARGV[1] == 'once'
 if once and ARGV[4] == 'new' then
-  local seen = redis.call('GET', KEYS[7])
+  local seen = redis.call('GET', KEYS[8])
   if seen then
     return {5, seen}
   end
@@ -48,6 +54,10 @@ local now = now_ms()
 local st = load()
 if not st then
   return {0}
+end
+local lane = tonumber(ARGV[5]) or -1
+if lane >= st.ln then
+  return {6}
 end
 if st.closed == 1 then
   return {2}
@@ -63,6 +73,46 @@ end
 local room = room_under_cap(st)
 if not passes_through(st) then
   room = 0
+end
+if st.ln > 0 then
+  -- room.rs RoomCore::join_in_lane
+  if lane < 0 then
+    lane = st.ln - 1
+  end
+  local l = st.lanes[lane + 1]
+  st.joins = st.joins + 1
+  local place = 0
+  if not halted(st) and lanes_waiting(st) == 0 and st.credit >= MICRO
+      and (room < 0 or room >= 1) then
+    st.tail = st.frontier + 1
+    st.frontier = st.tail
+    place = st.frontier
+    st.credit = st.credit - MICRO
+    st.admitted = st.admitted + 1
+    st.claimed = st.claimed + 1
+    redis.call('SETBIT', CLAIMS, place, 1)
+    redis.call('ZADD', SESS, int(now + st.ttl_ms), int(st.epoch) .. '.' .. int(place))
+    l.t = l.t + 1
+    l.f = l.t
+    l.a = l.a + 1
+    lane_record(lane + 1, l.t, place, 1)
+  else
+    st.tail = st.tail + 1
+    l.t = l.t + 1
+  end
+  save(st)
+  local admitted = 0
+  if place > 0 then
+    admitted = 1
+  end
+  if once then
+    local note = '1'
+    if admitted == 0 then
+      note = int(l.t) .. ':' .. int(st.epoch) .. ':' .. ARGV[3]
+    end
+    redis.call('SET', KEYS[8], note, 'PX', ARGV[2])
+  end
+  return {1, l.t, st.epoch, admitted, l.f, 0, lane, place}
 end
 st.tail = st.tail + 1
 local seq = st.tail
@@ -86,10 +136,14 @@ if once then
   if admitted == 0 then
     note = int(seq) .. ':' .. int(st.epoch) .. ':' .. ARGV[3]
   end
-  redis.call('SET', KEYS[7], note, 'PX', ARGV[2])
+  redis.call('SET', KEYS[8], note, 'PX', ARGV[2])
 end
 local prequeue = 0
 if st.pq_n < 0 then
   prequeue = 1
 end
-return {1, seq, st.epoch, admitted, st.frontier, prequeue}
+local place = 0
+if admitted == 1 then
+  place = seq
+end
+return {1, seq, st.epoch, admitted, st.frontier, prequeue, -1, place}

@@ -14,6 +14,11 @@
 --                                   for the session ttl + 30 s
 --   KEYS[6] sluice:{room}:reseats   hash, "epoch:seq" of an old-epoch
 --                                   queue token -> its seq in this epoch
+--   KEYS[7] sluice:{room}:lanes     sorted set, the lanes' segments
+--                                   (lanes.rs): member
+--                                   "lane:seq:place:len", score
+--                                   lane * 2^40 + seq (lane from 0);
+--                                   never written without lanes
 --
 -- State hash fields (all integers, written with '%d' so no value goes
 -- through Lua's 14-digit number formatting):
@@ -36,6 +41,12 @@
 --   method (settings.rs QueueMethod::code: 0 fifo, 1 random, 2 queue_all,
 --     3 reject; a state written before it reads 0: fifo)
 --   settings (JSON of RoomSettings, written by configure)
+--   Lanes (admission/src/lanes.rs; none of these is written while the
+--   room never had lanes): ln (lanes configured; 0 or absent: none), lmode
+--   (0 weighted, 1 strict), lmask (eligible set of the last weighted pick,
+--   bit i-1 = lane i), and per lane i from 1: lw<i> weight, lt<i> tail,
+--   lf<i> frontier, lc<i> round robin counter, la<i> admitted. With lanes
+--   tail counts every join and frontier every place admitted.
 --
 -- Every value stays below 2^53, so Lua's doubles are exact: rate_m <= 1e9
 -- and one advance counts at most 3,600,000 ms.
@@ -43,7 +54,8 @@
 -- The clock: redis.call('TIME') only, never the caller's.
 
 local S, CLAIMS, BATCHES, SESS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ENDED, RESEATS = KEYS[5], KEYS[6]
+local ENDED, RESEATS, LANES = KEYS[5], KEYS[6], KEYS[7]
+local LANE_SPAN = 1099511627776 -- 2^40
 local ENDED_SKEW_MS = 30000
 local MICRO = 1000000
 local MAX_ELAPSED = 3600000
@@ -63,15 +75,31 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- Lane i's fields (1-based), as stored (a lane never configured reads
+-- weight 1, the rest 0).
+local function load_lane(i)
+  local x = redis.call('HMGET', S, 'lw' .. i, 'lt' .. i, 'lf' .. i, 'lc' .. i, 'la' .. i)
+  return {w = tonumber(x[1]) or 1, t = tonumber(x[2]) or 0, f = tonumber(x[3]) or 0,
+    c = tonumber(x[4]) or 0, a = tonumber(x[5]) or 0}
+end
+
 -- The state, or nil when the room has none.
 local function load()
-  local v = redis.call('HMGET', S, unpack(FIELDS))
-  if not v[1] then
+  local v = redis.call('HMGET', S, 'ln', 'lmode', 'lmask', unpack(FIELDS))
+  if not v[4] then
     return nil
   end
   local st = {}
   for i, f in ipairs(FIELDS) do
-    st[f] = tonumber(v[i]) or 0
+    st[f] = tonumber(v[i + 3]) or 0
+  end
+  st.had_lanes = v[1] ~= false and v[1] ~= nil
+  st.ln = tonumber(v[1]) or 0
+  st.lmode = tonumber(v[2]) or 0
+  st.lmask = tonumber(v[3]) or 0
+  st.lanes = {}
+  for i = 1, st.ln do
+    st.lanes[i] = load_lane(i)
   end
   return st
 end
@@ -82,7 +110,160 @@ local function save(st)
     args[#args + 1] = f
     args[#args + 1] = int(st[f])
   end
+  if st.ln > 0 or st.had_lanes then
+    for _, f in ipairs({'ln', 'lmode', 'lmask'}) do
+      args[#args + 1] = f
+      args[#args + 1] = int(st[f])
+    end
+    for i = 1, st.ln do
+      local l = st.lanes[i]
+      for _, p in ipairs({{'lw', l.w}, {'lt', l.t}, {'lf', l.f}, {'lc', l.c}, {'la', l.a}}) do
+        args[#args + 1] = p[1] .. i
+        args[#args + 1] = int(p[2])
+      end
+    end
+  end
   redis.call('HSET', S, unpack(args))
+end
+
+-- Waiting in all lanes.
+local function lanes_waiting(st)
+  local w = 0
+  for i = 1, st.ln do
+    local d = st.lanes[i].t - st.lanes[i].f
+    if d > 0 then
+      w = w + d
+    end
+  end
+  return w
+end
+
+-- lanes.rs LaneBook::record: lane i's (1-based) seqs from seq are places
+-- from place, merged with the lane's last run when both continue it.
+local function lane_record(i, seq, place, len)
+  if len <= 0 then
+    return
+  end
+  local base = (i - 1) * LANE_SPAN
+  local last = redis.call('ZREVRANGEBYSCORE', LANES, int(base + LANE_SPAN - 1), int(base),
+    'LIMIT', 0, 1)
+  if last[1] then
+    local _, s, p, n = string.match(last[1], '^(%d+):(%d+):(%d+):(%d+)$')
+    s, p, n = tonumber(s), tonumber(p), tonumber(n)
+    if s + n == seq and p + n == place then
+      redis.call('ZREM', LANES, last[1])
+      redis.call('ZADD', LANES, int(base + s),
+        int(i - 1) .. ':' .. int(s) .. ':' .. int(p) .. ':' .. int(n + len))
+      return
+    end
+  end
+  redis.call('ZADD', LANES, int(base + seq),
+    int(i - 1) .. ':' .. int(seq) .. ':' .. int(place) .. ':' .. int(len))
+end
+
+-- lanes.rs LaneBook::place_of (lane i 1-based): the place, or 0.
+local function lane_place(i, seq)
+  local base = (i - 1) * LANE_SPAN
+  local last = redis.call('ZREVRANGEBYSCORE', LANES, int(base + seq), int(base), 'LIMIT', 0, 1)
+  if not last[1] then
+    return 0
+  end
+  local _, s, p, n = string.match(last[1], '^(%d+):(%d+):(%d+):(%d+)$')
+  s, p, n = tonumber(s), tonumber(p), tonumber(n)
+  if seq < s + n then
+    return p + (seq - s)
+  end
+  return 0
+end
+
+-- lanes.rs split: how many of n each lane gets (a table, 1-based).
+local function lane_split(st, n)
+  local k = st.ln
+  local give, waiting = {}, {}
+  for i = 1, k do
+    give[i] = 0
+    waiting[i] = math.max(0, st.lanes[i].t - st.lanes[i].f)
+  end
+  if st.lmode == 1 then
+    for i = 1, k do
+      local g = math.min(n, waiting[i])
+      give[i] = g
+      n = n - g
+    end
+    return give
+  end
+  while n > 0 do
+    local on, eligible = {}, 0
+    for i = 1, k do
+      on[i] = waiting[i] > 0
+      if on[i] then
+        eligible = eligible + 2 ^ (i - 1)
+      end
+    end
+    if eligible == 0 then
+      break
+    end
+    if eligible ~= st.lmask then
+      for i = 1, k do
+        st.lanes[i].c = 0
+      end
+      st.lmask = eligible
+    end
+    local wsum = 0
+    for i = 1, k do
+      if on[i] then
+        wsum = wsum + st.lanes[i].w
+      end
+    end
+    local cycles = math.floor(n / wsum)
+    for i = 1, k do
+      if on[i] then
+        cycles = math.min(cycles, math.floor(waiting[i] / st.lanes[i].w))
+      end
+    end
+    if cycles > 0 then
+      for i = 1, k do
+        if on[i] then
+          local g = cycles * st.lanes[i].w
+          give[i] = give[i] + g
+          waiting[i] = waiting[i] - g
+        end
+      end
+      n = n - cycles * wsum
+    else
+      local best = nil
+      for i = 1, k do
+        if on[i] then
+          st.lanes[i].c = st.lanes[i].c + st.lanes[i].w
+          if best == nil or st.lanes[i].c > st.lanes[best].c then
+            best = i
+          end
+        end
+      end
+      st.lanes[best].c = st.lanes[best].c - wsum
+      give[best] = give[best] + 1
+      waiting[best] = waiting[best] - 1
+      n = n - 1
+    end
+  end
+  return give
+end
+
+-- room.rs RoomCore::split_places: the n places just admitted go to the
+-- lanes, in lane order.
+local function split_places(st, n)
+  local give = lane_split(st, n)
+  local place = st.frontier - n + 1
+  for i = 1, st.ln do
+    local g = give[i]
+    if g > 0 then
+      local l = st.lanes[i]
+      lane_record(i, l.f + 1, place, g)
+      l.f = l.f + g
+      l.a = l.a + g
+      place = place + g
+    end
+  end
 end
 
 -- The pre-queue halts admission as a pause does (room.rs live_params).
@@ -190,7 +371,16 @@ local function advance(st, now)
   draw_if_due(st, now)
   local refund = settle(st, now)
   local room = room_under_cap(st)
+  if st.ln > 0 then
+    local w = lanes_waiting(st)
+    if room < 0 or w < room then
+      room = w
+    end
+  end
   local n = bucket_advance(st, now, room, refund)
+  if n > 0 and st.ln > 0 then
+    split_places(st, n)
+  end
   if n > 0 then
     redis.call('RPUSH', BATCHES,
       int(st.frontier - n + 1) .. ':' .. int(st.frontier) .. ':' .. int(now))
@@ -202,6 +392,16 @@ end
 
 -- room.rs RoomCore::reseed
 local function reseed(st, min_tail, min_frontier)
+  if st.ln > 0 then
+    -- places are only numbers: both move up together (room.rs reseed)
+    local d = math.max(min_tail, min_frontier) - st.frontier
+    if d > 0 then
+      st.tail = st.tail + d
+      st.frontier = st.frontier + d
+      st.settled = math.max(st.settled, st.frontier)
+    end
+    return
+  end
   local before = st.frontier
   st.tail = math.max(st.tail, min_tail, min_frontier)
   st.frontier = math.max(st.frontier, min_frontier)
@@ -213,13 +413,22 @@ end
 -- The snapshot reply: {1, tail, frontier, credit, rate_m, burst_u, paused,
 -- closed, epoch, active_sessions, pending, max_active, admitted, claimed,
 -- joins, refunded, late, now_ms, opens_ms, pq_from, pq_n, ended_total,
--- carry_epoch, carry_tail, settings_v}
+-- carry_epoch, carry_tail, settings_v, ln, then per lane: weight, tail,
+-- frontier, admitted}
 local function snapshot(st, now, active)
-  return {1, st.tail, st.frontier, st.credit, st.rate_m, st.burst_u,
+  local r = {1, st.tail, st.frontier, st.credit, st.rate_m, st.burst_u,
     st.paused, st.closed, st.epoch, active, st.pending, st.max_active,
     st.admitted, st.claimed, st.joins, st.refunded, st.late, now,
     st.opens_ms, st.pq_from, st.pq_n, st.ended_total, st.carry_epoch,
-    st.carry_tail, st.settings_v}
+    st.carry_tail, st.settings_v, st.ln}
+  for i = 1, st.ln do
+    local l = st.lanes[i]
+    r[#r + 1] = l.w
+    r[#r + 1] = l.t
+    r[#r + 1] = l.f
+    r[#r + 1] = l.a
+  end
+  return r
 end
 
 -- room.rs RoomCore::claim for an admitted place (1 <= place <= frontier):
@@ -250,6 +459,10 @@ end
 -- under the cap, a method that passes through. Call after advance.
 local function admissible(st)
   local room = room_under_cap(st)
-  return passes_through(st) and not halted(st) and st.frontier == st.tail and st.credit >= MICRO
+  local nobody = st.frontier == st.tail
+  if st.ln > 0 then
+    nobody = lanes_waiting(st) == 0
+  end
+  return passes_through(st) and not halted(st) and nobody and st.credit >= MICRO
     and (room < 0 or room >= 1)
 end

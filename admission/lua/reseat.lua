@@ -7,9 +7,10 @@
 -- Returns:
 --   {0}  the room has no state
 --   {2}  the room is closed
---   {1, seq, epoch, 0, frontier, prequeue(0|1)}: the same seq for every ask
---        of one (epoch, seq), a new one at the back the first time; never
---        admitted on the spot.
+--   {1, seq, epoch, 0, frontier, prequeue(0|1), lane, 0}: the same seq for
+--        every ask of one (epoch, seq), a new one at the back the first
+--        time; never admitted on the spot. With lanes (lane >= 0): at the
+--        back of the default lane, seq and frontier the lane's.
 
 local now = now_ms()
 local st = load()
@@ -26,6 +27,11 @@ if not seq then
   st.tail = st.tail + 1
   st.joins = st.joins + 1
   seq = st.tail
+  if st.ln > 0 then
+    local l = st.lanes[st.ln]
+    l.t = l.t + 1
+    seq = l.t
+  end
   redis.call('HSET', RESEATS, field, int(seq))
 end
 redis.call('PEXPIRE', RESEATS, ARGV[3])
@@ -34,4 +40,7 @@ local prequeue = 0
 if st.pq_n < 0 then
   prequeue = 1
 end
-return {1, seq, st.epoch, 0, st.frontier, prequeue}
+if st.ln > 0 then
+  return {1, seq, st.epoch, 0, st.lanes[st.ln].f, prequeue, st.ln - 1, 0}
+end
+return {1, seq, st.epoch, 0, st.frontier, prequeue, -1, 0}

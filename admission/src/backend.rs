@@ -91,6 +91,14 @@ impl QueueStore for QueueBackend {
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
         delegate!(self, s => s.join(room))
     }
+
+    async fn join_lane(&self, room: &str, lane: Option<u8>) -> Result<JoinOutcome> {
+        delegate!(self, s => s.join_lane(room, lane))
+    }
+
+    async fn lane_place(&self, room: &str, lane: u8, seq: u64) -> Result<Option<u64>> {
+        delegate!(self, s => s.lane_place(room, lane, seq))
+    }
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         delegate!(self, s => s.join_once(room, solution))
     }

@@ -21,6 +21,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::AdmissionError;
+use crate::lanes::{Lane, LaneMode};
 use crate::settings::{QueueMethod, RoomSettings};
 use crate::store::{
     AdmitOutcome, ClaimOutcome, Floors, JoinOnce, QueueStore, Snapshot, Solution, Spend,
@@ -193,6 +194,7 @@ fn solution<'a>(id: &'a [u8; 16], sub: &'a str, spent: bool) -> Solution<'a> {
         ttl: Duration::from_secs(60),
         sub,
         spent,
+        lane: None,
     }
 }
 
@@ -1334,6 +1336,280 @@ pub async fn reseat_is_stable_and_unshared<H: Harness>(h: &mut H) {
     assert!(j.seq > other.seq);
 }
 
+fn lanes(weights: &[u32]) -> Vec<Lane> {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, &weight)| Lane {
+            id: format!("l{i}"),
+            weight,
+        })
+        .collect()
+}
+
+/// Every admitted lane seq has a place, places grow with lane seqs (FIFO
+/// within a lane), no place is shared, and none is given to a seq still
+/// waiting; the snapshot's lanes add up to the room's counts.
+async fn check_lanes<S: QueueStore>(store: &S, room: &str) -> Snapshot {
+    let snap = store.snapshot(room).await.unwrap();
+    let mut places = HashSet::new();
+    for (i, l) in snap.lanes.iter().enumerate() {
+        let mut last = 0;
+        for seq in 1..=l.tail {
+            let p = store.lane_place(room, i as u8, seq).await.unwrap();
+            if seq <= l.frontier {
+                let p = p.unwrap_or_else(|| panic!("lane {i} seq {seq} admitted, no place"));
+                assert!(p > last, "lane {i}: seq {seq} at place {p} after {last}");
+                assert!(p <= snap.frontier);
+                assert!(places.insert(p), "place {p} given twice");
+                last = p;
+            } else {
+                assert_eq!(p, None, "lane {i} seq {seq} waits, yet has a place");
+            }
+        }
+    }
+    let joined: u64 = snap.lanes.iter().map(|l| l.tail).sum();
+    let admitted: u64 = snap.lanes.iter().map(|l| l.frontier).sum();
+    assert_eq!(joined, snap.joins_total);
+    assert_eq!(admitted, snap.admitted_total);
+    assert_eq!(snap.frontier, snap.admitted_total);
+    assert_eq!(snap.tail - snap.frontier, joined - admitted);
+    snap
+}
+
+/// Lanes: joins go to the named lane (the last by default), an unknown
+/// lane takes nothing, a 70/30 room admits 70/30 from backlogged lanes
+/// (exactly, up to one, whatever the advances), each lane FIFO; admitted
+/// places claim as any place does.
+pub async fn lanes_weighted<H: Harness>(h: &mut H) {
+    let room = "c-lanes";
+    let mut s = RoomSettings {
+        paused: true,
+        lanes: lanes(&[70, 30]),
+        ..settings(0.001, 50.0)
+    };
+    let store = setup(h, room, &s).await;
+    for _ in 0..100 {
+        let j = store.join_lane(room, Some(0)).await.unwrap();
+        assert_eq!((j.lane, j.admitted, j.place), (Some(0), false, 0));
+    }
+    for i in 1..=100 {
+        let j = store.join_lane(room, None).await.unwrap();
+        assert_eq!((j.lane, j.seq, j.position()), (Some(1), i, i));
+    }
+    let plain = store.join(room).await.unwrap();
+    assert_eq!((plain.lane, plain.seq), (Some(1), 101));
+    // an unknown lane: refused, nothing handed out
+    let before = store.snapshot(room).await.unwrap();
+    assert!(matches!(
+        store.join_lane(room, Some(2)).await,
+        Err(AdmissionError::LaneNotFound(_))
+    ));
+    let id = [42u8; 16];
+    let sol = Solution {
+        lane: Some(9),
+        ..solution(&id, "v", false)
+    };
+    assert!(matches!(
+        store.join_once(room, sol).await,
+        Err(AdmissionError::LaneNotFound(_))
+    ));
+    // ... and the solution was not spent on it
+    assert_eq!(
+        store
+            .spend_solution(room, &id, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Spend::First
+    );
+    let after = store.snapshot(room).await.unwrap();
+    assert_eq!(
+        (after.tail, after.joins_total),
+        (before.tail, before.joins_total)
+    );
+    assert_eq!(after.lanes, before.lanes);
+    // a room without lanes has no lane to name
+    let plain_room = "c-lanes-none";
+    let p = setup(h, plain_room, &settings(1.0, 1.0)).await;
+    assert!(matches!(
+        p.join_lane(plain_room, Some(0)).await,
+        Err(AdmissionError::LaneNotFound(_))
+    ));
+    assert!(p.snapshot(plain_room).await.unwrap().lanes.is_empty());
+    assert_eq!(p.join_lane(plain_room, None).await.unwrap().lane, None);
+
+    // resume: the 50 saved up go 35/15
+    s.paused = false;
+    store.configure(room, &s).await.unwrap();
+    let snap = store.advance(room).await.unwrap();
+    let (a, b) = (snap.lanes[0].frontier, snap.lanes[1].frontier);
+    let slack = if h.real_time() { 2 } else { 0 };
+    assert!((50..=50 + slack).contains(&(a + b)), "{a} + {b}");
+    assert!(
+        a.abs_diff(35) <= 1 && b.abs_diff(15) <= 1 + slack,
+        "{a}/{b}"
+    );
+    let snap = check_lanes(&store, room).await;
+    // an admitted lane seq claims through its place
+    let place = store.lane_place(room, 0, 1).await.unwrap().unwrap();
+    assert!(matches!(
+        store
+            .admit(room, place, "s-l0-1", Duration::from_secs(60))
+            .await
+            .unwrap(),
+        AdmitOutcome::Started { .. }
+    ));
+    assert_eq!(
+        store
+            .lane_place(room, 0, snap.lanes[0].frontier + 1)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.lane_place(room, 7, 1).await.unwrap(), None);
+
+    // many advances at a rate: the split stays 70/30 across them
+    s.rate_per_sec = 100.0;
+    s.burst = 1.0;
+    store.configure(room, &s).await.unwrap();
+    let start = store.advance(room).await.unwrap();
+    for _ in 0..8 {
+        h.elapse(Duration::from_millis(100)).await;
+        store.advance(room).await.unwrap();
+    }
+    let end = check_lanes(&store, room).await;
+    let da = end.lanes[0].frontier - start.lanes[0].frontier;
+    let db = end.lanes[1].frontier - start.lanes[1].frontier;
+    let total = da + db;
+    assert!(total >= 40, "{total} admitted");
+    let exact = total as f64 * 0.7;
+    assert!(
+        (da as f64 - exact).abs() <= 2.0,
+        "{da} of {total} to presale"
+    );
+}
+
+/// A lane with nobody waiting passes its share on; one that starts waiting
+/// again gets its share back. Passthrough takes the next place of the
+/// default lane when nobody waits anywhere.
+pub async fn lanes_unused_share_flows<H: Harness>(h: &mut H) {
+    let room = "c-lanes-flow";
+    let mut s = RoomSettings {
+        lanes: lanes(&[3, 1]),
+        ..settings(0.001, 2.0)
+    };
+    let store = setup(h, room, &s).await;
+    // nobody waits: joins pass straight through, in their lane
+    let j = store.join_lane(room, Some(0)).await.unwrap();
+    assert_eq!((j.lane, j.seq, j.admitted, j.place), (Some(0), 1, true, 1));
+    let j = store.passthrough(room).await.unwrap().unwrap();
+    assert_eq!((j.lane, j.seq, j.place), (Some(1), 1, 2));
+    assert_eq!(store.passthrough(room).await.unwrap(), None);
+    check_lanes(&store, room).await;
+
+    let room = "c-lanes-flow-2";
+    s.paused = true;
+    s.burst = 20.0;
+    let store = setup(h, room, &s).await;
+    for _ in 0..30 {
+        store.join_lane(room, Some(1)).await.unwrap();
+    }
+    s.paused = false;
+    store.configure(room, &s).await.unwrap();
+    let snap = store.advance(room).await.unwrap();
+    // nobody in lane 0: lane 1 gets everything saved (not its quarter)
+    assert_eq!(snap.lanes[0].frontier, 0);
+    assert!(snap.lanes[1].frontier >= 20, "{:?}", snap.lanes);
+    // lane 0 starts waiting: it takes its three quarters again
+    for _ in 0..60 {
+        store.join_lane(room, Some(0)).await.unwrap();
+    }
+    s.rate_per_sec = 100.0;
+    s.burst = 1.0;
+    let start = store.configure(room, &s).await.unwrap();
+    for _ in 0..4 {
+        h.elapse(Duration::from_millis(100)).await;
+        store.advance(room).await.unwrap();
+    }
+    let end = check_lanes(&store, room).await;
+    let da = end.lanes[0].frontier - start.lanes[0].frontier;
+    let db = end.lanes[1].frontier - start.lanes[1].frontier;
+    assert!(da + db >= 20, "{da} + {db}");
+    assert!(
+        (da as f64 - 0.75 * (da + db) as f64).abs() <= 2.0,
+        "{da} + {db}"
+    );
+}
+
+/// Strict lanes: nobody in a lower lane is admitted while a higher one
+/// waits.
+pub async fn lanes_strict<H: Harness>(h: &mut H) {
+    let room = "c-lanes-strict";
+    let mut s = RoomSettings {
+        paused: true,
+        lanes: lanes(&[1, 1, 1]),
+        lane_mode: LaneMode::Strict,
+        ..settings(0.001, 10.0)
+    };
+    let store = setup(h, room, &s).await;
+    for lane in [2, 1, 0, 2, 1, 0, 2, 1] {
+        for _ in 0..2 {
+            store.join_lane(room, Some(lane)).await.unwrap();
+        }
+    }
+    // lane 0 has 4 waiting, lane 1 has 6, lane 2 has 6
+    s.paused = false;
+    store.configure(room, &s).await.unwrap();
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.lanes[0].frontier, 4);
+    assert!(snap.lanes[1].frontier >= 6, "{:?}", snap.lanes);
+    let slack = if h.real_time() { 1 } else { 0 };
+    assert!(snap.lanes[2].frontier <= slack, "{:?}", snap.lanes);
+    check_lanes(&store, room).await;
+}
+
+/// Random joins into random lanes and random advances (a fixed seed, so
+/// both stores run the same sequence): every check of [`check_lanes`] at
+/// every step, never more admitted than the credit allows.
+pub async fn lanes_random<H: Harness>(h: &mut H) {
+    let room = "c-lanes-random";
+    let s = RoomSettings {
+        lanes: lanes(&[5, 3, 2]),
+        ..settings(40.0, 3.0)
+    };
+    let store = setup(h, room, &s).await;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let start = store.snapshot(room).await.unwrap();
+    for _ in 0..40 {
+        match next(4) {
+            0 => h.elapse(Duration::from_millis(20 + next(80))).await,
+            1 => {
+                store.advance(room).await.unwrap();
+            }
+            _ => {
+                let lane = next(4);
+                store
+                    .join_lane(room, (lane < 3).then_some(lane as u8))
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    let end = check_lanes(&store, room).await;
+    let secs = (end.store_now_ms - start.store_now_ms) as f64 / 1000.0;
+    assert!(
+        end.admitted_total as f64 <= 3.0 + 40.0 * secs + 1.0,
+        "{} admitted in {secs} s",
+        end.admitted_total
+    );
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each building its
 /// harness with `$make` (an expression of type `impl Future<Output =
 /// Option<H>>`; `None` skips).
@@ -1350,7 +1626,8 @@ macro_rules! conformance_tests {
             admissions_at_once_never_pass_the_cap
             settings_compare_and_set reseat_is_stable_and_unshared
             method_queue_all method_reject
-            solution_buys_one_place solution_replays_race);
+            solution_buys_one_place solution_replays_race
+            lanes_weighted lanes_unused_share_flows lanes_strict lanes_random);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

@@ -36,6 +36,11 @@ pub enum AdmissionError {
     /// no seq (HTTP 503 `room_full`). A refusal, like [`Self::Closed`].
     #[error("room {0:?} is full")]
     Full(String),
+    /// A join named a lane the room does not have (HTTP 422
+    /// `lane_not_found`): nothing handed out. A refusal, like
+    /// [`Self::Closed`].
+    #[error("room {0:?} has no such lane")]
+    LaneNotFound(String),
     /// The settings the store holds for a room are unparseable, larger
     /// than [`crate::settings::MAX_SETTINGS_BYTES`] or invalid. The gateway
     /// keeps its last good copy, logs it and counts it.

@@ -94,6 +94,7 @@ pub mod enqueue;
 pub mod error;
 pub mod fairness;
 pub mod invites;
+pub mod lanes;
 pub mod memory;
 pub mod poll;
 pub mod prequeue;

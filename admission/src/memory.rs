@@ -271,6 +271,12 @@ impl MemoryQueueStore {
             .map_err(|r| refusal(room, r))
     }
 
+    /// [`QueueStore::join_lane`], synchronously.
+    pub fn join_lane_now(&self, room: &str, lane: Option<u8>) -> Result<JoinOutcome> {
+        self.with_room(room, |c, now| c.join_lane(now, lane.map(usize::from)))?
+            .map_err(|r| refusal(room, r))
+    }
+
     /// [`QueueStore::join_once`], synchronously.
     pub fn join_once_now(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         let r = self.room(room)?;
@@ -282,7 +288,10 @@ impl MemoryQueueStore {
             return Ok(JoinOnce::Replayed { note });
         }
         entry.solutions.make_room(solution.id, now)?;
-        let outcome = entry.core.join(now).map_err(|r| refusal(room, r))?;
+        let outcome = entry
+            .core
+            .join_lane(now, solution.lane.map(usize::from))
+            .map_err(|r| refusal(room, r))?;
         let note = (!outcome.admitted)
             .then(|| format!("{}:{}:{}", outcome.seq, outcome.epoch, solution.sub));
         entry.solutions.record(solution.id, now, solution.ttl, note);
@@ -302,6 +311,7 @@ fn refusal(room: &str, r: Refusal) -> AdmissionError {
     match r {
         Refusal::Closed => AdmissionError::Closed(room.to_owned()),
         Refusal::Full => AdmissionError::Full(room.to_owned()),
+        Refusal::NoLane => AdmissionError::LaneNotFound(room.to_owned()),
     }
 }
 
@@ -372,6 +382,14 @@ impl QueueStore for MemoryQueueStore {
 
     async fn join(&self, room: &str) -> Result<JoinOutcome> {
         self.join_now(room)
+    }
+
+    async fn join_lane(&self, room: &str, lane: Option<u8>) -> Result<JoinOutcome> {
+        self.join_lane_now(room, lane)
+    }
+
+    async fn lane_place(&self, room: &str, lane: u8, seq: u64) -> Result<Option<u64>> {
+        self.with_room(room, |c, _| c.place_of(Some(usize::from(lane)), seq))
     }
 
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {

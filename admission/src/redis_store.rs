@@ -20,6 +20,7 @@
 //! | `sluice:{room}:sessions` | sorted set | session id → deadline (ms, `TIME`) |
 //! | `sluice:{room}:ended` | sorted set | session id ended by a revoke → when (ms); kept for the session ttl + 30 s |
 //! | `sluice:{room}:reseats` | hash | `epoch:seq` of an old-epoch queue token → its seq in this epoch ([`QueueStore::reseat`]) |
+//! | `sluice:{room}:lanes` | sorted set | with lanes only: the lanes' segments, lane seqs → places (`crate::lanes`; member `lane:seq:place:len`, score `lane × 2⁴⁰ + seq`) |
 //! | `sluice:{room}:pow:<hex id>` | string, with a TTL | a proof-of-work solution spent on a join of the room: `seq:epoch:sub` (the place it bought) or `1`; kept until the challenge can no longer be accepted ([`QueueStore::join_once`]) |
 //! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
 //!
@@ -60,6 +61,7 @@ const LEASE: &str = include_str!("../lua/lease.lua");
 const ADMIT: &str = include_str!("../lua/admit.lua");
 const RESEAT: &str = include_str!("../lua/reseat.lua");
 const ENDED: &str = include_str!("../lua/ended.lua");
+const LANE: &str = include_str!("../lua/lane.lua");
 
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
@@ -101,6 +103,7 @@ struct Scripts {
     admit: Script,
     reseat: Script,
     ended: Script,
+    lane: Script,
 }
 
 impl Scripts {
@@ -117,6 +120,7 @@ impl Scripts {
             admit: s(ADMIT),
             reseat: s(RESEAT),
             ended: s(ENDED),
+            lane: s(LANE),
         }
     }
 }
@@ -176,8 +180,8 @@ impl RedisQueueStore {
         )
     }
 
-    /// The six keys of `room`, in the scripts' `KEYS[]` order.
-    pub fn keys(&self, room: &str) -> [String; 6] {
+    /// The seven keys of `room`, in the scripts' `KEYS[]` order.
+    pub fn keys(&self, room: &str) -> [String; 7] {
         let p = &self.cfg.prefix;
         [
             format!("{p}:{{{room}}}:state"),
@@ -186,6 +190,7 @@ impl RedisQueueStore {
             format!("{p}:{{{room}}}:sessions"),
             format!("{p}:{{{room}}}:ended"),
             format!("{p}:{{{room}}}:reseats"),
+            format!("{p}:{{{room}}}:lanes"),
         ]
     }
 
@@ -298,7 +303,7 @@ impl RedisQueueStore {
                     // a refusal (no state, closed, full) is told before the
                     // replicas are: nothing was handed out to lose
                     if let Value::Array(items) = &reply
-                        && let Some(Value::Int(0 | 2 | 4)) = items.first()
+                        && let Some(Value::Int(0 | 2 | 4 | 6)) = items.first()
                     {
                         return Ok(reply);
                     }
@@ -340,6 +345,7 @@ impl RedisQueueStore {
             Some(2) => Err(AdmissionError::Closed(room.to_owned())),
             Some(3) => Ok(reply),
             Some(4) => Err(AdmissionError::Full(room.to_owned())),
+            Some(6) => Err(AdmissionError::LaneNotFound(room.to_owned())),
             _ => Err(AdmissionError::Protocol(format!("script reply {reply:?}"))),
         }
     }
@@ -380,7 +386,26 @@ impl RedisQueueStore {
             carried_epoch: u(22),
             carried_tail: u(23),
             settings_version: u(24),
+            lanes: Self::lanes_from(r),
         })
+    }
+
+    /// The lanes of a snapshot reply (after `settings_v`: the count, then
+    /// weight, tail, frontier, admitted per lane).
+    fn lanes_from(r: &[i64]) -> Vec<crate::store::LaneSnapshot> {
+        let n = r.get(25).copied().unwrap_or(0).max(0) as usize;
+        r.get(26..26 + 4 * n)
+            .map(|x| {
+                x.chunks_exact(4)
+                    .map(|l| crate::store::LaneSnapshot {
+                        weight: l[0].clamp(0, i64::from(u32::MAX)) as u32,
+                        tail: l[1].max(0) as u64,
+                        frontier: l[2].max(0) as u64,
+                        admitted_total: l[3].max(0) as u64,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn join_from(r: &[i64]) -> Result<JoinOutcome> {
@@ -393,6 +418,12 @@ impl RedisQueueStore {
             admitted: r[3] == 1,
             frontier: r[4].max(0) as u64,
             prequeue: r[5] == 1,
+            lane: r.get(6).and_then(|&l| u8::try_from(l).ok()),
+            place: r
+                .get(7)
+                .map_or(if r[3] == 1 { r[1].max(0) as u64 } else { 0 }, |&p| {
+                    p.max(0) as u64
+                }),
         })
     }
 
@@ -443,6 +474,7 @@ impl RedisQueueStore {
                 .map_or(0, |s| s.session_ttl.as_millis() as u64)
                 .to_string(),
             settings.map_or(0, |s| s.method.code()).to_string(),
+            settings.map_or(String::new(), lanes_arg),
         ]);
         let r = self.run(&self.scripts.configure, room, &args).await?;
         if r.first() == Some(&3) {
@@ -610,6 +642,29 @@ impl QueueStore for RedisQueueStore {
         Self::join_from(&r)
     }
 
+    async fn join_lane(&self, room: &str, lane: Option<u8>) -> Result<JoinOutcome> {
+        let args = [
+            "join".to_owned(),
+            String::new(),
+            String::new(),
+            String::new(),
+            lane_arg(lane),
+        ];
+        let r = self.run_waited(&self.scripts.join, room, &args).await?;
+        Self::join_from(&r)
+    }
+
+    async fn lane_place(&self, room: &str, lane: u8, seq: u64) -> Result<Option<u64>> {
+        let r = self
+            .run(
+                &self.scripts.lane,
+                room,
+                &[lane.to_string(), seq.to_string()],
+            )
+            .await?;
+        Ok(r.get(1).copied().filter(|&p| p > 0).map(|p| p as u64))
+    }
+
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         validate_room_id(room)?;
         let key = self.solution_key(room, solution.id);
@@ -618,6 +673,7 @@ impl QueueStore for RedisQueueStore {
             ttl_ms(solution.ttl),
             solution.sub.to_owned(),
             if solution.spent { "own" } else { "new" }.to_owned(),
+            lane_arg(solution.lane),
         ];
         let reply = self
             .run_waited_raw(&self.scripts.join, room, Some(&key), &args)
@@ -719,4 +775,22 @@ impl QueueStore for RedisQueueStore {
         let r: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(r == 1)
     }
+}
+
+/// join.lua's ARGV[5]: the lane, or -1 for the room's default.
+fn lane_arg(lane: Option<u8>) -> String {
+    lane.map_or(-1, i64::from).to_string()
+}
+
+/// configure.lua's ARGV[18]: '' without lanes, else `mode,w1,w2,...`.
+fn lanes_arg(s: &RoomSettings) -> String {
+    if s.lanes.is_empty() {
+        return String::new();
+    }
+    let mut out = s.lane_mode.code().to_string();
+    for l in &s.lanes {
+        out.push(',');
+        out.push_str(&l.weight.to_string());
+    }
+    out
 }

@@ -24,9 +24,10 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::bucket::{Bucket, BucketParams, MICRO};
+use crate::lanes::{LaneBook, split};
 use crate::prequeue::PrequeueDraw;
 use crate::settings::{QueueMethod, RoomSettings};
-use crate::store::{AdmitOutcome, ClaimOutcome, JoinOutcome, Snapshot};
+use crate::store::{AdmitOutcome, ClaimOutcome, JoinOutcome, LaneSnapshot, Snapshot};
 
 /// How long an ended session stays in the room's ended set past its end:
 /// the session's idle lifetime (no admission token of it outlives that,
@@ -41,6 +42,8 @@ pub enum Refusal {
     Closed,
     /// A `reject` room could not admit on the spot (no seq handed out).
     Full,
+    /// The room has no lane of that index (nothing handed out).
+    NoLane,
 }
 
 /// An advance batch: seqs `from..=to` admitted at `at_ms`.
@@ -153,6 +156,8 @@ pub struct RoomCore {
     /// The pre-queue draw; `None` while the pre-queue is open (scheduled,
     /// not yet drawn). A room never scheduled has the empty draw.
     draw: Option<PrequeueDraw>,
+    /// The priority lanes ([`crate::lanes`]); empty without lanes.
+    pub lanes: LaneBook,
     /// Counters.
     pub counters: Counters,
 }
@@ -217,8 +222,41 @@ impl RoomCore {
             },
             carried_tail: min_tail.max(min_frontier),
             reseats: HashMap::new(),
+            lanes: {
+                let mut b = LaneBook::default();
+                b.resize(settings.lanes.len());
+                b
+            },
             counters: Counters::default(),
         }
+    }
+
+    /// Whether the room has lanes.
+    pub fn has_lanes(&self) -> bool {
+        !self.settings.lanes.is_empty()
+    }
+
+    /// Waiting in all lanes.
+    fn lanes_waiting(&self) -> u64 {
+        self.lanes.lanes[..self.settings.lanes.len()]
+            .iter()
+            .map(|l| l.waiting())
+            .sum()
+    }
+
+    /// The place of lane `lane`'s seq `seq` once admitted (`None`: not
+    /// admitted, or no such lane). Without lanes a seq is its own place.
+    pub fn place_of(&self, lane: Option<usize>, seq: u64) -> Option<u64> {
+        match lane {
+            None if !self.has_lanes() => self.is_admitted_place(seq).then_some(seq),
+            None => None,
+            Some(i) if i < self.settings.lanes.len() => self.lanes.place_of(i, seq),
+            Some(_) => None,
+        }
+    }
+
+    fn is_admitted_place(&self, place: u64) -> bool {
+        place != 0 && place <= self.bucket.frontier
     }
 
     /// The settings in force.
@@ -252,6 +290,7 @@ impl RoomCore {
         self.params = new;
         self.max_active = settings.effective_max_active();
         self.claim_window_ms = settings.claim_window.as_millis() as u64;
+        self.lanes.resize(settings.lanes.len());
         self.settings = settings.clone();
     }
 
@@ -321,9 +360,15 @@ impl RoomCore {
         self.prune_sessions(now_ms);
         self.draw_if_due(now_ms);
         let refund = self.settle(now_ms);
-        let room = self.room_under_cap();
+        let mut room = self.room_under_cap();
+        if self.has_lanes() {
+            room = room.min(self.lanes_waiting());
+        }
         let params = self.live_params();
         let n = self.bucket.advance(now_ms, &params, room, refund);
+        if n > 0 && self.has_lanes() {
+            self.split_places(n);
+        }
         if n > 0 {
             let to = self.bucket.frontier;
             self.batches.push_back(Batch {
@@ -335,6 +380,50 @@ impl RoomCore {
             self.counters.admitted += n;
         }
         n
+    }
+
+    /// Hands the places just admitted (`frontier − n + 1 ..= frontier`) to
+    /// the lanes by [`split`], in lane order.
+    fn split_places(&mut self, n: u64) {
+        let k = self.settings.lanes.len();
+        let weights: Vec<u32> = self.settings.lanes.iter().map(|l| l.weight).collect();
+        let give = split(
+            n,
+            &weights,
+            self.settings.lane_mode,
+            &mut self.lanes.lanes[..k],
+            &mut self.lanes.mask,
+        );
+        let mut place = self.bucket.frontier - n + 1;
+        for (i, g) in give.into_iter().enumerate() {
+            if g == 0 {
+                continue;
+            }
+            let seq = self.lanes.lanes[i].frontier + 1;
+            self.lanes.record(i, seq, place, g);
+            self.lanes.lanes[i].frontier += g;
+            self.lanes.lanes[i].admitted += g;
+            place += g;
+        }
+        debug_assert_eq!(
+            place,
+            self.bucket.frontier + 1,
+            "split handed out every place"
+        );
+    }
+
+    /// Takes the next seq of lane `lane` (the room's tail moves too);
+    /// `place` when admitted on the spot.
+    fn lane_join(&mut self, lane: usize, place: Option<u64>) -> u64 {
+        let l = &mut self.lanes.lanes[lane];
+        l.tail += 1;
+        let seq = l.tail;
+        if let Some(p) = place {
+            l.frontier = seq;
+            l.admitted += 1;
+            self.lanes.record(lane, seq, p, 1);
+        }
+        seq
     }
 
     /// A place admitted on the spot, or nothing: only when nobody waits,
@@ -350,22 +439,38 @@ impl RoomCore {
         let room = self.room_under_cap();
         let params = self.live_params();
         let b = &self.bucket;
-        if params.halted() || b.frontier != b.tail || b.credit_micro < MICRO || room < 1 {
+        let nobody = if self.has_lanes() {
+            self.lanes_waiting() == 0
+        } else {
+            b.frontier == b.tail
+        };
+        if params.halted() || !nobody || b.credit_micro < MICRO || room < 1 {
             return None;
         }
-        let (seq, admitted) = self.bucket.join(&params, room);
+        if self.has_lanes() {
+            // the room's tail may be above its frontier after a reseed
+            self.bucket.tail = self.bucket.frontier;
+        }
+        let (place, admitted) = self.bucket.join(&params, room);
         debug_assert!(admitted, "checked above");
         self.counters.joins += 1;
         self.counters.admitted += 1;
         self.counters.claimed += 1;
-        self.claims.set(seq);
-        self.start_own_session(now_ms, seq);
+        self.claims.set(place);
+        self.start_own_session(now_ms, place);
+        let lane = self.has_lanes().then(|| self.settings.lanes.len() - 1);
+        let seq = match lane {
+            Some(i) => self.lane_join(i, Some(place)),
+            None => place,
+        };
         Some(JoinOutcome {
             seq,
             epoch: self.epoch,
             admitted: true,
-            frontier: self.bucket.frontier,
+            frontier: self.lane_frontier(lane),
             prequeue: false,
+            lane: lane.map(|i| i as u8),
+            place,
         })
     }
 
@@ -397,17 +502,25 @@ impl RoomCore {
             None => {
                 self.bucket.tail += 1;
                 self.counters.joins += 1;
-                let seq = self.bucket.tail;
+                // with lanes: at the back of the default lane (the lane of
+                // the lost place is not known here)
+                let seq = match self.default_lane() {
+                    Some(i) => self.lane_join(i, None),
+                    None => self.bucket.tail,
+                };
                 self.reseats.insert((old_epoch, old_seq), (seq, forget));
                 seq
             }
         };
+        let lane = self.default_lane();
         Some(JoinOutcome {
             seq,
             epoch: self.epoch,
             admitted: false,
-            frontier: self.bucket.frontier,
+            frontier: self.lane_frontier(lane),
             prequeue: self.draw.is_none(),
+            lane: lane.map(|i| i as u8),
+            place: 0,
         })
     }
 
@@ -456,8 +569,35 @@ impl RoomCore {
     /// ([`QueueMethod::passes_through`]). A `reject` room admits on the spot
     /// or refuses ([`Refusal::Full`]) without handing out a seq.
     pub fn join(&mut self, now_ms: u64) -> Result<JoinOutcome, Refusal> {
+        self.join_lane(now_ms, None)
+    }
+
+    /// The default lane (the last), `None` without lanes.
+    pub fn default_lane(&self) -> Option<usize> {
+        self.settings.lanes.len().checked_sub(1)
+    }
+
+    /// The frontier a visitor of `lane` compares its seq with.
+    pub fn lane_frontier(&self, lane: Option<usize>) -> u64 {
+        match lane {
+            Some(i) => self.lanes.lanes.get(i).map_or(0, |l| l.frontier),
+            None => self.bucket.frontier,
+        }
+    }
+
+    /// [`RoomCore::join`] into lane `lane` (`None`: the default lane; an
+    /// index the room does not have is [`Refusal::NoLane`], and so is any
+    /// index at a room without lanes).
+    pub fn join_lane(&mut self, now_ms: u64, lane: Option<usize>) -> Result<JoinOutcome, Refusal> {
+        if lane.is_some_and(|i| i >= self.settings.lanes.len()) {
+            return Err(Refusal::NoLane);
+        }
         if self.params.closed {
             return Err(Refusal::Closed);
+        }
+        if self.has_lanes() {
+            let lane = lane.or(self.default_lane()).unwrap_or(0);
+            return Ok(self.join_in_lane(now_ms, lane));
         }
         if self.settings.method == QueueMethod::Reject {
             return self.passthrough(now_ms).ok_or(Refusal::Full);
@@ -483,7 +623,50 @@ impl RoomCore {
             admitted,
             frontier: self.bucket.frontier,
             prequeue: self.draw.is_none(),
+            lane: None,
+            place: if admitted { seq } else { 0 },
         })
+    }
+
+    /// A join at a room with lanes (not closed, `lane` valid): the lane's
+    /// next seq, admitted at once when nobody waits in any lane, as
+    /// [`RoomCore::join`] without lanes.
+    fn join_in_lane(&mut self, now_ms: u64, lane: usize) -> JoinOutcome {
+        self.advance(now_ms);
+        let room = if self.settings.method.passes_through() {
+            self.room_under_cap()
+        } else {
+            0
+        };
+        let params = self.live_params();
+        let b = &self.bucket;
+        let pass =
+            !params.halted() && self.lanes_waiting() == 0 && b.credit_micro >= MICRO && room >= 1;
+        self.counters.joins += 1;
+        let place = if pass {
+            // the room's tail may be above its frontier after a reseed
+            self.bucket.tail = self.bucket.frontier;
+            let (place, admitted) = self.bucket.join(&params, room);
+            debug_assert!(admitted, "checked above");
+            self.counters.admitted += 1;
+            self.counters.claimed += 1;
+            self.claims.set(place);
+            self.start_own_session(now_ms, place);
+            Some(place)
+        } else {
+            self.bucket.tail += 1;
+            None
+        };
+        let seq = self.lane_join(lane, place);
+        JoinOutcome {
+            seq,
+            epoch: self.epoch,
+            admitted: place.is_some(),
+            frontier: self.lanes.lanes[lane].frontier,
+            prequeue: false,
+            lane: Some(lane as u8),
+            place: place.unwrap_or(0),
+        }
     }
 
     /// Claims an admitted place.
@@ -629,6 +812,19 @@ impl RoomCore {
     /// they are treated as settled.
     pub fn reseed(&mut self, min_tail: u64, min_frontier: u64) {
         let before = self.bucket.frontier;
+        if self.has_lanes() {
+            // places are only numbers: both move up together, so the room's
+            // `tail − frontier` stays the number waiting in the lanes
+            let d = min_tail
+                .max(min_frontier)
+                .saturating_sub(self.bucket.frontier);
+            self.bucket.tail += d;
+            self.bucket.frontier += d;
+            if d > 0 {
+                self.settled = self.settled.max(self.bucket.frontier);
+            }
+            return;
+        }
         self.bucket.reseed(min_tail, min_frontier);
         if self.bucket.frontier > before {
             self.settled = self.settled.max(self.bucket.frontier);
@@ -666,6 +862,18 @@ impl RoomCore {
             carried_epoch: self.carried_epoch,
             carried_tail: self.carried_tail,
             settings_version: self.settings.version,
+            lanes: self
+                .settings
+                .lanes
+                .iter()
+                .zip(&self.lanes.lanes)
+                .map(|(l, s)| LaneSnapshot {
+                    weight: l.weight,
+                    tail: s.tail,
+                    frontier: s.frontier,
+                    admitted_total: s.admitted,
+                })
+                .collect(),
         }
     }
 }
@@ -850,5 +1058,139 @@ mod tests {
         assert_eq!(r.counters.refunded, 9);
         assert_eq!(r.claim(4), ClaimOutcome::Late);
         assert_eq!(r.claim(4), ClaimOutcome::AlreadyClaimed);
+    }
+
+    fn lane_room(weights: &[u32], strict: bool, rate: f64, burst: f64) -> RoomCore {
+        let s = RoomSettings {
+            rate_per_sec: rate,
+            burst,
+            lanes: weights
+                .iter()
+                .enumerate()
+                .map(|(i, &weight)| crate::lanes::Lane {
+                    id: format!("l{i}"),
+                    weight,
+                })
+                .collect(),
+            lane_mode: if strict {
+                crate::lanes::LaneMode::Strict
+            } else {
+                crate::lanes::LaneMode::Weighted
+            },
+            ..Default::default()
+        };
+        RoomCore::new(0, &s, 1, 0, 0)
+    }
+
+    proptest::proptest! {
+        /// Random joins into random lanes (or the default) and random
+        /// advances: within each lane, admissions are in seq order (a lane
+        /// seq's place is above every earlier seq's, and no seq waits
+        /// behind a later one admitted); places are never shared; the
+        /// total admitted over any window never passes rate × window +
+        /// burst (+1); strict never admits a lower lane while a higher one
+        /// waits after the advance; and the room's counts are the lanes'
+        /// sums.
+        #[test]
+        fn lanes_invariants(
+            weights in proptest::collection::vec(1u32..10, 1..5),
+            strict in proptest::bool::ANY,
+            rate in 1.0f64..200.0,
+            burst in 1.0f64..20.0,
+            ops in proptest::collection::vec((0u64..300, 0u8..6), 1..300),
+        ) {
+            let mut r = lane_room(&weights, strict, rate, burst);
+            let k = weights.len();
+            let mut now = 0u64;
+            let mut admits: Vec<(u64, u64)> = Vec::new();
+            for (dt, op) in ops {
+                now += dt;
+                let before: Vec<_> = r.lanes.lanes[..k].to_vec();
+                let f0 = r.bucket.frontier;
+                if op == 0 {
+                    r.advance(now);
+                } else {
+                    let lane = (usize::from(op) - 1 < k).then(|| usize::from(op) - 1);
+                    let j = r.join_lane(now, lane).unwrap();
+                    let lane = lane.unwrap_or(k - 1);
+                    proptest::prop_assert_eq!(j.lane, Some(lane as u8));
+                    proptest::prop_assert_eq!(j.seq, r.lanes.lanes[lane].tail);
+                }
+                admits.push((now, r.bucket.frontier - f0));
+                let after = &r.lanes.lanes[..k];
+                if strict {
+                    for i in 0..k {
+                        if after[i].frontier > before[i].frontier && op == 0 {
+                            for (j, a) in after.iter().enumerate().take(i) {
+                                proptest::prop_assert_eq!(a.waiting(), 0, "lane {} waits while {} admitted", j, i);
+                            }
+                        }
+                    }
+                }
+                let admitted: u64 = after.iter().map(|l| l.frontier).sum();
+                let joined: u64 = after.iter().map(|l| l.tail).sum();
+                proptest::prop_assert_eq!(admitted, r.bucket.frontier);
+                proptest::prop_assert_eq!(joined, r.bucket.tail);
+                proptest::prop_assert_eq!(joined, r.counters.joins);
+            }
+            let mut seen = std::collections::HashSet::new();
+            for i in 0..k {
+                let l = r.lanes.lanes[i];
+                let mut last = 0;
+                for seq in 1..=l.tail {
+                    match r.place_of(Some(i), seq) {
+                        Some(p) => {
+                            proptest::prop_assert!(seq <= l.frontier);
+                            proptest::prop_assert!(p > last, "lane {} seq {} place {} after {}", i, seq, p, last);
+                            proptest::prop_assert!(seen.insert(p));
+                            last = p;
+                        }
+                        None => proptest::prop_assert!(seq > l.frontier),
+                    }
+                }
+            }
+            for i in 0..admits.len() {
+                let start = if i == 0 { 0 } else { admits[i - 1].0 };
+                let mut sum = 0u64;
+                for &(t, n) in &admits[i..] {
+                    sum += n;
+                    let bound = rate * (t - start) as f64 / 1000.0 + burst + 1.0;
+                    proptest::prop_assert!(sum as f64 <= bound, "{} admitted, bound {}", sum, bound);
+                }
+            }
+        }
+
+        /// Every lane backlogged, weighted: the admitted split converges
+        /// to the weights (within one round of weights, whatever the
+        /// advance times).
+        #[test]
+        fn lanes_split_follows_weights(
+            weights in proptest::collection::vec(1u32..10, 2..5),
+            ticks in proptest::collection::vec(1u64..500, 20..100),
+        ) {
+            let mut r = lane_room(&weights, false, 20.0, 1.0);
+            let k = weights.len();
+            for i in 0..k {
+                for _ in 0..2_000 {
+                    r.join_lane(0, Some(i)).unwrap();
+                }
+            }
+            // the joins passed some through: count from here
+            let start: Vec<u64> = r.lanes.lanes[..k].iter().map(|l| l.frontier).collect();
+            let mut now = 0;
+            for t in ticks {
+                now += t;
+                r.advance(now);
+            }
+            let got: Vec<u64> = (0..k).map(|i| r.lanes.lanes[i].frontier - start[i]).collect();
+            let total: u64 = got.iter().sum();
+            let wsum: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+            proptest::prop_assert!(r.lanes.lanes[..k].iter().all(|l| l.waiting() > 0), "stayed backlogged");
+            for i in 0..k {
+                let exact = total as f64 * f64::from(weights[i]) / wsum as f64;
+                proptest::prop_assert!((got[i] as f64 - exact).abs() <= wsum as f64,
+                    "lane {} got {} of {}, exact {}", i, got[i], total, exact);
+            }
+        }
     }
 }

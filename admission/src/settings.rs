@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::lanes::{Lane, LaneMode, validate_lanes};
 use crate::prequeue::PrequeueDraw;
 
 /// The highest admission rate accepted (per second). Keeps the store's
@@ -211,6 +212,14 @@ pub struct RoomSettings {
     /// of a FIFO room as before.
     #[serde(skip_serializing_if = "QueueMethod::is_fifo")]
     pub method: QueueMethod,
+    /// Priority lanes ([`crate::lanes`]): empty (the default) is one line,
+    /// and is left out of the stored JSON, so such a room's settings read
+    /// exactly as before.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<Lane>,
+    /// How lanes share the rate (left out while weighted).
+    #[serde(skip_serializing_if = "LaneMode::is_weighted")]
+    pub lane_mode: LaneMode,
     /// Bumped by the store at every write of these settings: a write names
     /// the version it read, and is refused when another write came first
     /// ([`crate::QueueStore::update_settings`]), so two writers never
@@ -278,6 +287,8 @@ impl Default for RoomSettings {
             difficulty_ceiling_bits: None,
             join_limit_per_prefix_per_min: None,
             method: QueueMethod::Fifo,
+            lanes: Vec::new(),
+            lane_mode: LaneMode::Weighted,
             version: 0,
         }
     }
@@ -402,6 +413,21 @@ impl RoomSettings {
                 "method",
                 "a scheduled room lines up its early arrivals: reject cannot be scheduled",
             ));
+        }
+        validate_lanes(&self.lanes).map_err(|r| invalid("lanes", r))?;
+        if !self.lanes.is_empty() {
+            if self.opens_at_ms.is_some() || self.prequeue_draw.is_some() {
+                return Err(invalid(
+                    "lanes",
+                    "a scheduled room draws one line: lanes cannot be scheduled",
+                ));
+            }
+            if self.method == QueueMethod::Reject {
+                return Err(invalid(
+                    "lanes",
+                    "a reject room has nobody waiting: lanes need fifo or queue_all",
+                ));
+            }
         }
         let a = &self.adaptive;
         if a.mode.len() > MAX_REASON_LEN || a.reason.len() > MAX_REASON_LEN {

@@ -30,6 +30,12 @@ pub struct JoinOutcome {
     /// The room has not opened yet: this seq is a pre-queue ticket, its
     /// place decided by the draw at the opening.
     pub prequeue: bool,
+    /// The lane joined (index in the room's `lanes`); `None` without lanes.
+    /// With a lane, `seq` and `frontier` are the lane's.
+    pub lane: Option<u8>,
+    /// The place (the room-wide number claims and sessions use) when
+    /// admitted at once, else 0. Without lanes it is `seq` when admitted.
+    pub place: u64,
 }
 
 impl JoinOutcome {
@@ -52,6 +58,9 @@ pub struct Solution<'a> {
     /// The caller recorded the id itself ([`QueueStore::spend_solution`]):
     /// no replay check, the note is written over.
     pub spent: bool,
+    /// The lane to join (index in the room's `lanes`); `None`: the room's
+    /// default lane, or the one line of a room without lanes.
+    pub lane: Option<u8>,
 }
 
 /// What [`QueueStore::join_once`] did.
@@ -205,6 +214,36 @@ pub struct Snapshot {
     pub carried_tail: u64,
     /// The version of the room's settings in the store.
     pub settings_version: u64,
+    /// Per lane, in config order ([`crate::lanes`]); empty without lanes.
+    /// Left out of the JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<LaneSnapshot>,
+}
+
+/// One lane's state in a [`Snapshot`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LaneSnapshot {
+    /// Its weight (the id is the settings' lane of the same index).
+    pub weight: u32,
+    /// Last lane seq handed out.
+    pub tail: u64,
+    /// Every lane seq ≤ frontier is admitted.
+    pub frontier: u64,
+    /// Admitted from this lane so far.
+    pub admitted_total: u64,
+}
+
+impl LaneSnapshot {
+    /// Waiting in this lane.
+    pub fn waiting(&self) -> u64 {
+        self.tail.saturating_sub(self.frontier)
+    }
+
+    /// The position of lane seq `seq` (1 = next in this lane), 0 when
+    /// admitted.
+    pub fn position(&self, seq: u64) -> u64 {
+        seq.saturating_sub(self.frontier)
+    }
 }
 
 impl Snapshot {
@@ -322,6 +361,26 @@ pub trait QueueStore: Send + Sync {
     /// Hands out the next seq; admits it at once when nobody waits and credit
     /// allows (passthrough). [`AdmissionError::Closed`] when the room is closed.
     fn join(&self, room: &str) -> impl Future<Output = Result<JoinOutcome>> + Send;
+
+    /// [`QueueStore::join`] into lane `lane` (index in the room's `lanes`;
+    /// `None`: the default lane, the last). A lane the room does not have
+    /// (any lane at a room without lanes) is
+    /// [`AdmissionError::LaneNotFound`], nothing handed out.
+    fn join_lane(
+        &self,
+        room: &str,
+        lane: Option<u8>,
+    ) -> impl Future<Output = Result<JoinOutcome>> + Send;
+
+    /// The place (the room-wide number [`QueueStore::admit`] takes) of
+    /// lane `lane`'s seq `seq`, once admitted; `None` while it waits (or no
+    /// such lane).
+    fn lane_place(
+        &self,
+        room: &str,
+        lane: u8,
+        seq: u64,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send;
 
     /// The replay guard and [`QueueStore::join`] in one atomic step: a
     /// solution recorded before (and not `spent` by this caller) changes

@@ -151,6 +151,10 @@ pub struct QueueClaims {
     /// by the gateway before signing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ret: Option<String>,
+    /// The lane the seq belongs to (`crate::lanes`); absent: the room's
+    /// default lane (the one line of a room without lanes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
 }
 
 impl QueueClaims {
@@ -168,6 +172,7 @@ impl QueueClaims {
             epoch,
             seq,
             ret: None,
+            lane: None,
         }
     }
 }
@@ -265,6 +270,8 @@ struct AnyClaims {
     hcap: Option<u64>,
     #[serde(default)]
     ret: Option<String>,
+    #[serde(default)]
+    lane: Option<String>,
 }
 
 /// The checks of a verified token's claims that depend on who asks and
@@ -343,6 +350,7 @@ impl AnyClaims {
                 .seq
                 .ok_or_else(|| TokenError::Malformed("queue token without seq".into()))?,
             ret: self.ret.clone(),
+            lane: self.lane.clone(),
         })
     }
 

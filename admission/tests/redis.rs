@@ -156,3 +156,60 @@ async fn keys_share_the_hash_tag() {
     assert!(keys.contains("sluice:{room-1}:claims"), "{keys}");
     assert!(keys.contains("sluice:{room-1}:sessions"), "{keys}");
 }
+
+/// A room without lanes writes exactly what it wrote before lanes existed:
+/// no lanes key, no lane field in its state, settings JSON without `lanes`
+/// or `lane_mode`. A room with lanes writes them, and a lane is found by
+/// its seq from another connection (another gateway).
+#[tokio::test]
+async fn lanes_leave_a_plain_room_as_it_was() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisQueueStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    let s = RoomSettings {
+        rate_per_sec: 1.0,
+        burst: 2.0,
+        ..Default::default()
+    };
+    store.configure("plain", &s).await.unwrap();
+    for _ in 0..4 {
+        store.join("plain").await.unwrap();
+    }
+    store.advance("plain").await.unwrap();
+    store.configure("plain", &s).await.unwrap();
+    let keys = server.command("KEYS *");
+    assert!(!keys.contains("lanes"), "{keys}");
+    let fields = server.command("HKEYS sluice:{plain}:state");
+    for f in ["ln", "lmode", "lmask", "lt1", "lw1"] {
+        assert!(!fields.lines().any(|l| l.trim() == f), "{f} in {fields}");
+    }
+    let json = server.command("HGET sluice:{plain}:state settings");
+    assert!(!json.contains("lane"), "{json}");
+
+    let laned = RoomSettings {
+        lanes: vec![
+            sluice_admission::lanes::Lane {
+                id: "presale".into(),
+                weight: 70,
+            },
+            sluice_admission::lanes::Lane {
+                id: "public".into(),
+                weight: 30,
+            },
+        ],
+        ..s
+    };
+    store.configure("laned", &laned).await.unwrap();
+    let j = store.join_lane("laned", Some(0)).await.unwrap();
+    assert_eq!((j.lane, j.seq, j.place, j.admitted), (Some(0), 1, 1, true));
+    let other = RedisQueueStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .unwrap();
+    assert_eq!(other.lane_place("laned", 0, 1).await.unwrap(), Some(1));
+    let fields = server.command("HKEYS sluice:{laned}:state");
+    assert!(fields.lines().any(|l| l.trim() == "ln"), "{fields}");
+    assert!(server.command("KEYS *").contains("sluice:{laned}:lanes"));
+}

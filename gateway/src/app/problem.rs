@@ -255,6 +255,16 @@ impl Problem {
         )
     }
 
+    /// 422 `lane_not_found`: the join's enqueue token names a lane the room
+    /// does not have; nothing was taken or spent (checked before the work).
+    pub fn lane_not_found() -> Problem {
+        Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "lane_not_found",
+            "The enqueue token names a lane this room does not have",
+        )
+    }
+
     /// 503 `room_full`: a room of the `reject` queueing method cannot let
     /// the visitor in now and keeps no line; nothing was taken (no place,
     /// no seq, the proof of work and any invite stay good). `Retry-After`
@@ -299,6 +309,7 @@ impl From<sluice_admission::AdmissionError> for Problem {
         match &e {
             E::Closed(_) => Problem::room_closed(),
             E::Full(_) => Problem::room_full(1),
+            E::LaneNotFound(_) => Problem::lane_not_found(),
             E::InvalidRoomId(_) => Problem::room_not_found(),
             E::InvalidSetting(i) => Problem::invalid_setting(i.field, i.reason.clone()),
             _ => Problem::store_unavailable().log_cause(&e),

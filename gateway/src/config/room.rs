@@ -113,6 +113,15 @@ pub struct RoomConfig {
     /// "Queueing methods". Like `opens_at`, applied when the room is first
     /// created in the store; later changes go through the admin API.
     pub method: sluice_admission::QueueMethod,
+    /// Priority lanes (README, "Priority lanes"): `[{ id = "presale",
+    /// weight = 70 }, { id = "public", weight = 30 }]`. A join goes to the
+    /// lane its enqueue token names, else the last (the default). Empty:
+    /// one line, as without lanes. Applied when the room is first created
+    /// in the store, like `method`.
+    pub lanes: Vec<sluice_admission::lanes::Lane>,
+    /// How lanes share the rate: `"weighted"` (the default) or `"strict"`
+    /// (the first lane first).
+    pub lane_mode: sluice_admission::lanes::LaneMode,
     /// The waiting page's look (`[rooms.page]`): brand name, accent
     /// colour, an operator's template directory (see `docs/waiting-page.md`).
     pub page: crate::visitor::template::PageConfig,
@@ -152,6 +161,8 @@ impl RoomConfig {
             requests_per_visitor_per_sec: self.requests_per_visitor_per_sec,
             session_length: self.session_length,
             method: self.method,
+            lanes: self.lanes.clone(),
+            lane_mode: self.lane_mode,
             adaptive: sluice_admission::AdaptiveState {
                 enabled: self.adaptive.enabled,
                 ..Default::default()
@@ -222,6 +233,8 @@ impl Default for RoomConfig {
             queue_token_ttl: Duration::from_secs(86_400),
             opens_at: None,
             method: sluice_admission::QueueMethod::Fifo,
+            lanes: Vec::new(),
+            lane_mode: sluice_admission::lanes::LaneMode::Weighted,
             page: crate::visitor::template::PageConfig::default(),
             adaptive: crate::config::adaptive::AdaptiveConfig::default(),
         }
@@ -396,6 +409,37 @@ mod tests {
             (
                 |r| r.requests_per_visitor_per_sec = 0.0,
                 "rooms[0].requests_per_visitor_per_sec",
+            ),
+            (
+                |r| {
+                    r.lanes = vec![sluice_admission::lanes::Lane {
+                        id: "presale".into(),
+                        weight: 0,
+                    }]
+                },
+                "rooms[0].lanes",
+            ),
+            (
+                |r| {
+                    r.lanes = vec![
+                        sluice_admission::lanes::Lane {
+                            id: "a".into(),
+                            weight: 1,
+                        };
+                        2
+                    ]
+                },
+                "rooms[0].lanes",
+            ),
+            (
+                |r| {
+                    r.method = sluice_admission::QueueMethod::Reject;
+                    r.lanes = vec![sluice_admission::lanes::Lane {
+                        id: "a".into(),
+                        weight: 1,
+                    }]
+                },
+                "rooms[0].lanes",
             ),
         ] {
             let (err, store) = bad(f);

@@ -425,9 +425,11 @@ async fn passthrough(
         Ok(Some(o)) => {
             let sub = new_visitor_id();
             state
-                .start_session(room, &sluice_admission::session_of(o.epoch, o.seq))
+                .start_session(room, &sluice_admission::session_of(o.epoch, o.place))
                 .await;
-            let (token, _) = state.issue_admission(room, &sub, Some(o.seq), o.epoch, client)?;
+            // the place (its seq without lanes; with lanes the seq is the
+            // lane's own) names the session the store started
+            let (token, _) = state.issue_admission(room, &sub, Some(o.place), o.epoch, client)?;
             Ok(Some(token))
         }
         Ok(None) => Ok(None),

@@ -687,6 +687,7 @@ pub(crate) fn empty_snapshot(room: &str, settings: &RoomSettings) -> Snapshot {
         carried_epoch: 0,
         carried_tail: 0,
         settings_version: 0,
+        lanes: Vec::new(),
     }
 }
 
@@ -1087,7 +1088,10 @@ pub async fn join_once(
     use sluice_admission::JoinOnce;
     let seen = room.max_tail.load(Ordering::Relaxed);
     let mut once = store.join_once(room.id(), solution).await?;
+    // a lane's seqs are its own: the room-wide floor does not apply (a
+    // store that went back is told by the ticker's snapshots)
     if let JoinOnce::Joined(outcome) = &once
+        && outcome.lane.is_none()
         && outcome.seq <= seen
     {
         recover_above_seen(room, store, outcome.seq, seen, "handed out").await?;
@@ -1097,7 +1101,9 @@ pub async fn join_once(
         };
         once = store.join_once(room.id(), own).await?;
     }
-    if let JoinOnce::Joined(outcome) = &once {
+    if let JoinOnce::Joined(outcome) = &once
+        && outcome.lane.is_none()
+    {
         room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
     }
     Ok(once)
@@ -1136,13 +1142,15 @@ pub async fn passthrough(
     let Some(outcome) = store.passthrough(room.id()).await? else {
         return Ok(None);
     };
-    if outcome.seq <= seen {
+    // the place is the room's tail (its seq without lanes; with lanes the
+    // seq is the lane's own)
+    if outcome.place <= seen {
         // a seq handed out before: not this visitor's to take. Recover
         // above everything seen; the visitor gets the waiting room.
-        recover_above_seen(room, store, outcome.seq, seen, "passed through").await?;
+        recover_above_seen(room, store, outcome.place, seen, "passed through").await?;
         return Ok(None);
     }
-    room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
+    room.max_tail.fetch_max(outcome.place, Ordering::Relaxed);
     Ok(Some(outcome))
 }
 
@@ -1297,6 +1305,12 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         "session_ttl_secs": settings.session_ttl.as_secs_f64(),
         "join_limit_per_prefix_per_min": room.join_limit_per_min.load(Ordering::Relaxed),
         "method": settings.method.as_str(),
+        // extension: per lane (README, "Priority lanes"); absent without
+        "lanes": lanes_view(&settings, snap),
+        "lane_mode": (!settings.lanes.is_empty()).then(|| match settings.lane_mode {
+            sluice_admission::lanes::LaneMode::Weighted => "weighted",
+            sluice_admission::lanes::LaneMode::Strict => "strict",
+        }),
         "epoch": snap.epoch,
         "admitted_total": snap.admitted_total,
         "claimed_total": snap.claimed_total,
@@ -1309,6 +1323,31 @@ fn admin_view_of(room: &Room, snap: &Snapshot) -> Value {
         obj.extend(room.prequeue_fields(snap));
     }
     view
+}
+
+/// The `lanes` of the admin view: id, weight, tail, frontier, waiting and
+/// admitted per lane, in config order; `null` without lanes.
+fn lanes_view(settings: &RoomSettings, snap: &Snapshot) -> Value {
+    if settings.lanes.is_empty() {
+        return Value::Null;
+    }
+    Value::Array(
+        settings
+            .lanes
+            .iter()
+            .zip(&snap.lanes)
+            .map(|(l, s)| {
+                json!({
+                    "id": l.id,
+                    "weight": l.weight,
+                    "tail": s.tail,
+                    "frontier": s.frontier,
+                    "waiting": s.waiting(),
+                    "admitted_total": s.admitted_total,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The `adaptive` object of the admin view: on or off, the last decision

@@ -63,6 +63,14 @@ fn keys_unavailable(room: &Room) -> Problem {
 /// The account key of the join's token, checked; `None` without a token
 /// (where none is required) or in a room that trusts no key.
 pub async fn check(room: &Room, token: Option<&str>) -> Result<Option<String>, Problem> {
+    Ok(check_lane(room, token).await?.map(|(account, _)| account))
+}
+
+/// [`check`] with the token's `lane` claim.
+pub async fn check_lane(
+    room: &Room,
+    token: Option<&str>,
+) -> Result<Option<(String, Option<String>)>, Problem> {
     let Some(verifier) = &room.enqueue else {
         return Ok(None);
     };
@@ -92,5 +100,5 @@ pub async fn check(room: &Room, token: Option<&str>) -> Result<Option<String>, P
         }
     }
     let claims = verdict.map_err(|e| invalid(e.reason()))?;
-    Ok(Some(account_key(room.id(), &claims.sub)))
+    Ok(Some((account_key(room.id(), &claims.sub), claims.lane)))
 }

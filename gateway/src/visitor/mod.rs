@@ -171,7 +171,15 @@ pub async fn join(
     let return_to = safe_return_to(body.return_to.as_deref());
     // The account, before the work: a bad token costs no verification, and
     // an account that has a place gets it back from any device.
-    let account = enqueue::check(room, body.enqueue_token.as_deref()).await?;
+    let (account, lane_claim) =
+        match enqueue::check_lane(room, body.enqueue_token.as_deref()).await? {
+            Some((account, lane)) => (Some(account), lane),
+            None => (None, None),
+        };
+    // The lane, before the work too: one the room does not have takes
+    // nothing (422 `lane_not_found`).
+    let (lane, lane_id) = join_lane(room, lane_claim.as_deref())?;
+    let lane_id = lane_id.as_deref();
     let mut spent: Option<String> = None;
     if let Some(acct) = &account
         && let Some(note) = state
@@ -180,7 +188,16 @@ pub async fn join(
             .await
             .map_err(|e| Problem::store_unavailable().log_cause(&e))?
     {
-        match place_again(&state, room, &client, Some(&note), return_to.clone()).await {
+        match place_again(
+            &state,
+            room,
+            &client,
+            Some(&note),
+            return_to.clone(),
+            lane_id,
+        )
+        .await
+        {
             Ok(res) => return Ok(res),
             Err(Err(p)) => return Err(p),
             // spent (its session ended): the account joins anew
@@ -207,7 +224,7 @@ pub async fn join(
                 .await
             {
                 Ok(Spend::Replayed { note }) => {
-                    place_again(&state, room, &client, note.as_deref(), return_to)
+                    place_again(&state, room, &client, note.as_deref(), return_to, lane_id)
                         .await
                         .map_err(|e| match e {
                             Ok(pow) => pow_problem(pow),
@@ -246,7 +263,7 @@ pub async fn join(
         {
             Ok(Spend::First) => {}
             Ok(Spend::Replayed { note }) => {
-                return place_again(&state, room, &client, note.as_deref(), return_to)
+                return place_again(&state, room, &client, note.as_deref(), return_to, lane_id)
                     .await
                     .map_err(replayed);
             }
@@ -274,6 +291,7 @@ pub async fn join(
             &nonce,
             spent.as_deref(),
             &return_to,
+            lane_id,
         )
         .await
         {
@@ -300,13 +318,14 @@ pub async fn join(
         ttl,
         sub: &sub,
         spent: spend_first,
+        lane,
     };
     let outcome = match rooms::join_once(room, state.queue(), solution).await {
         Ok(JoinOnce::Joined(outcome)) => outcome,
         Ok(JoinOnce::Replayed { note }) => {
             // the same solution, sent again while this request was on its
             // way: it gets the place the first one bought
-            return place_again(&state, room, &client, note.as_deref(), return_to)
+            return place_again(&state, room, &client, note.as_deref(), return_to, lane_id)
                 .await
                 .map_err(replayed);
         }
@@ -351,14 +370,14 @@ pub async fn join(
         state
             .start_session(
                 room,
-                &sluice_admission::session_of(outcome.epoch, outcome.seq),
+                &sluice_admission::session_of(outcome.epoch, outcome.place),
             )
             .await;
         return admit(
             &state,
             room,
             &sub,
-            Some(outcome.seq),
+            Some(outcome.place),
             outcome.epoch,
             &client,
             &return_to,
@@ -366,8 +385,30 @@ pub async fn join(
         )
         .await;
     }
-    let (_, token) = queue_token(&state, room, &sub, outcome.seq, outcome.epoch, return_to)?;
-    let body = waiting_join_body(room, &outcome, &token);
+    let (_, token) = queue_token(
+        &state,
+        room,
+        &sub,
+        outcome.seq,
+        outcome.epoch,
+        return_to,
+        lane_id.map(str::to_owned),
+    )?;
+    let mut body = waiting_join_body(room, &outcome, &token);
+    if let Some(i) = outcome.lane.map(usize::from) {
+        let snap = room.snapshot();
+        if let Some(l) = snap.lanes.get(i) {
+            let position = outcome
+                .seq
+                .saturating_sub(l.frontier.max(outcome.frontier))
+                .max(1);
+            body["position"] = json!(position);
+            if body.get("eta_seconds").is_some() {
+                body["eta_seconds"] = json!(lane_eta(room, &snap, i, position));
+            }
+        }
+        body["lane"] = json!(lane_id);
+    }
     let mut res = (StatusCode::CREATED, axum::Json(body)).into_response();
     cookies::set_queue(res.headers_mut(), room, &token, &client);
     Ok(res)
@@ -377,6 +418,7 @@ pub async fn join(
 /// with the account's place when another join bound one (from any device
 /// or gateway), 503 when another join of it is still in flight after a
 /// short wait.
+#[allow(clippy::too_many_arguments)]
 async fn reserve_account(
     state: &AppState,
     room: &Arc<Room>,
@@ -385,6 +427,7 @@ async fn reserve_account(
     nonce: &str,
     spent: Option<&str>,
     return_to: &str,
+    lane: Option<&str>,
 ) -> Result<Option<Response>, Problem> {
     use sluice_admission::enqueue::Reserve;
     let store = |e: sluice_admission::AdmissionError| Problem::store_unavailable().log_cause(&e);
@@ -405,7 +448,9 @@ async fn reserve_account(
         match r {
             Reserve::Reserved => return Ok(None),
             Reserve::Bound(note) => {
-                match place_again(state, room, client, Some(&note), return_to.to_owned()).await {
+                match place_again(state, room, client, Some(&note), return_to.to_owned(), lane)
+                    .await
+                {
                     Ok(res) => return Ok(Some(res)),
                     Err(Err(p)) => return Err(p),
                     Err(Ok(_)) => spent = Some(note),
@@ -464,6 +509,7 @@ fn queue_token(
     seq: u64,
     epoch: u64,
     return_to: String,
+    lane: Option<String>,
 ) -> Result<(QueueClaims, String), Problem> {
     let mut claims = QueueClaims::new(
         room.id(),
@@ -474,6 +520,7 @@ fn queue_token(
         room.config.queue_token_ttl,
     );
     claims.ret = Some(return_to);
+    claims.lane = lane;
     let token = state
         .keyring()
         .sign_queue(&claims)
@@ -612,12 +659,21 @@ async fn place_again(
     client: &ClientInfo,
     note: Option<&str>,
     return_to: String,
+    lane: Option<&str>,
 ) -> Result<Response, Result<PowError, Problem>> {
     let Some(place) = note.and_then(NotedPlace::parse) else {
         return Err(Ok(PowError::Replayed));
     };
-    let (claims, token) =
-        queue_token(state, room, &place.sub, place.seq, place.epoch, return_to).map_err(Err)?;
+    let (claims, token) = queue_token(
+        state,
+        room,
+        &place.sub,
+        place.seq,
+        place.epoch,
+        return_to,
+        lane.map(str::to_owned),
+    )
+    .map_err(Err)?;
     let Some(mut res) = status_answer(
         state,
         room,
@@ -732,6 +788,74 @@ fn waiting_join_body(room: &Room, outcome: &JoinOutcome, token: &str) -> Value {
     }
 }
 
+/// What a queue token's polls are counted under: its seq, with its lane
+/// in the top bits (a lane's seqs are its own, so two lanes' seq 3 are two
+/// visitors).
+pub(crate) fn poll_key(room: &Room, claims: &QueueClaims) -> u64 {
+    let lane = claims
+        .lane
+        .as_deref()
+        .and_then(|l| room.settings().lanes.iter().position(|x| x.id == l));
+    lane.map_or(claims.seq, |i| claims.seq | ((i as u64 + 1) << 56))
+}
+
+/// The lane a join goes to: its index for the store and its id for the
+/// queue token. The enqueue token's `lane` claim, else the room's default
+/// lane (the last); a lane the room does not have is 422
+/// `lane_not_found`. A room without lanes ignores the claim (as it did
+/// before lanes existed): `(None, None)`.
+fn join_lane(room: &Room, claim: Option<&str>) -> Result<(Option<u8>, Option<String>), Problem> {
+    let settings = room.settings();
+    if settings.lanes.is_empty() {
+        return Ok((None, None));
+    }
+    match sluice_admission::lanes::lane_index(&settings.lanes, claim) {
+        Ok(Some(i)) => Ok((Some(i as u8), Some(settings.lanes[i].id.clone()))),
+        Ok(None) => Ok((None, None)),
+        Err(()) => Err(Problem::lane_not_found()),
+    }
+}
+
+/// The lane of a queue token in a room with lanes (index into the
+/// snapshot's lanes): its `lane` claim, the default lane (the last) for a
+/// token without one or naming a lane the room no longer has; `None`
+/// without lanes.
+fn token_lane(room: &Room, snap: &Snapshot, claims: &QueueClaims) -> Option<usize> {
+    let last = snap.lanes.len().checked_sub(1)?;
+    let settings = room.settings();
+    let i = sluice_admission::lanes::lane_index(&settings.lanes, claims.lane.as_deref())
+        .ok()
+        .flatten()
+        .unwrap_or(last);
+    Some(i.min(last))
+}
+
+/// The ETA of `position` in lane `i`, from the lane's share of the rate:
+/// weighted, its weight over the weights of the lanes with someone waiting
+/// (the others' share flows to them); strict, behind everyone waiting in
+/// the lanes above it.
+fn lane_eta(room: &Room, snap: &Snapshot, i: usize, position: u64) -> u64 {
+    let settings = room.settings();
+    match settings.lane_mode {
+        sluice_admission::lanes::LaneMode::Strict => {
+            let ahead: u64 = snap.lanes[..i].iter().map(|l| l.waiting()).sum();
+            room.eta_for_position(snap, ahead + position)
+        }
+        sluice_admission::lanes::LaneMode::Weighted => {
+            let wsum: u64 = snap
+                .lanes
+                .iter()
+                .enumerate()
+                .filter(|(j, l)| *j == i || l.waiting() > 0)
+                .map(|(_, l)| u64::from(l.weight))
+                .sum();
+            let w = u64::from(snap.lanes[i].weight).max(1);
+            // position / (rate × w / wsum) = (position × wsum / w) / rate
+            room.eta_for_position(snap, (position * wsum).div_ceil(w))
+        }
+    }
+}
+
 /// A place of the current epoch for a queue token of an epoch the room's
 /// state does not cover (the store lost its state), with the token that
 /// names it: the same place for every poll of that token. `None` when the
@@ -742,7 +866,14 @@ async fn reseat_if_lost(
     claims: &QueueClaims,
 ) -> Result<Option<(QueueClaims, String)>, Problem> {
     let snap = room.snapshot();
-    if snap.epoch == 0 || snap.covers(claims.epoch, claims.seq) {
+    // a lane's seqs start again with a new state: only its own epoch's
+    // stand (no floors cover them)
+    let covered = if snap.lanes.is_empty() {
+        snap.covers(claims.epoch, claims.seq)
+    } else {
+        claims.epoch == snap.epoch
+    };
+    if snap.epoch == 0 || covered {
         return Ok(None);
     }
     let ttl = room.config.queue_token_ttl;
@@ -751,7 +882,14 @@ async fn reseat_if_lost(
         .reseat(room.id(), claims.epoch, claims.seq, ttl)
         .await?;
     let ret = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
-    queue_token(state, room, &claims.sub, o.seq, o.epoch, ret).map(Some)
+    // with lanes the store reseats into the default lane
+    let lane = o.lane.and_then(|i| {
+        room.settings()
+            .lanes
+            .get(usize::from(i))
+            .map(|l| l.id.clone())
+    });
+    queue_token(state, room, &claims.sub, o.seq, o.epoch, ret, lane).map(Some)
 }
 
 /// The status answer while the room is `closed`, `sold_out` or `paused`:
@@ -842,7 +980,7 @@ async fn status_answer(
     waiting_status: StatusCode,
     echo_token: Option<&str>,
 ) -> Result<Option<Response>, Problem> {
-    room.check_poll_limit(claims.epoch, claims.seq)
+    room.check_poll_limit(claims.epoch, poll_key(room, claims))
         .map_err(|wait| {
             state.telemetry().rate_limited(room.id(), "polls");
             Problem::rate_limited(wait)
@@ -875,12 +1013,35 @@ pub(crate) async fn status_of(
     // The place is the seq, unless the seq holds a ticket of the pre-queue
     // draw: unknown while the pre-queue is open (or the draw's place map is
     // being built).
-    let place = room.place(&snap, claims.seq);
-    let admitted = place.is_some_and(|p| snap.is_admitted(p));
-    let position = match place {
-        Some(p) => snap.position(p).max(1),
-        None => snap.queue_length().max(1),
+    let lane = token_lane(room, &snap, claims);
+    let (place, admitted, position) = match lane {
+        Some(i) => {
+            // the lane's own frontier says whether it is admitted; its
+            // place (what claims and sessions count) comes from the store
+            let l = &snap.lanes[i];
+            let place = if claims.seq != 0 && claims.seq <= l.frontier {
+                state
+                    .queue()
+                    .lane_place(room.id(), i as u8, claims.seq)
+                    .await
+                    .map_err(|e| Problem::store_unavailable().log_cause(&e))?
+            } else {
+                None
+            };
+            (place, place.is_some(), l.position(claims.seq).max(1))
+        }
+        None => {
+            let place = room.place(&snap, claims.seq);
+            let admitted = place.is_some_and(|p| snap.is_admitted(p));
+            let position = match place {
+                Some(p) => snap.position(p).max(1),
+                None => snap.queue_length().max(1),
+            };
+            (place, admitted, position)
+        }
     };
+    // a lane's seqs are its own: sessions are named by the place
+    let session_seq = |place: u64| if lane.is_some() { place } else { claims.seq };
     let room_state = if snap.closed {
         Some("closed")
     } else if state.sold_out(room.id()) {
@@ -905,7 +1066,7 @@ pub(crate) async fn status_of(
         }));
     }
     if let Some(place) = place.filter(|_| admitted) {
-        let sid = sluice_admission::session_of(claims.epoch, claims.seq);
+        let sid = sluice_admission::session_of(claims.epoch, session_seq(place));
         if room.is_ended(&sid) {
             return Ok(None);
         }
@@ -928,7 +1089,7 @@ pub(crate) async fn status_of(
                 state,
                 room,
                 &claims.sub,
-                Some(claims.seq),
+                Some(session_seq(place)),
                 claims.epoch,
                 client,
                 &return_to,
@@ -938,11 +1099,14 @@ pub(crate) async fn status_of(
             return Ok(Some(a));
         }
     }
-    let mut body = if snap.prequeue_open && place.is_none() {
+    let mut body = if snap.prequeue_open && place.is_none() && lane.is_none() {
         prequeue_body(room, &snap, claims.seq)
     } else {
-        let eta = room.eta_for_position(&snap, position);
-        let poll = if place.is_none() {
+        let eta = match lane {
+            Some(i) => lane_eta(room, &snap, i, position),
+            None => room.eta_for_position(&snap, position),
+        };
+        let poll = if place.is_none() && lane.is_none() {
             // the draw was just made: this gateway is building its places
             500 + rand::random_range(0..500)
         } else {
@@ -959,6 +1123,9 @@ pub(crate) async fn status_of(
     };
     if let Some(t) = echo_token {
         body["queue_token"] = json!(t);
+    }
+    if let Some(i) = lane {
+        body["lane"] = json!(room.settings().lanes.get(i).map(|l| l.id.clone()));
     }
     add_next_wave(state, room, &mut body);
     Ok(Some(StatusAnswer {

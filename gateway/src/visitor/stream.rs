@@ -319,7 +319,7 @@ pub async fn status_stream(
         // Delivered before: the EventSource stops on a 204.
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    room.check_poll_limit(claims.epoch, claims.seq)
+    room.check_poll_limit(claims.epoch, super::poll_key(&room, &claims))
         .map_err(|wait| {
             state.telemetry().rate_limited(room.id(), "polls");
             Problem::rate_limited(wait)
