@@ -25,9 +25,10 @@
 //! # Fan-out
 //!
 //! A room's streams are grouped by seq into buckets of [`BUCKET`]
-//! ([`StreamHub`]); each bucket is one `watch` channel. Every tick of the
-//! room ([`crate::gate::rooms::run_ticker`]) wakes a bucket when the
-//! frontier crossed into it (admissions: at once), when the room's state
+//! ([`StreamHub`]), per lane in a room with lanes (each lane's seqs are its
+//! own, and so is its frontier); each bucket is one `watch` channel. Every
+//! tick of the room ([`crate::gate::rooms::run_ticker`]) wakes a bucket when
+//! its frontier crossed into it (admissions: at once), when the room's state
 //! changed (all at once), and otherwise at the poll cadence of the
 //! bucket's nearest place (far back hears less often), at least every
 //! [`HEARTBEAT`]. A stream woken computes its own answer from the
@@ -90,12 +91,40 @@ struct Bucket {
     woken_ms: u64,
 }
 
-/// The streams of one room, grouped by seq (module docs, "Fan-out").
+/// The streams of one room, grouped by lane and seq (module docs,
+/// "Fan-out").
 #[derive(Default)]
 pub struct StreamHub {
-    buckets: Mutex<HashMap<u64, Bucket>>,
-    /// The frontier and the room's state at the last tick.
-    last: Mutex<Option<(u64, Signature)>>,
+    /// By (lane, seq / [`BUCKET`]); lane 0 in a room without lanes.
+    buckets: Mutex<HashMap<(usize, u64), Bucket>>,
+    /// The frontiers (one per lane; the room's without lanes) and the
+    /// room's state at the last tick.
+    last: Mutex<Option<(Vec<u64>, Signature)>>,
+}
+
+/// The frontier each lane's seqs are measured against: the room's without
+/// lanes (lane 0), else each lane's own.
+fn frontiers(snap: &Snapshot) -> Vec<u64> {
+    if snap.lanes.is_empty() {
+        vec![snap.frontier]
+    } else {
+        snap.lanes.iter().map(|l| l.frontier).collect()
+    }
+}
+
+/// The lane a queue token's stream is grouped under: its lane's index in
+/// a room with lanes (the default lane, the last, for a token without one
+/// or naming a lane the room no longer has), 0 without lanes.
+pub fn stream_lane(room: &Room, claims: &QueueClaims) -> usize {
+    let settings = room.settings();
+    let Some(last) = settings.lanes.len().checked_sub(1) else {
+        return 0;
+    };
+    sluice_admission::lanes::lane_index(&settings.lanes, claims.lane.as_deref())
+        .ok()
+        .flatten()
+        .unwrap_or(last)
+        .min(last)
 }
 
 /// What, changing, every stream of a room must hear at once.
@@ -110,11 +139,12 @@ struct Signature {
 }
 
 impl StreamHub {
-    /// A receiver woken when `seq`'s bucket has news.
-    pub fn subscribe(&self, seq: u64) -> watch::Receiver<u64> {
+    /// A receiver woken when the bucket of `seq` in `lane` has news (lane
+    /// 0 in a room without lanes: [`stream_lane`]).
+    pub fn subscribe(&self, lane: usize, seq: u64) -> watch::Receiver<u64> {
         let mut buckets = self.buckets.lock();
         buckets
-            .entry(seq / BUCKET)
+            .entry((lane, seq / BUCKET))
             .or_insert_with(|| Bucket {
                 tx: watch::Sender::new(0),
                 woken_ms: now_ms(),
@@ -143,18 +173,20 @@ impl StreamHub {
             prequeue_open: snap.prequeue_open,
             drawn: snap.prequeue_draw.is_some(),
         };
-        let (before, all) = match *self.last.lock() {
+        let now_frontiers = frontiers(snap);
+        let (before, all) = match self.last.lock().take() {
             Some((f, s)) => (f, s != sig),
-            None => (snap.frontier, true),
+            None => (now_frontiers.clone(), true),
         };
-        *self.last.lock() = Some((snap.frontier, sig));
-        let frontier = snap.frontier;
         let heartbeat = HEARTBEAT.as_millis() as u64;
         let mut buckets = self.buckets.lock();
-        buckets.retain(|b, bucket| {
+        buckets.retain(|&(lane, b), bucket| {
             if bucket.tx.receiver_count() == 0 {
                 return false;
             }
+            // A lane the room no longer has: its streams hear the cadence.
+            let frontier = now_frontiers.get(lane).copied().unwrap_or(0);
+            let before = before.get(lane).copied().unwrap_or(frontier);
             let lo = b * BUCKET;
             let hi = lo + BUCKET - 1;
             // Admissions in this bucket since the last tick.
@@ -167,6 +199,8 @@ impl StreamHub {
             }
             true
         });
+        drop(buckets);
+        *self.last.lock() = Some((now_frontiers, sig));
     }
 }
 
@@ -328,7 +362,8 @@ pub async fn status_stream(
         .stream_slots()
         .take(sluice_pow::network_prefix(client.ip))
         .ok_or_else(|| streams_full(&state, room.id()))?;
-    let rx = room.streams.subscribe(claims.seq);
+    let lane = stream_lane(&room, &claims);
+    let rx = room.streams.subscribe(lane, claims.seq);
     let shutdown = state.stream_slots().shutdown_signal();
     let heartbeat = state.stream_slots().heartbeat;
     let ctx = StatusStream {
@@ -337,6 +372,7 @@ pub async fn status_stream(
         room,
         claims,
         client,
+        lane,
         rx,
         shutdown,
         sent: last_event_id,
@@ -358,6 +394,8 @@ struct StatusStream {
     room: Arc<Room>,
     claims: QueueClaims,
     client: ClientInfo,
+    /// Its fan-out lane ([`stream_lane`]).
+    lane: usize,
     rx: watch::Receiver<u64>,
     shutdown: watch::Receiver<bool>,
     /// The id of the last event the client has.
@@ -395,7 +433,7 @@ impl StatusStream {
                 r = self.rx.changed() => {
                     if r.is_err() {
                         // The room's hub dropped the bucket: subscribe again.
-                        self.rx = self.room.streams.subscribe(self.claims.seq);
+                        self.rx = self.room.streams.subscribe(self.lane, self.claims.seq);
                     }
                 }
                 _ = self.shutdown.changed() => {
@@ -460,7 +498,8 @@ impl StatusStream {
             && let Ok(c) = self.state.verify_queue(t, self.room.id())
         {
             // Given a place again after a store loss: follow it.
-            self.rx = self.room.streams.subscribe(c.seq);
+            self.lane = stream_lane(&self.room, &c);
+            self.rx = self.room.streams.subscribe(self.lane, c.seq);
             self.claims = c;
         }
         let id = match answer.state {
@@ -610,8 +649,8 @@ mod tests {
     #[test]
     fn buckets_wake_on_admissions_state_changes_and_their_cadence() {
         let hub = StreamHub::default();
-        let near = hub.subscribe(10);
-        let far = hub.subscribe(10 * BUCKET + 5);
+        let near = hub.subscribe(0, 10);
+        let far = hub.subscribe(0, 10 * BUCKET + 5);
         let slow = |_pos: u64| 60_000;
         let now = now_ms();
         hub.tick(&snap(0, 20_000), false, now, slow);
@@ -641,6 +680,45 @@ mod tests {
         drop((near, far));
         hub.tick(&paused, false, now + 40_000, slow);
         assert_eq!(hub.buckets.lock().len(), 0);
+    }
+
+    /// In a room with lanes each lane's seqs are its own: a stream at lane
+    /// 1's seq 5 is woken when lane 1's frontier reaches it, not when the
+    /// room's (or lane 0's) passes 5.
+    #[test]
+    fn lanes_wake_on_their_own_frontier() {
+        use sluice_admission::store::LaneSnapshot;
+        let lanes = |f0: u64, f1: u64| {
+            let mut s = snap(f0 + f1, 20_000);
+            s.lanes = [f0, f1]
+                .iter()
+                .map(|&frontier| LaneSnapshot {
+                    weight: 1,
+                    tail: 10_000,
+                    frontier,
+                    admitted_total: frontier,
+                })
+                .collect();
+            s
+        };
+        let hub = StreamHub::default();
+        let mut in_one = hub.subscribe(1, 5);
+        let mut in_zero = hub.subscribe(0, 5);
+        let slow = |_pos: u64| 60_000;
+        let now = now_ms();
+        hub.tick(&lanes(0, 0), false, now, slow);
+        in_one.mark_unchanged();
+        in_zero.mark_unchanged();
+        // Lane 0 admits up to 50 (the room's frontier passes 5): only lane
+        // 0's stream hears of its admission.
+        hub.tick(&lanes(50, 0), false, now + 100, slow);
+        assert!(in_zero.has_changed().unwrap());
+        assert!(!in_one.has_changed().unwrap(), "lane 1 did not move");
+        in_zero.mark_unchanged();
+        // Lane 1 reaches 5: its stream hears it at once.
+        hub.tick(&lanes(50, 5), false, now + 200, slow);
+        assert!(in_one.has_changed().unwrap());
+        assert!(!in_zero.has_changed().unwrap());
     }
 
     #[test]
