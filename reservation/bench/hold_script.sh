@@ -14,9 +14,15 @@
 # visitor from the visitor key (KEYS[9]), so each is one `__rand_int__` and
 # they cannot disagree (redis-benchmark draws every placeholder on its own).
 #
-# Prints redis-benchmark's CSV on stdout, then on stderr one line
-# `STATE total=… available=… held=… confirmed=… oversold=…` from read.lua
-# (oversold = held + confirmed - total, must be 0).
+# Prints redis-benchmark's CSV on stdout, then on stderr a line
+# `CPU evalsha_usec_per_call=…` (Redis's own accounting, INFO
+# commandstats, reset before the run: the script's cost inside Redis,
+# less moved than requests/s by other load on a shared machine) and one
+# line `STATE total=… available=… held=… confirmed=… oversold=…` from
+# read.lua (oversold = held + confirmed - total, must be 0).
+# HOLD_LUA_DIR (default reservation/lua) drives another copy of the
+# scripts: a before/after comparison in one run (a copy of the old
+# scripts from `git show`).
 set -euo pipefail
 HOST=${1:-127.0.0.1}
 PORT=${2:-6379}
@@ -24,7 +30,7 @@ N=${3:-200000}
 C=${4:-50}
 P=${5:-1}
 STOCK=${6:-$((N / 2))}
-LUA="$(cd "$(dirname "$0")/../lua" && pwd)"
+LUA="${HOLD_LUA_DIR:-$(cd "$(dirname "$0")/../lua" && pwd)}"
 CLI=(redis-cli -h "$HOST" -p "$PORT")
 EV=bench
 K=("sluice:{$EV}:stock" "sluice:{$EV}:meta" "sluice:{$EV}:deadlines" "sluice:{$EV}:visitors" "sluice:{$EV}:stream" "sluice:{$EV}:ledgered" "sluice:{$EV}:vcats")
@@ -43,10 +49,14 @@ echo "hold.lua sha1 $SHA" >&2
 # (a bare qty: the event has no categories), no items, and the layout the
 # caller routed by ('1': a plain event). Without that last one hold.lua
 # answers RESHARDED before doing anything: the figure measured nothing.
+"${CLI[@]}" CONFIG RESETSTAT >/dev/null
 redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
   EVALSHA "$SHA" 9 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
   "sluice:{$EV}:vholds:20:visitor-__rand_int__" \
   100000 "$EV" 1 64 86400000 604800000 q "" 1
+
+"${CLI[@]}" INFO commandstats | tr -d '\r' |
+  sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/CPU evalsha_usec_per_call=\1/p' >&2
 
 # read.lua's KEYS[8] is the event's transfers out (shard.lua): none here.
 STATE=$("${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 8 "${K[@]}" "sluice:{$EV}:xout" 100000 "$EV" 1000000)

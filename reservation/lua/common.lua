@@ -43,8 +43,19 @@ local K_LEDGERED, K_VCATS = KEYS[6], KEYS[7]
 local MAXLEN, EVENT = ARGV[1], ARGV[2]
 
 -- Integers as decimal text. Never tostring(): it prints 14 significant
--- digits, so 2^50 would become "1.1258999068426e+15".
+-- digits, so 2^50 would become "1.1258999068426e+15". An integral value
+-- in range goes through '%d' (C's integer formatting); anything else
+-- through '%.0f', which is exact too but takes glibc's floating-point
+-- path, several times the cost. Formatting numbers was a measurable share
+-- of a hold's cost (callgrind of redis-server), so the hot scripts also
+-- pass redis.call text, never a Lua number (Redis formats those with
+-- '%.17g'). Text passes as it is: a caller formats a number it writes
+-- several times once and hands the text on.
 local function int(n)
+  if type(n) == 'string' then return n end
+  if n == math.floor(n) and n > -9007199254740992 and n < 9007199254740992 then
+    return string.format('%d', n)
+  end
   return string.format('%.0f', n)
 end
 
@@ -55,6 +66,12 @@ end
 
 -- Whether a ledger consumes the stream (checked once per script call).
 local ledgered = nil
+
+-- The event's `cats` field ('' when none) when the script has read it
+-- already (hold.lua reads it in its first HMGET): emit() then does not
+-- read it again. nil: emit() reads it. Only a script that does not change
+-- `cats` may set it.
+local known_cats = nil
 
 -- Appends one transition to the stream. `extra` is a flat list of more
 -- field/value pairs (payment_event_id, reason, version). Capped by length
@@ -68,16 +85,22 @@ local function emit(kind, suffix, visitor, qty, available, now, extra)
   if not ledgered then
     args[#args + 1] = 'MAXLEN'; args[#args + 1] = '~'; args[#args + 1] = MAXLEN
   end
-  local fields = {'*',
-    'type', kind, 'event', EVENT, 'hold_id', hold_id, 'visitor', visitor,
-    'qty', int(qty), 'available', int(available), 'ts_ms', int(now)}
-  for _, v in ipairs(fields) do args[#args + 1] = v end
+  local n = #args
+  args[n + 1] = '*'
+  args[n + 2] = 'type'; args[n + 3] = kind
+  args[n + 4] = 'event'; args[n + 5] = EVENT
+  args[n + 6] = 'hold_id'; args[n + 7] = hold_id
+  args[n + 8] = 'visitor'; args[n + 9] = visitor
+  args[n + 10] = 'qty'; args[n + 11] = int(qty)
+  args[n + 12] = 'available'; args[n + 13] = int(available)
+  args[n + 14] = 'ts_ms'; args[n + 15] = int(now)
   if extra then
     for _, v in ipairs(extra) do args[#args + 1] = v end
   end
   -- Each category's available units after the change, so a consumer can
   -- reconcile per category at this entry as it does for the event.
-  local cats = redis.call('HGET', K_META, 'cats')
+  local cats = known_cats
+  if cats == nil then cats = redis.call('HGET', K_META, 'cats') end
   if cats and cats ~= '' then
     local fields, parts = {}, {}
     for c in string.gmatch(cats, '[^,]+') do fields[#fields + 1] = 'c:' .. c .. ':avail' end
@@ -172,25 +195,38 @@ local function expire_member(member, now)
   return true
 end
 
+-- Set by reap_expired() when it found fewer lapsed holds than it was
+-- allowed to expire: at that `now`, no hold in the deadline index had
+-- lapsed any more (it expired them all). reap_until_available() may then
+-- skip its search, as long as nothing was added to the index since with a
+-- deadline at or before that `now` (hold.lua adds only later deadlines,
+-- after it).
+local lapsed_drained_at = nil
+
 -- Expires up to `max` holds whose deadline passed, oldest first. The hold
 -- hashes are not touched (not in KEYS): a held hold past its deadline reads
--- as expired anyway.
+-- as expired anyway. Returns how many it expired.
 local function reap_expired(now, max)
   if max <= 0 then return 0 end
-  local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, max)
+  local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', int(now), 'LIMIT', '0', int(max))
   local n = 0
   for _, member in ipairs(due) do
     if expire_member(member, now) then n = n + 1 end
   end
+  if #due < max then lapsed_drained_at = now end
   return n
 end
 
 -- Expires lapsed holds oldest first, one at a time, until `available`
 -- reaches `need` or none lapsed is left. Each expired hold returns at
 -- least one unit, so this expires at most `need` holds (`need` is at most
--- the cart limit). Returns the stock counter afterwards.
-local function reap_until_available(now, need)
-  local available = tonumber(redis.call('GET', K_STOCK))
+-- the cart limit). Returns the stock counter afterwards. `known` (optional)
+-- is the stock counter as the caller just read it, when nothing can have
+-- changed it since: not read again.
+local function reap_until_available(now, need, known)
+  local available = known or tonumber(redis.call('GET', K_STOCK))
+  -- Every lapsed hold was expired at this `now` already: none to search.
+  if lapsed_drained_at == now then return available end
   while available < need do
     local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, 1)
     if #due == 0 then break end
@@ -228,8 +264,11 @@ end
 -- event with categories or the reverse, the total past 2^53) is dropped
 -- without units or entry. Nothing happens while the stock counter is
 -- missing (not ready: the waves wait). Returns how many were released.
-local function release_waves(now)
-  local nxt = redis.call('HGET', K_META, 'wave_next')
+-- `nxt` (optional) is meta's wave_next as the caller just read it.
+local function release_waves(now, nxt)
+  -- `nxt`: meta's wave_next as the caller just read it (false when
+  -- absent); nil: read it here.
+  if nxt == nil then nxt = redis.call('HGET', K_META, 'wave_next') end
   if not nxt or tonumber(nxt) > now then return 0 end
   if not redis.call('GET', K_STOCK) then return 0 end
   local list = {}

@@ -76,10 +76,19 @@
 -- visitor within one TTL) work, and a refusal never stands where lapsed
 -- holds would have freed the units or the cart room.
 
-if not redis.call('GET', K_STOCK) then return {'NOT_READY'} end
-local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms', 'cats', 'shards')
+-- Cost: every redis.call is a round trip through the script engine, and
+-- this is the hottest script of a sale, so nothing is read twice: meta's
+-- fields come in one HMGET (wave_next for release_waves, cats for emit),
+-- the stock counter read first is the one compared with qty unless a
+-- lapsed hold or a wave changed it since, the visitor's index is trimmed
+-- only when it had lapsed members, and the search for more lapsed holds
+-- before SOLD_OUT is skipped when the reaping above found them all.
+local stock = redis.call('GET', K_STOCK)
+if not stock then return {'NOT_READY'} end
+local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms', 'cats', 'shards', 'wave_next')
 if not meta[1] or not meta[2] then return {'NOT_READY'} end
 if (meta[4] or '1') ~= ARGV[9] then return {'RESHARDED', meta[4] or '1'} end
+known_cats = meta[3] or ''
 local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
 local now = now_ms()
 local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
@@ -89,15 +98,20 @@ if not suffix or not visitor or #visitor ~= tonumber(vlen) then
   return redis.error_reply('hold.lua: malformed hold or visitor key')
 end
 local qty = tonumber(ARGV[3])
-reap_expired(now, tonumber(ARGV[4]))
+local s_now, s_qty = int(now), qty and int(qty)
+-- Whether the stock counter may have moved since `stock` was read.
+local moved = reap_expired(now, tonumber(ARGV[4])) > 0
 -- Waves due by now are on sale before anything is decided.
-release_waves(now)
+if release_waves(now, meta[5]) > 0 then moved = true end
 
 -- This visitor's lapsed holds no longer count against the cart.
-for _, member in ipairs(redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', now)) do
-  expire_member(member, now)
+local lapsed = redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
+if #lapsed > 0 then
+  for _, member in ipairs(lapsed) do
+    if expire_member(member, now) then moved = true end
+  end
+  redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
 end
-redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', now)
 
 if K_IDEM then
   local prior = redis.call('GET', K_IDEM)
@@ -154,7 +168,7 @@ end
 
 local available
 if items == '' then
-  available = reap_until_available(now, qty)
+  available = reap_until_available(now, qty, (not moved) and tonumber(stock) or nil)
   if available < qty then return {'SOLD_OUT', available} end
 else
   local c, a = short_item()
@@ -166,9 +180,9 @@ else
   end
 end
 
-available = redis.call('DECRBY', K_STOCK, qty)
-redis.call('HINCRBY', K_META, 'held', qty)
-redis.call('HINCRBY', K_VISITORS, visitor, qty)
+available = redis.call('DECRBY', K_STOCK, s_qty)
+redis.call('HINCRBY', K_META, 'held', s_qty)
+redis.call('HINCRBY', K_VISITORS, visitor, s_qty)
 local head = suffix
 for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
   redis.call('HINCRBY', K_META, 'c:' .. c .. ':avail', -tonumber(q))
@@ -177,16 +191,18 @@ for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
 end
 if items ~= '' then head = suffix .. '/' .. items end
 local deadline = now + ttl
-local member = head .. ':' .. qty .. ':' .. visitor
-redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', qty, 'status', 'held',
-  'deadline_ms', int(deadline), 'created_ms', int(now), 'member', member)
+-- Each number written more than once is formatted once.
+local s_deadline = int(deadline)
+local member = head .. ':' .. s_qty .. ':' .. visitor
+redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', s_qty, 'status', 'held',
+  'deadline_ms', s_deadline, 'created_ms', s_now, 'member', member)
 redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[6])))
-redis.call('ZADD', K_DEADLINES, int(deadline), member)
-redis.call('ZADD', K_VHOLDS, int(deadline), member)
+redis.call('ZADD', K_DEADLINES, s_deadline, member)
+redis.call('ZADD', K_VHOLDS, s_deadline, member)
 local vttl = redis.call('PTTL', K_VHOLDS)
 if vttl < 0 or now + vttl < deadline then
   redis.call('PEXPIREAT', K_VHOLDS, int(deadline + 1000))
 end
 if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
-emit('held', suffix, visitor, qty, available, now, with_items({'expires_at_ms', int(deadline)}, items))
+emit('held', suffix, visitor, s_qty, available, s_now, with_items({'expires_at_ms', s_deadline}, items))
 return {'HELD', qty, 'held', deadline, available, items}

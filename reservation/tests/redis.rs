@@ -416,6 +416,47 @@ async fn stream_is_consumable_with_a_group() {
     }
 }
 
+/// A hold's stream entry carries each category's available units after it
+/// (`category_available`, what a ledger reconciles per category), on an
+/// event with categories. hold.lua reads the categories once, in its first
+/// `HMGET`, and hands them to the entry: this fails if that hand-over
+/// loses them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_entries_carry_each_categorys_available_units() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let inv = connect(&server).await;
+    let ev = sluice_reservation::EventId::parse("catstream").unwrap();
+    let cat = |s: &str| sluice_reservation::CategoryId::parse(s).unwrap();
+    let cats = [
+        sluice_reservation::CategorySpec {
+            id: cat("floor"),
+            total: 3,
+            cart_limit: None,
+        },
+        sluice_reservation::CategorySpec {
+            id: cat("vip"),
+            total: 5,
+            cart_limit: None,
+        },
+    ];
+    inv.set_stock_with_categories(&ev, &spec(8, 4, Duration::from_secs(60), 1), &cats)
+        .await
+        .unwrap();
+    let items = [sluice_reservation::Item {
+        category: cat("floor"),
+        qty: 2,
+    }];
+    let HoldOutcome::Held(_) = inv.hold_items(&ev, "alice", &items, None).await.unwrap() else {
+        panic!("not held")
+    };
+    let reply = server.command(&format!("XREVRANGE sluice:{{{ev}}}:stream + - COUNT 1"));
+    for needle in ["held", "category_available", "floor=1,vip=5"] {
+        assert!(reply.contains(needle), "{needle} missing in {reply}");
+    }
+}
+
 /// `wait_replicas`: a hold or a confirmation is answered only once enough
 /// replicas have it; a fresh hold too few acknowledged is given back (and
 /// its idempotency key dropped), a confirmation stays applied and can be

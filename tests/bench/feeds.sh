@@ -33,40 +33,11 @@ CONNS=${4:-32}
 RATE=${5:-5000}
 PIPELINE=${6:-32}
 THREADS=2
-ADMIN=bench-admin-token-0123456789
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BENCH="$ROOT/tests/bench"
-WORK="$(mktemp -d -t sluice-feeds-bench.XXXXXX)"
-PIDS=()
-
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-echo "== building (release)" >&2
-(cd "$ROOT" && cargo build --release -q -p sluice-gateway --bin sluice \
-  && cargo build --release -q -p sluice-tests --example mint_tokens)
-TARGET="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-SLUICE="$TARGET/release/sluice"
+source "$(dirname "$0")/lib.sh"
+bench_init feeds-bench
+build_release mint_tokens
 MINT="$TARGET/release/examples/mint_tokens"
-
-echo "== redis-server" >&2
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$WORK" --protected-mode no >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do
-  redis-cli -p "$RPORT" PING 2>/dev/null | grep -q PONG && break
-  sleep 0.05
-done
-redis-cli -p "$RPORT" PING | grep -q PONG
+start_redis
 
 echo "== sluice serve (feeds.rows_per_sec = $RATE, pipeline_rows = $PIPELINE)" >&2
 GPORT=$(free_port)
@@ -99,7 +70,6 @@ for _ in $(seq 200); do
 done
 curl -fs "$BASE/_sluice/readyz" >/dev/null
 
-admin() { curl -s -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' "$@"; }
 admin -X PUT "$BASE/_sluice/admin/events/bench-hold" \
   -d '{"total": 1000000000000, "cart_limit": 1000000, "hold_ttl_seconds": 600, "version": 1}' >/dev/null
 admin -X PUT "$BASE/_sluice/admin/events/bench-feed" \

@@ -34,49 +34,19 @@ JOINS=${1:-150000}
 CONNS=${2:-64}
 THREADS=${3:-2}
 DUR=${4:-5}
-ADMIN=bench-admin-token-0123456789
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BENCH="$ROOT/tests/bench"
-WORK="$(mktemp -d -t sluice-joins-bench.XXXXXX)"
-PIDS=()
-
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
+bench_init joins-bench
 
 for tool in redis-server redis-cli redis-benchmark wrk curl python3; do
   command -v "$tool" >/dev/null || { echo "$tool missing" >&2; exit 2; }
 done
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-TARGET="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-if [ -z "${SLUICE_BIN:-}" ]; then
-  echo "== building (release)" >&2
-  (cd "$ROOT" && cargo build --release -q -p sluice-gateway --bin sluice \
-    && cargo build --release -q -p sluice-tests --example bench_tools)
-fi
-# SLUICE_BIN: measure another build of the gateway (e.g. an older commit's,
-# for a before/after); nothing is built then, the load tool is the one in
-# the target directory (or TOOLS_BIN).
-SLUICE="${SLUICE_BIN:-$TARGET/release/sluice}"
+# SLUICE_BIN: measure another build of the gateway (lib.sh); the load
+# tool is the one in the target directory (or TOOLS_BIN).
+build_release bench_tools
 TOOLS="${TOOLS_BIN:-$TARGET/release/examples/bench_tools}"
 
-echo "== redis-server" >&2
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$WORK" --protected-mode no >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do
-  redis-cli -p "$RPORT" PING 2>/dev/null | grep -q PONG && break
-  sleep 0.05
-done
-redis-cli -p "$RPORT" PING | grep -q PONG
+start_redis
 
 echo "== sluice serve ($SLUICE)" >&2
 GPORT=$(free_port)

@@ -1,6 +1,7 @@
 # Start-up pieces shared by the gateway benches (holds.sh, holds_knee.sh,
-# surge.sh): sourced, never run. Loopback only; everything started is
-# recorded in PIDS and stopped, and WORK removed, on exit.
+# surge.sh, joins.sh, feeds.sh, soak.sh): sourced, never run. Loopback
+# only; everything started is recorded in PIDS and stopped, and WORK
+# removed, on exit.
 #
 # After `bench_init NAME`: ROOT, BENCH, WORK, TARGET; then
 #   start_redis              -> RPORT (its pid in REDIS_PID)
@@ -8,7 +9,7 @@
 #                               admin token ADMIN, on that Redis, --load-stock
 #   admin CURL-ARGS…         -> curl with the admin token and JSON
 #   cpu_ticks PID            -> utime + stime of PID, in clock ticks
-#   build_release EXAMPLE…   -> release `sluice` and these sluice-tests examples
+#   build_release EXAMPLE…   -> release `sluice` and the examples (checks these)
 
 bench_init() {
   ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -30,16 +31,26 @@ free_port() {
 }
 
 build_release() {
-  echo "== building (release)" >&2
-  (cd "$ROOT" && cargo build --release -q -p sluice-gateway --bin sluice)
-  local ex=()
-  for e in "$@"; do ex+=(--example "$e"); done
-  if [ ${#ex[@]} -gt 0 ]; then
-    (cd "$ROOT" && cargo build --release -q -p sluice-tests "${ex[@]}")
+  # One build for every bench: the release `sluice` and all the examples,
+  # with the workspace's features unified as `--workspace --all-features`
+  # unifies them. Building `-p sluice-gateway` alone would pick another
+  # feature set for the shared crates and build them all a second time
+  # (a slow build on a small machine). The arguments name the examples a
+  # script needs (documentation only: every example is built).
+  # SLUICE_BIN=path: measure that build of `sluice` (e.g. an older
+  # commit's, for a before/after in one sitting) and build nothing; the
+  # examples are the target directory's.
+  if [ -z "${SLUICE_BIN:-}" ]; then
+    echo "== building (release)" >&2
+    (cd "$ROOT" && cargo build --release -q --workspace --all-features --bin sluice --examples)
   fi
   TARGET="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-  SLUICE="$TARGET/release/sluice"
+  SLUICE="${SLUICE_BIN:-$TARGET/release/sluice}"
+  local e
+  for e in "$@"; do
+    [ -x "$TARGET/release/examples/$e" ] || { echo "no example $e" >&2; return 1; }
+  done
 }
 
 start_redis() {

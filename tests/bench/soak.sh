@@ -53,43 +53,19 @@ CONCURRENCY=${CONCURRENCY:-$((RATE * 60 * MINUTES + ARRIVALS * 20))}
 VISITORS=$((ARRIVALS * 60 * MINUTES))
 # enough stock that the sale runs the whole soak (lapsed holds come back)
 TOTAL=$((MINUTES * 2000 + 1000))
-ADMIN=soak-admin-token-0123456789
 WEBHOOK=soak-webhook-secret-0123456789
 POW=soak-pow-secret-0123456789abcdef
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-WORK="$(mktemp -d -t sluice-soak.XXXXXX)"
-PIDS=()
-
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+source "$(dirname "$0")/lib.sh"
+bench_init soak
+# bench_init's admin token is the benches'; the soak has its own.
+ADMIN=soak-admin-token-0123456789
 
 rss_kb() {
   awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0
 }
 
-echo "== building (release)" >&2
-(cd "$ROOT" && cargo build --release -q -p sluice-gateway --bin sluice)
-TARGET="$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-SLUICE="$TARGET/release/sluice"
-
-echo "== redis-server" >&2
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$WORK" --protected-mode no >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do
-  redis-cli -p "$RPORT" PING 2>/dev/null | grep -q PONG && break
-  sleep 0.05
-done
-redis-cli -p "$RPORT" PING | grep -q PONG
+build_release
+start_redis
 
 "$SLUICE" keygen --out "$WORK/keys" >/dev/null 2>&1
 cat >"$WORK/sluice.toml" <<EOF

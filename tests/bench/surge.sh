@@ -27,13 +27,6 @@
 # (and its proofs of work) shares the machine's cores with the servers:
 # the script prints the load average.
 # Needs: cargo, redis-server, redis-cli, curl, python3.
-#
-# KNOWN NOT TO WORK YET (2026-12-04): the replay against the gateway does
-# not finish (even 6 visitors over 2 s hang until the outer timeout); the
-# cause was not found before the deadline. Suspects: surge.rs's polls wait
-# for a queue token that never comes when every visitor is admitted at
-# once, and the schedule loop ignores the hard stop while it waits for a
-# slot. No figure comes from this script yet.
 set -euo pipefail
 
 VISITORS=${1:-50000}
@@ -103,7 +96,9 @@ us = lambda ticks, n: ticks / tick * 1e6 / max(1, n)
 print("requests        " + "  ".join(f"{k} {gw[k]}" for k in kinds) + f"  (bare: {reqs(bare)} in all)")
 print(f"gateway replay  : {gw['visitors']} visitors planned, {joined} joined "
       f"({gw['queued']} queued, {gw['admitted_at_once']} admitted at once), {gw['failed']} failed, "
-      f"{gw['poll_failed']} polls failed, {float(gw['seconds']):.1f} s")
+      f"{gw['poll_failed']} polls failed, {gw['poll_skipped']} skipped (nobody in line), "
+      f"{float(gw['seconds']):.1f} s")
+print(f"gateway latency : p50/p99 ms {gw['ms_p50_p99']}")
 print(f"bare replay     : {bare_joined} visitors, {float(bare['seconds']):.1f} s")
 gw_us, bare_us = us(g, joined), us(o, bare_joined)
 print(f"gateway CPU     : {us(g, joined):8.1f} us per visitor joined  ({g / tick:.2f} s in all; "

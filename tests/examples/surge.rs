@@ -16,15 +16,31 @@
 //! uses a made-up token. That is the baseline the gateway's CPU per visitor
 //! is compared with.
 //!
+//! A visitor the room admits at once (join answered 200) is counted as
+//! admitted (`admitted_at_once`) and has no token to poll with: only
+//! visitors in line (201) poll. A poll due while nobody is in line is not
+//! sent and counts as `poll_skipped` (a room admitting everyone at once
+//! has no polls); it never waits for a token.
+//!
+//! The page and its static files are asked for compressed (`br, gzip`), as
+//! a browser asks; the JSON calls without (this tool reads their bodies
+//! and does not decompress). Until a waiting page has named its files,
+//! pages are asked for uncompressed too and read for their links.
+//!
 //! Bounded: at most 512 visitors and 256 polls in flight (beyond, the
 //! schedule waits: the run gets longer, never heavier), every request
-//! times out after 30 s, and the run stops at 10 × SECONDS + 60 s whatever
-//! is left. Requests go over one pooled HTTP/1.1 client (keep-alive
-//! connections, as many as are in flight).
+//! times out after 30 s, and the run stops at the hard stop (ten times
+//! SECONDS, plus 60 s) whatever is left: the schedule stops issuing
+//! (waiting for a slot or for a request's time included), the tasks still
+//! running are aborted and the process exits without waiting for a proof
+//! of work still being solved. `drained=false` then says so.
+//! Requests go over one pooled HTTP/1.1 client (keep-alive connections,
+//! as many as are in flight).
 //!
 //! Prints one line: `SURGE visitors=… joined=… queued=… admitted_at_once=…
 //! failed=… seconds=… page=… asset=… challenge=… join=… poll=…
-//! poll_failed=…` (`joined` = answered 201 or 200).
+//! poll_failed=… poll_skipped=… drained=… ms_p50_p99=… assets=…` (`joined` = answered
+//! 201 or 200).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -49,6 +65,9 @@ struct Counts {
     join: AtomicU64,
     poll: AtomicU64,
     poll_failed: AtomicU64,
+    poll_skipped: AtomicU64,
+    /// Latencies in ms per kind (page, challenge, solve, join, poll).
+    lat: [Mutex<Vec<u32>>; 5],
     queued: AtomicU64,
     at_once: AtomicU64,
     failed: AtomicU64,
@@ -60,7 +79,7 @@ struct Run {
     room: String,
     page_path: String,
     bare: bool,
-    /// The static files the page links (read from the first page).
+    /// The static files the page links (from the first waiting page).
     assets: Mutex<Option<Vec<String>>>,
     tokens: Mutex<Vec<String>>,
     next_poll: AtomicUsize,
@@ -74,10 +93,14 @@ async fn send(
     auth: Option<&str>,
     b: Option<String>,
 ) -> Option<Answer> {
+    // The JSON calls ask for no compression (this tool does not
+    // decompress, and reads the challenge and the queue token).
     let mut req = Request::builder()
         .method(method)
-        .uri(format!("{}{path}", run.base))
-        .header("accept-encoding", "br, gzip");
+        .uri(format!("{}{path}", run.base));
+    if path.starts_with("/_sluice/static/") {
+        req = req.header("accept-encoding", "br, gzip");
+    }
     if let Some(a) = auth {
         req = req.header("authorization", a);
     }
@@ -111,11 +134,17 @@ fn links(html: &str) -> Vec<String> {
 /// One visitor: page, its files, challenge, proof, join.
 async fn visitor(run: Arc<Run>) {
     let c = &run.counts;
+    // Until a waiting page has named its files, pages are asked for
+    // uncompressed (this tool does not decompress) and read for links.
+    let learning = !run.bare && run.assets.lock().is_none();
+    let t = Instant::now();
     let page = {
         let mut req = Request::builder()
             .uri(format!("{}{}", run.base, run.page_path))
-            .header("accept", "text/html,application/xhtml+xml")
-            .header("accept-encoding", "br, gzip");
+            .header("accept", "text/html,application/xhtml+xml");
+        if !learning {
+            req = req.header("accept-encoding", "br, gzip");
+        }
         req = req.header("accept-language", "en");
         tokio::time::timeout(
             REQUEST_TIMEOUT,
@@ -126,23 +155,26 @@ async fn visitor(run: Arc<Run>) {
         .flatten()
     };
     c.page.fetch_add(1, Ordering::Relaxed);
+    lat(&run, 0, t);
     let Some(page) = page else {
         c.failed.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let assets = {
-        let mut a = run.assets.lock();
-        if a.is_none() && !run.bare {
-            *a = Some(links(&page.text()));
+    if learning {
+        let found = links(&page.text());
+        if !found.is_empty() {
+            run.assets.lock().get_or_insert(found);
         }
-        a.clone().unwrap_or_default()
-    };
+    }
+    let assets = run.assets.lock().clone().unwrap_or_default();
     for asset in &assets {
         c.asset.fetch_add(1, Ordering::Relaxed);
         let _ = send(&run, Method::GET, asset, None, None).await;
     }
     let challenge_path = format!("/_sluice/rooms/{}/challenge", run.room);
+    let t = Instant::now();
     let ch = send(&run, Method::POST, &challenge_path, None, Some("{}".into())).await;
+    lat(&run, 1, t);
     c.challenge.fetch_add(1, Ordering::Relaxed);
     let join_body = if run.bare {
         // The shape of a real join body (a challenge of ~200 characters,
@@ -158,12 +190,15 @@ async fn visitor(run: Arc<Run>) {
         let k = v["puzzles"].as_u64().unwrap_or(1) as u8;
         let bits = v["difficulty_bits"].as_u64().unwrap_or(1) as u8;
         let chal = challenge.clone();
+        let t = Instant::now();
         let solutions = tokio::task::spawn_blocking(move || sluice_pow::solve(&chal, k, bits, 1))
             .await
             .expect("solver");
+        lat(&run, 2, t);
         json!({"challenge": challenge, "solutions": solutions, "return_to": run.page_path})
     };
     let join_path = format!("/_sluice/rooms/{}/join", run.room);
+    let t = Instant::now();
     let joined = send(
         &run,
         Method::POST,
@@ -172,6 +207,7 @@ async fn visitor(run: Arc<Run>) {
         Some(join_body.to_string()),
     )
     .await;
+    lat(&run, 3, t);
     c.join.fetch_add(1, Ordering::Relaxed);
     let Some(joined) = joined else {
         c.failed.fetch_add(1, Ordering::Relaxed);
@@ -205,27 +241,48 @@ async fn visitor(run: Arc<Run>) {
     }
 }
 
-/// One status poll with the next queued visitor's token (waits for the
-/// first one to exist).
+/// One status poll with the next queued visitor's token; with nobody in
+/// line yet it is skipped (`poll_skipped`): nobody could send it. It never
+/// waits for a token: a waiting poll would hold its slot, the schedule
+/// would stop behind the full poll slots, and the visitors who would bring
+/// tokens would never be sent (the hang this replay once had).
 async fn poll(run: Arc<Run>) {
-    let token = loop {
-        {
-            let t = run.tokens.lock();
-            if !t.is_empty() {
-                let i = run.next_poll.fetch_add(1, Ordering::Relaxed) % t.len();
-                break t[i].clone();
-            }
+    let token = {
+        let t = run.tokens.lock();
+        if t.is_empty() {
+            drop(t);
+            run.counts.poll_skipped.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        let i = run.next_poll.fetch_add(1, Ordering::Relaxed) % t.len();
+        t[i].clone()
     };
     let path = format!("/_sluice/rooms/{}/status", run.room);
+    let t = Instant::now();
     let ok = send(&run, Method::GET, &path, Some(&token), None)
         .await
         .is_some_and(|a| a.status.is_success());
+    lat(&run, 4, t);
     run.counts.poll.fetch_add(1, Ordering::Relaxed);
     if !ok {
         run.counts.poll_failed.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+fn lat(run: &Run, kind: usize, since: Instant) {
+    let ms = since.elapsed().as_millis().min(u128::from(u32::MAX)) as u32;
+    run.counts.lat[kind].lock().push(ms);
+}
+
+/// `p50/p99` of the latencies of one kind, in ms.
+fn quantiles(v: &Mutex<Vec<u32>>) -> String {
+    let mut v = v.lock().clone();
+    if v.is_empty() {
+        return "-".into();
+    }
+    v.sort_unstable();
+    let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize];
+    format!("{}/{}", q(0.5), q(0.99))
 }
 
 /// `(joined, polls)` per second, from `sluice simulate --csv`.
@@ -258,6 +315,9 @@ async fn main() {
     }
     let seconds: usize = args[4].parse().expect("seconds");
     let schedule = plan(&std::fs::read_to_string(&args[3]).expect("CSV"), seconds);
+    let total: u64 = schedule.iter().map(|(j, _)| j).sum();
+    let started = Instant::now();
+    let hard_stop = started + Duration::from_secs(10 * seconds as u64 + 60);
     let run = Arc::new(Run {
         client: TestClient::new(),
         base: args[0].clone(),
@@ -282,36 +342,41 @@ async fn main() {
     }
     let visitors_gate = Arc::new(tokio::sync::Semaphore::new(VISITORS_IN_FLIGHT));
     let polls_gate = Arc::new(tokio::sync::Semaphore::new(POLLS_IN_FLIGHT));
-    let started = Instant::now();
-    let hard_stop = started + Duration::from_secs(10 * seconds as u64 + 60);
     let mut tasks = tokio::task::JoinSet::new();
-    let total: u64 = schedule.iter().map(|(j, _)| j).sum();
-    // Both kinds of request of one second, interleaved evenly over it.
-    for (sec, (joins, polls)) in schedule.iter().enumerate() {
-        let n = joins + polls;
-        for i in 0..n {
-            // Joins and polls by Bresenham: the polls spread among joins.
-            let is_poll = (i + 1) * polls / n.max(1) != i * polls / n.max(1);
-            let due = started + Duration::from_secs_f64(sec as f64 + i as f64 / n as f64);
-            tokio::time::sleep_until(due.into()).await;
-            let gate = if is_poll { &polls_gate } else { &visitors_gate };
-            let permit = gate.clone().acquire_owned().await.expect("semaphore");
-            let r = run.clone();
-            tasks.spawn(async move {
-                if is_poll {
-                    poll(r).await;
-                } else {
-                    visitor(r).await;
-                }
-                drop(permit);
-            });
+    // Both kinds of request of one second, interleaved evenly over it;
+    // everything (the wait for a request's time, the wait for a slot)
+    // gives way to the hard stop.
+    let scheduled = tokio::time::timeout_at(hard_stop.into(), async {
+        for (sec, (joins, polls)) in schedule.iter().enumerate() {
+            let n = joins + polls;
+            for i in 0..n {
+                // Joins and polls by Bresenham: the polls spread among joins.
+                let is_poll = (i + 1) * polls / n.max(1) != i * polls / n.max(1);
+                let due = started + Duration::from_secs_f64(sec as f64 + i as f64 / n as f64);
+                tokio::time::sleep_until(due.into()).await;
+                let gate = if is_poll { &polls_gate } else { &visitors_gate };
+                let permit = gate.clone().acquire_owned().await.expect("semaphore");
+                let r = run.clone();
+                tasks.spawn(async move {
+                    if is_poll {
+                        poll(r).await;
+                    } else {
+                        visitor(r).await;
+                    }
+                    drop(permit);
+                });
+            }
         }
-    }
-    let drained = tokio::time::timeout_at(hard_stop.into(), async {
-        while tasks.join_next().await.is_some() {}
     })
     .await
     .is_ok();
+    let drained = scheduled
+        && tokio::time::timeout_at(hard_stop.into(), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+    tasks.abort_all();
     let elapsed = started.elapsed().as_secs_f64();
     let c = &run.counts;
     let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -319,7 +384,9 @@ async fn main() {
     let at_once = g(&c.at_once);
     println!(
         "SURGE visitors={total} joined={} queued={queued} admitted_at_once={at_once} failed={} \
-         seconds={elapsed:.2} page={} asset={} challenge={} join={} poll={} poll_failed={} drained={drained} assets={}",
+         seconds={elapsed:.2} page={} asset={} challenge={} join={} poll={} poll_failed={} \
+         poll_skipped={} drained={drained} ms_p50_p99=page:{},challenge:{},solve:{},join:{},poll:{} \
+         assets={}",
         queued + at_once,
         g(&c.failed),
         g(&c.page),
@@ -328,6 +395,17 @@ async fn main() {
         g(&c.join),
         g(&c.poll),
         g(&c.poll_failed),
+        g(&c.poll_skipped),
+        quantiles(&c.lat[0]),
+        quantiles(&c.lat[1]),
+        quantiles(&c.lat[2]),
+        quantiles(&c.lat[3]),
+        quantiles(&c.lat[4]),
         run.assets.lock().clone().unwrap_or_default().join(","),
     );
+    // Exit now: returning from main would wait for a proof of work still
+    // being solved on the blocking pool (after the hard stop).
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    std::process::exit(0);
 }

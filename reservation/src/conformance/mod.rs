@@ -28,7 +28,10 @@ pub use shards::{
     sharded_reshard_only_when_idle, sharded_routing_and_refusals, sharded_stock_changes,
     sharded_transfer_cut_in_half_lands_once,
 };
-pub use waves::{racing_callers_release_a_wave_once, schedule_refusals_and_lazy_release};
+pub use waves::{
+    a_due_wave_is_on_sale_for_a_bare_hold, racing_callers_release_a_wave_once,
+    schedule_refusals_and_lazy_release,
+};
 
 pub use loss::{
     load_only_into_a_store_that_never_had_the_event,
@@ -1390,7 +1393,8 @@ macro_rules! conformance_tests {
             restore_with_categories_puts_back_each_tier,
             restore_with_categories_refuses_inexact_records, feed_deltas_and_snapshots,
             feed_categories, feed_race, schedule_refusals_and_lazy_release,
-            racing_callers_release_a_wave_once, sharded_routing_and_refusals,
+            racing_callers_release_a_wave_once, a_due_wave_is_on_sale_for_a_bare_hold,
+            sharded_routing_and_refusals,
             sharded_transfer_cut_in_half_lands_once, sharded_stock_changes,
             sharded_reshard_only_when_idle);
         $crate::conformance_tests!(@each $make_short_retention;

@@ -863,3 +863,42 @@ pub async fn racing_callers_release_a_wave_once(h: &Harness) {
         .collect();
     assert_eq!(totals, vec![50, 57]);
 }
+
+/// A due wave is on sale for the very next hold of a bare qty (an event
+/// without categories), although no reader or reaper came by: the hold
+/// compares qty with the stock counter after releasing the wave, never
+/// with the counter it read before (hold.lua reuses its first read only
+/// when nothing moved the counter since).
+pub async fn a_due_wave_is_on_sale_for_a_bare_hold(h: &Harness) {
+    let ev = h.event("wavebare");
+    h.stock(&ev, 1, 4, Duration::from_secs(3600)).await;
+    assert!(matches!(
+        h.inv.hold(&ev, "a", 1, None).await.unwrap(),
+        HoldOutcome::Held(_)
+    ));
+    let at_ms = h.now_ms() + gap_ms(h);
+    let wave = Wave {
+        at_ms,
+        qty: 3,
+        category: None,
+    };
+    assert_eq!(
+        h.inv
+            .schedule_waves(&ev, std::slice::from_ref(&wave))
+            .await
+            .unwrap(),
+        ScheduleOutcome::Scheduled { waves: vec![wave] }
+    );
+    assert_eq!(
+        h.inv.hold(&ev, "b", 3, None).await.unwrap(),
+        HoldOutcome::SoldOut { available: 0 }
+    );
+    h.advance_past(at_ms).await;
+    let HoldOutcome::Held(v) = h.inv.hold(&ev, "b", 3, None).await.unwrap() else {
+        panic!("the due wave's 3 units were not on sale");
+    };
+    assert_eq!(v.available, 0);
+    let s = h.inv.read(&ev).await.unwrap().unwrap();
+    assert_eq!((s.total, s.available, s.held), (4, Some(0), 4));
+    assert!(s.invariant_holds, "{s:?}");
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# hold.lua before/after in one run: the scripts of a git revision (BASE,
+# default HEAD) against the working tree's, both driven directly by
+# reservation/bench/hold_script.sh.
+#
+# Usage: reservation/bench/hold_compare.sh [base-rev=HEAD] [requests=60000] [rounds=3]
+#
+# Two measures, each for the successful-hold path (a stock that never
+# sells out) and the sold-out path (stock 0):
+#   * instructions per call inside redis-server, under valgrind's
+#     callgrind: (instructions after 2,500 calls - after 500) / 2,000, so
+#     start-up and loading cancel out. Counted, not timed: the same on a
+#     busy machine as on a quiet one, and the figure to compare;
+#   * requests/s (redis-benchmark, 50 clients) and Redis's own
+#     usec_per_call (INFO commandstats), alternating before and after for
+#     ROUNDS rounds on one redis-server: timed, so moved by other load on
+#     a shared machine (the script prints the load average).
+# Loopback only; starts its own redis-server processes on free ports and
+# stops them; the copies of the scripts live in a temporary directory.
+# Needs: git, redis-server, redis-cli, redis-benchmark, valgrind, python3.
+set -euo pipefail
+
+BASE=${1:-HEAD}
+N=${2:-60000}
+ROUNDS=${3:-3}
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+WORK="$(mktemp -d -t sluice-hold-compare.XXXXXX)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+for tool in git redis-server redis-cli redis-benchmark valgrind python3; do
+  command -v "$tool" >/dev/null || { echo "$tool missing" >&2; exit 2; }
+done
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+mkdir -p "$WORK/before" "$WORK/after"
+for f in "$ROOT"/reservation/lua/*.lua; do
+  name=$(basename "$f")
+  git -C "$ROOT" show "$BASE:reservation/lua/$name" >"$WORK/before/$name" 2>/dev/null || cp "$f" "$WORK/before/$name"
+  cp "$f" "$WORK/after/$name"
+done
+
+# redis-server [valgrind prefix…]: starts one on a free port -> PORT, PID
+start() {
+  PORT=$(free_port)
+  "$@" redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$WORK" --protected-mode no >"$WORK/redis-$PORT.log" 2>&1 &
+  PID=$!
+  PIDS+=("$PID")
+  for _ in $(seq 300); do
+    redis-cli -p "$PORT" PING 2>/dev/null | grep -q PONG && return 0
+    sleep 0.1
+  done
+  echo "redis-server did not start" >&2
+  exit 1
+}
+
+# instructions VARIANT CALLS STOCK -> total instructions of a redis-server
+# that ran CALLS holds
+instructions() {
+  start valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out"
+  HOLD_LUA_DIR="$WORK/$1" "$HERE/hold_script.sh" 127.0.0.1 "$PORT" "$2" 10 1 "$3" >/dev/null 2>"$WORK/hs.err"
+  redis-cli -p "$PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  wait "$PID" 2>/dev/null || true
+  sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$WORK/cg.out" | head -1
+  rm -f "$WORK/cg.out"
+}
+
+echo "hold.lua: $BASE (before) against the working tree (after)"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== instructions per call inside redis-server (callgrind)"
+declare -A IR
+for stock in 1000000000 0; do
+  for v in before after; do
+    a=$(instructions "$v" 500 "$stock")
+    b=$(instructions "$v" 2500 "$stock")
+    IR[$v.$stock]=$(((b - a) / 2000))
+  done
+  path=$([ "$stock" = 0 ] && echo "sold out" || echo "held    ")
+  python3 -c "import sys; b,a=int(sys.argv[1]),int(sys.argv[2]); print(f'  {sys.argv[3]}: before {b:,}  after {a:,}  after/before {a/b:.3f}')" \
+    "${IR[before.$stock]}" "${IR[after.$stock]}" "$path"
+done
+
+echo "== redis-benchmark, $N calls, 50 clients, alternating ($ROUNDS rounds)"
+start
+for round in $(seq "$ROUNDS"); do
+  for v in before after; do
+    for stock in 1000000000 $((N / 2)); do
+      redis-cli -p "$PORT" FLUSHALL >/dev/null
+      out=$(HOLD_LUA_DIR="$WORK/$v" "$HERE/hold_script.sh" 127.0.0.1 "$PORT" "$N" 50 1 "$stock" 2>&1)
+      rps=$(grep '^"EVALSHA' <<<"$out" | cut -d, -f2 | tr -d '"')
+      usec=$(sed -n 's/^CPU evalsha_usec_per_call=//p' <<<"$out")
+      over=$(sed -n 's/.*oversold=\(-*[0-9]*\).*/\1/p' <<<"$out")
+      what=$([ "$stock" = 1000000000 ] && echo "never sells out" || echo "sells out half-way")
+      printf '  round %s %-6s %-18s %9s calls/s  %6s usec/call in Redis\n' "$round" "$v" "$what" "$rps" "$usec"
+      if [ "$stock" != 1000000000 ] && [ "$over" != 0 ]; then
+        echo "FAIL: oversold $over" >&2
+        exit 1
+      fi
+    done
+  done
+done
+redis-cli -p "$PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
