@@ -37,6 +37,14 @@
 //!   ends. Patience running out during the solve means it never joins.
 //! - **Claim**: an admitted visitor only claims its place at its next poll
 //!   (like a real page), so waits include the poll granularity.
+//! - **Lanes** ([`crate::lanes`]): with a room that has priority lanes,
+//!   each arriving visitor is drawn into a lane by `lane_mix` (everyone in
+//!   the default lane, the last, without one), joins that lane's FIFO with
+//!   [`RoomCore::join_lane`], compares its lane seq with its lane's
+//!   frontier, claims the place the store handed its seq, and polls at the
+//!   interval of its lane's ETA (its position scaled by the lane's share,
+//!   as the gateway's `lane_eta`). The report then carries per lane the
+//!   visitors, admissions, waits, drain and Kendall's tau within the lane.
 //! - **Session**: a claimed visitor stays `session_seconds`, renewing its
 //!   session with each request; the store's session therefore ends
 //!   `session_ttl` after its last request (`session_start` with a TTL of
@@ -73,8 +81,8 @@
 //! 100 ms buckets (a poll is never more than 24 s ahead), each sorted by
 //! time when its turn comes, so scheduling one is O(1) and the buckets
 //! being filled stay in cache; the only other timed event (a revoke at the end
-//! of a visit) uses a binary heap. Per visitor the simulator keeps 12 bytes
-//! and one `u32` wait; the store's own per-session state is the real one.
+//! of a visit) uses a binary heap. Per visitor the simulator keeps 16 bytes
+//! and one `u32` wait (two with lanes: the room's and the lane's); the store's own per-session state is the real one.
 //! Deterministic: every random draw comes from one ChaCha8 stream seeded by
 //! `seed`, consumed in event order.
 
@@ -85,17 +93,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use rand::SeedableRng;
+use rand::{RngExt as _, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Serialize;
 
 use crate::error::AdmissionError;
+use crate::lanes::LaneMode;
 use crate::memory::MemoryQueueStore;
 use crate::poll::{MAX_POLL_MS, MIN_POLL_MS, RateMeter, poll_after_ms_eta};
 use crate::room::RoomCore;
 use crate::settings::RoomSettings;
-use crate::store::{QueueStore, Snapshot};
+use crate::store::{LaneSnapshot, QueueStore, Snapshot};
 use sluice_clock::ManualClock;
 
 /// The room id the simulator uses inside its private store.
@@ -240,8 +249,16 @@ pub struct SimConfig {
     /// claim at their next poll and stay like the others. Not counted as
     /// visitors (their waits are not known).
     pub initial_pending: u64,
+    /// Per lane of `room.lanes`, the initial line already in it (a live
+    /// room's `lanes[].waiting`); empty: all of `initial_queue` in the
+    /// default lane. Must add up to `initial_queue`.
+    pub initial_lanes: Vec<u64>,
     /// When the `visitors` arrive.
     pub arrivals: Arrivals,
+    /// Per lane of `room.lanes`, the share of arriving visitors drawn into
+    /// it (adding up to 1); empty: everyone in the default lane (the last),
+    /// as visitors without an enqueue token naming a lane.
+    pub lane_mix: Vec<f64>,
     /// The room, as the gateway would configure it (rate or capacity
     /// calibration, burst, max_active, claim window, session TTL,
     /// requests per visitor per second for the origin load).
@@ -274,7 +291,9 @@ impl Default for SimConfig {
             initial_queue: 0,
             initial_active: 0,
             initial_pending: 0,
+            initial_lanes: Vec::new(),
             arrivals: Arrivals::Spike,
+            lane_mix: Vec::new(),
             room: RoomSettings::default(),
             session_seconds: 1.0,
             revoke_at_end: false,
@@ -350,6 +369,7 @@ impl SimConfig {
                 }
             }
         }
+        self.validate_lanes()?;
         self.solve.validate("solve time")?;
         if let Some(p) = &self.patience {
             p.validate("patience")?;
@@ -361,6 +381,79 @@ impl SimConfig {
         }
         Ok(())
     }
+}
+
+impl SimConfig {
+    fn validate_lanes(&self) -> Result<(), SimError> {
+        let bad = |m: String| Err(SimError::Invalid(m));
+        let k = self.room.lanes.len();
+        if !self.lane_mix.is_empty() {
+            if k == 0 {
+                return bad("a lane mix needs a room with lanes".into());
+            }
+            if self.lane_mix.len() != k {
+                return bad(format!(
+                    "the lane mix has {} shares for {k} lanes",
+                    self.lane_mix.len()
+                ));
+            }
+            if let Some(x) = self
+                .lane_mix
+                .iter()
+                .find(|x| !(x.is_finite() && **x >= 0.0 && **x <= 1.0))
+            {
+                return bad(format!("a lane's share must be between 0 and 1, got {x}"));
+            }
+            let sum: f64 = self.lane_mix.iter().sum();
+            if (sum - 1.0).abs() > 1e-6 {
+                return bad(format!("the lanes' shares must add up to 1, got {sum}"));
+            }
+        }
+        if !self.initial_lanes.is_empty() {
+            if self.initial_lanes.len() != k {
+                return bad(format!(
+                    "the initial line has {} lanes for a room with {k}",
+                    self.initial_lanes.len()
+                ));
+            }
+            let sum = self
+                .initial_lanes
+                .iter()
+                .fold(0u64, |a, b| a.saturating_add(*b));
+            if sum != self.initial_queue {
+                return bad(format!(
+                    "the initial line's lanes add up to {sum}, not {}",
+                    self.initial_queue
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One lane's figures in a [`SimReport`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LaneReport {
+    /// The lane's id.
+    pub id: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Visitors drawn into it (the initial line's included).
+    pub visitors: u64,
+    /// Those who reached the origin.
+    pub admitted: u64,
+    /// Those who gave up.
+    pub abandoned: u64,
+    /// Admitted on the spot at join.
+    pub passthrough: u64,
+    /// Arrival → origin, for those admitted.
+    pub wait_seconds: WaitStats,
+    /// Seconds until the lane's last visitor in line was admitted; `None`
+    /// when it never drained within the horizon, or nobody was in it.
+    pub drain_seconds: Option<f64>,
+    /// Kendall's tau-b between arrival order and lane seq within the lane
+    /// (FIFO within a lane: 1 when solve times are equal).
+    pub kendall_tau: Option<f64>,
 }
 
 /// Wait statistics, seconds.
@@ -478,6 +571,12 @@ pub struct SimReport {
     /// poll per admission): what the waiting line costs the edge in
     /// requests when the page streams its status.
     pub edge_requests_pushed: PollStats,
+    /// Per lane, in the room's order; empty (and left out of the JSON)
+    /// without lanes. With lanes `kendall_tau` above is room-wide (arrival
+    /// against the place the store handed out), which the lanes reorder on
+    /// purpose; each lane's own is FIFO's measure.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lanes: Vec<LaneReport>,
     /// Virtual seconds simulated.
     pub simulated_seconds: f64,
     /// The per-second time series (not serialised: `--csv` writes it).
@@ -485,7 +584,7 @@ pub struct SimReport {
     pub series: Vec<SecondRow>,
 }
 
-/// One visitor before it joins, 12 bytes, in join order.
+/// One visitor before it joins, 16 bytes, in join order.
 #[derive(Clone, Copy, Debug)]
 struct Visitor {
     /// Arrival, ms.
@@ -494,6 +593,8 @@ struct Visitor {
     join: u32,
     /// Leaves at this time if not admitted ([`NEVER`]: never).
     deadline: u32,
+    /// Its lane (index in the room's lanes; 0 without lanes).
+    lane: u8,
 }
 
 /// A visitor in line, as it sits in the timing wheel: everything a poll
@@ -506,6 +607,28 @@ struct Waiting {
     seq: u32,
     arrival: u32,
     deadline: u32,
+    lane: u8,
+}
+
+/// The lane of a [`Waiting`] that is a place rather than a lane seq (a
+/// live room's pending claim carried over): claimed as a place.
+const PLACE: u8 = u8::MAX;
+
+/// One lane's running figures.
+#[derive(Default)]
+struct LaneAcc {
+    visitors: u64,
+    /// Visitors whose join time came (joined, refused or gone while
+    /// solving).
+    join_done: u64,
+    admitted: u64,
+    abandoned: u64,
+    passthrough: u64,
+    waits_ms: Vec<u32>,
+    wait_sum_ms: u128,
+    /// (arrival ms, lane seq) of every visitor admitted.
+    order: Vec<(u32, u32)>,
+    drain_ms: Option<u64>,
 }
 
 /// Polls a future the memory store returned: they never wait.
@@ -544,6 +667,12 @@ struct Engine {
     session_ms: u64,
     session_ttl_ms: u64,
     revoke: bool,
+    /// Lanes: how they share the rate, the last tick's lane snapshots
+    /// (the gateway's cached view; empty without lanes) and each lane's
+    /// figures.
+    lane_mode: LaneMode,
+    lane_snap: Vec<LaneSnapshot>,
+    lane_acc: Vec<LaneAcc>,
     /// Whether sessions go to the store (see [`run`]'s docs); otherwise
     /// they are counted in `sessions_diff` (by second, difference array).
     store_sessions: bool,
@@ -575,9 +704,36 @@ struct Engine {
 }
 
 impl Engine {
-    fn abandon_at(&mut self, ms: u32) {
+    fn abandon_at(&mut self, ms: u32, lane: u8) {
         self.abandoned += 1;
         bump(&mut self.abandoned_per_sec, (ms / 1000) as usize);
+        if let Some(a) = self.lane_acc.get_mut(usize::from(lane)) {
+            a.abandoned += 1;
+        }
+    }
+
+    /// The position the poll interval of a visitor at `position` in `lane`
+    /// is computed from: scaled by the lane's share of the rate, as the
+    /// gateway's ETA (`visitor::lane_eta`): weighted, by the weights of
+    /// the lanes with someone waiting over its own; strict, behind
+    /// everyone waiting in the lanes above it.
+    fn lane_position(&self, lane: usize, position: u64) -> u64 {
+        let snap = &self.lane_snap;
+        match self.lane_mode {
+            LaneMode::Strict => {
+                snap[..lane].iter().map(LaneSnapshot::waiting).sum::<u64>() + position
+            }
+            LaneMode::Weighted => {
+                let wsum: u64 = snap
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, l)| *j == lane || l.waiting() > 0)
+                    .map(|(_, l)| u64::from(l.weight))
+                    .sum();
+                let w = u64::from(snap[lane].weight).max(1);
+                (position * wsum).div_ceil(w)
+            }
+        }
     }
 
     /// The session id of `seq` as the gateway names it
@@ -591,8 +747,16 @@ impl Engine {
         sid
     }
 
-    /// A visitor reaches the origin at `t`.
-    fn reach_origin(&mut self, core: &mut RoomCore, t: u64, seq: u64, arrival: u32) {
+    /// A visitor reaches the origin at `t` on place `seq` (its lane seq
+    /// `lane_seq` in lane `lane`, with lanes).
+    fn reach_origin(
+        &mut self,
+        core: &mut RoomCore,
+        t: u64,
+        seq: u64,
+        arrival: u32,
+        (lane, lane_seq): (u8, u64),
+    ) {
         let ttl = self.session_ms + self.session_ttl_ms;
         if self.store_sessions {
             let sid = self.take_session_id(core.epoch, seq);
@@ -622,6 +786,13 @@ impl Engine {
             .push((arrival, seq.min(u64::from(u32::MAX)) as u32));
         self.wait_sum_ms += u128::from(wait);
         self.admitted += 1;
+        if let Some(a) = self.lane_acc.get_mut(usize::from(lane)) {
+            a.waits_ms.push(wait.min(u64::from(u32::MAX)) as u32);
+            a.order
+                .push((arrival, lane_seq.min(u64::from(u32::MAX)) as u32));
+            a.wait_sum_ms += u128::from(wait);
+            a.admitted += 1;
+        }
     }
 
     /// Counts a session started at `start` in the rows of the seconds from
@@ -663,7 +834,7 @@ impl Engine {
         let dt = poll_after_ms_eta(position.max(1), self.poll_rate, &mut self.rng);
         let next = t + dt.clamp(BUCKET_MS, (WHEEL as u64 - 1) * BUCKET_MS);
         if next > u64::from(w.deadline) {
-            self.abandon_at(w.deadline);
+            self.abandon_at(w.deadline, w.lane);
         } else {
             w.at = next as u32;
             self.wheel[(next / BUCKET_MS) as usize & (WHEEL - 1)].push(w);
@@ -675,42 +846,75 @@ impl Engine {
         let idx = self.next_join;
         self.next_join += 1;
         let v = self.visitors[idx];
+        let lanes = !self.lane_acc.is_empty();
+        if lanes {
+            self.lane_acc[usize::from(v.lane)].join_done += 1;
+        }
         if v.join > v.deadline {
             // gave up while solving
-            self.abandon_at(v.deadline);
+            self.abandon_at(v.deadline, v.lane);
             return;
         }
         bump(&mut self.joins_per_sec, (t / 1000) as usize);
-        let Ok(o) = core.join(t) else {
+        let lane = lanes.then_some(usize::from(v.lane));
+        let Ok(o) = core.join_lane(t, lane) else {
             // a closed (or full `reject`) room turns the visitor away
-            self.abandon_at(v.join);
+            self.abandon_at(v.join, v.lane);
             return;
         };
         if o.admitted {
             // the join itself claims a passthrough place
             self.passthrough += 1;
-            self.reach_origin(core, t, o.seq, v.arrival);
+            let place = if lanes {
+                self.lane_acc[usize::from(v.lane)].passthrough += 1;
+                o.place
+            } else {
+                o.seq
+            };
+            self.reach_origin(core, t, place, v.arrival, (v.lane, o.seq));
         } else {
             let w = Waiting {
                 at: 0,
                 seq: o.seq as u32,
                 arrival: v.arrival,
                 deadline: v.deadline,
+                lane: v.lane,
             };
             // Pushed, it opens its stream now.
             bump(&mut self.push_requests_per_sec, (t / 1000) as usize);
-            self.schedule_poll(t, w, o.position());
+            let position = match lane {
+                Some(i) => self.lane_position(i, o.position()),
+                None => o.position(),
+            };
+            self.schedule_poll(t, w, position);
         }
     }
 
     fn poll(&mut self, core: &mut RoomCore, t: u64, w: Waiting) {
         bump(&mut self.polls_per_sec, (t / 1000) as usize);
         let seq = u64::from(w.seq);
+        if !self.lane_snap.is_empty() && w.lane != PLACE {
+            // a lane seq: admitted once its lane's frontier passed it,
+            // on the place the store handed it
+            let lane = usize::from(w.lane);
+            let front = self.lane_snap[lane].frontier;
+            if seq <= front
+                && let Some(place) = core.place_of(Some(lane), seq)
+                && core.claim(place).is_admitted()
+            {
+                bump(&mut self.push_requests_per_sec, (t / 1000) as usize);
+                self.reach_origin(core, t, place, w.arrival, (w.lane, seq));
+            } else {
+                let position = self.lane_position(lane, seq.saturating_sub(front));
+                self.schedule_poll(t, w, position);
+            }
+            return;
+        }
         if seq <= self.frontier && core.claim(seq).is_admitted() {
             // Pushed, the admission comes on the stream and one poll
             // fetches its cookie.
             bump(&mut self.push_requests_per_sec, (t / 1000) as usize);
-            self.reach_origin(core, t, seq, w.arrival);
+            self.reach_origin(core, t, seq, w.arrival, (PLACE, seq));
         } else {
             self.schedule_poll(t, w, seq.saturating_sub(self.frontier));
         }
@@ -740,6 +944,7 @@ impl Engine {
                 seq: 0,
                 arrival: 0,
                 deadline: 0,
+                lane: 0,
             },
         );
         for w in &bucket {
@@ -828,6 +1033,12 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let visitors = make_visitors(cfg, &mut rng);
     let total = visitors.len() as u64;
+    let mut visitors_per_lane = vec![0u64; cfg.room.lanes.len()];
+    if !visitors_per_lane.is_empty() {
+        for v in &visitors {
+            visitors_per_lane[usize::from(v.lane)] += 1;
+        }
+    }
 
     let clock = ManualClock::new(0);
     let store = MemoryQueueStore::new(Arc::new(clock.clone()));
@@ -852,6 +1063,9 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         revokes: BinaryHeap::new(),
         frontier: snap.frontier,
         poll_rate: snap.rate_per_sec,
+        lane_mode: settings.lane_mode,
+        lane_snap: snap.lanes.clone(),
+        lane_acc: lane_accs(&visitors_per_lane),
         session_ms: u64::from(secs_to_ms(cfg.session_seconds).max(1)),
         session_ttl_ms: settings.session_ttl.as_millis() as u64,
         revoke: cfg.revoke_at_end,
@@ -882,7 +1096,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         store.inspect(ROOM, |core, _| {
             for i in 0..cfg.initial_active {
                 // session ids above every seq
-                e.reach_origin(core, 0, (1 << 40) + i, CARRIED);
+                e.reach_origin(core, 0, (1 << 40) + i, CARRIED, (PLACE, 0));
             }
             let from = core.seed_pending(0, cfg.initial_pending);
             for seq in from..from + cfg.initial_pending {
@@ -891,6 +1105,7 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
                     seq: seq as u32,
                     arrival: CARRIED,
                     deadline: NEVER,
+                    lane: PLACE,
                 };
                 e.schedule_poll(0, w, 1);
             }
@@ -919,6 +1134,18 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         meter.record(snap.store_now_ms, snap.admitted_total);
         e.frontier = snap.frontier;
         e.poll_rate = meter.rate().unwrap_or(0.0).max(snap.rate_per_sec);
+        if !e.lane_acc.is_empty() {
+            for (a, l) in e.lane_acc.iter_mut().zip(&snap.lanes) {
+                if a.drain_ms.is_none()
+                    && a.visitors > 0
+                    && a.join_done == a.visitors
+                    && l.waiting() == 0
+                {
+                    a.drain_ms = Some(t1);
+                }
+            }
+            e.lane_snap.clone_from(&snap.lanes);
+        }
         let all_joined = e.next_join == e.visitors.len();
         if all_joined && e.drain_ms.is_none() && snap.queue_length() == 0 {
             e.drain_ms = Some(t1);
@@ -991,6 +1218,23 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         peak: rows.iter().map(f).max().unwrap_or(0),
         total: rows.iter().map(f).sum(),
     };
+    let lanes = cfg
+        .room
+        .lanes
+        .iter()
+        .zip(&mut e.lane_acc)
+        .map(|(l, a)| LaneReport {
+            id: l.id.clone(),
+            weight: l.weight,
+            visitors: a.visitors,
+            admitted: a.admitted,
+            abandoned: a.abandoned,
+            passthrough: a.passthrough,
+            wait_seconds: wait_stats(&mut a.waits_ms, a.wait_sum_ms),
+            drain_seconds: a.drain_ms.map(|ms| ms as f64 / 1000.0),
+            kendall_tau: crate::fairness::kendall_tau_b(&a.order).map(|t| (t * 1e6).round() / 1e6),
+        })
+        .collect();
     let edge_requests_polling = per_sec(&|r| r.joined + r.polls);
     let edge_requests_pushed = per_sec(&|r| r.joined + r.push_requests);
     Ok(SimReport {
@@ -1016,9 +1260,22 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
         edge_polls_per_sec,
         edge_requests_polling,
         edge_requests_pushed,
+        lanes,
         simulated_seconds: t0 as f64 / 1000.0,
         series: rows,
     })
+}
+
+/// Each lane's running figures, from its number of visitors; empty
+/// without lanes.
+fn lane_accs(visitors: &[u64]) -> Vec<LaneAcc> {
+    visitors
+        .iter()
+        .map(|&n| LaneAcc {
+            visitors: n,
+            ..LaneAcc::default()
+        })
+        .collect()
 }
 
 /// The mean of the values from the first non-zero one to the last.
@@ -1085,6 +1342,33 @@ fn make_visitors(cfg: &SimConfig, rng: &mut ChaCha8Rng) -> Vec<Visitor> {
         Some(p) => arrival.saturating_add(p.sample_ms(rng)).min(NEVER - 1),
         None => NEVER,
     };
+    // the lanes: the default (the last) unless the mix draws another;
+    // the initial line lane by lane, as the live room holds it
+    let default_lane = cfg.room.lanes.len().saturating_sub(1) as u8;
+    let mut initial_lane = cfg
+        .initial_lanes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &k)| std::iter::repeat_n(i as u8, k as usize));
+    let mut cumulative = Vec::with_capacity(cfg.lane_mix.len());
+    let mut sum = 0.0;
+    for share in &cfg.lane_mix {
+        sum += share;
+        cumulative.push(sum);
+    }
+    let draw_lane = |rng: &mut ChaCha8Rng| -> u8 {
+        if cumulative.is_empty() {
+            return default_lane;
+        }
+        let u: f64 = rng.random();
+        // the first lane whose cumulative share passes u; rounding leaves
+        // the rest to the last lane with a share
+        cumulative
+            .iter()
+            .position(|c| u < *c)
+            .or_else(|| cfg.lane_mix.iter().rposition(|x| *x > 0.0))
+            .unwrap_or(default_lane.into()) as u8
+    };
     let mut out = Vec::with_capacity(q + n);
     for _ in 0..q {
         let d = deadline(rng, 0);
@@ -1092,15 +1376,18 @@ fn make_visitors(cfg: &SimConfig, rng: &mut ChaCha8Rng) -> Vec<Visitor> {
             arrival: 0,
             join: 0,
             deadline: d,
+            lane: initial_lane.next().unwrap_or(default_lane),
         });
     }
     for a in arrivals_ms {
         let join = a.saturating_add(solve.sample_ms(rng)).min(NEVER - 1);
         let d = deadline(rng, a);
+        let lane = draw_lane(rng);
         out.push(Visitor {
             arrival: a,
             join,
             deadline: d,
+            lane,
         });
     }
     // stable: the initial line (join 0) stays first
@@ -1176,6 +1463,9 @@ mod tests {
             revokes: BinaryHeap::new(),
             frontier: 0,
             poll_rate: 0.0,
+            lane_mode: LaneMode::Weighted,
+            lane_snap: Vec::new(),
+            lane_acc: Vec::new(),
             session_ms: 0,
             session_ttl_ms: 0,
             revoke: false,

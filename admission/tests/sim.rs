@@ -380,3 +380,198 @@ fn kendall_tau_of_arrival_and_admission() {
     let t = varied.kendall_tau.unwrap();
     assert!(t > 0.3 && t < 0.999, "tau {t}");
 }
+
+// === priority lanes ===
+
+fn lanes_room(mode: sluice_admission::lanes::LaneMode) -> RoomSettings {
+    use sluice_admission::lanes::Lane;
+    RoomSettings {
+        rate_per_sec: 100.0,
+        burst: 10.0,
+        lanes: vec![
+            Lane {
+                id: "presale".into(),
+                weight: 70,
+            },
+            Lane {
+                id: "public".into(),
+                weight: 30,
+            },
+        ],
+        lane_mode: mode,
+        ..Default::default()
+    }
+}
+
+/// 6,000 visitors over ten seconds (no two arriving in the same ms: tau-b
+/// counts ties), half in each lane, at 100/s. Weighted
+/// 70/30, presale's 3,000 are through at 70/s (≈ 43 s); public had 30/s
+/// meanwhile and then the whole rate, so the room drains at 60 s as
+/// without lanes (the unused share flows on). Strict: presale first, at
+/// the whole rate (30 s). Within each lane arrival order is kept (tau 1:
+/// fixed solve time), while the room-wide order is not (the lanes
+/// overtake on purpose).
+#[test]
+fn lanes_share_the_rate_by_weight_and_keep_fifo_within_each() {
+    use sluice_admission::lanes::LaneMode;
+    let cfg = |mode| SimConfig {
+        visitors: 6_000,
+        arrivals: Arrivals::Ramp { seconds: 10.0 },
+        solve: Dist::Fixed(0.5),
+        room: lanes_room(mode),
+        lane_mix: vec![0.5, 0.5],
+        ..Default::default()
+    };
+    let r = sim(&cfg(LaneMode::Weighted));
+    assert_eq!(r.admitted, 6_000, "{r:?}");
+    assert_eq!(r.lanes.len(), 2);
+    let (pre, publ) = (&r.lanes[0], &r.lanes[1]);
+    assert_eq!((pre.id.as_str(), pre.weight), ("presale", 70));
+    assert_eq!(pre.visitors + publ.visitors, 6_000);
+    // a fair coin over 6,000 draws: within 4 sigma of half
+    assert!(pre.visitors.abs_diff(3_000) < 160, "{pre:?}");
+    assert_eq!(pre.admitted, pre.visitors);
+    assert_eq!(publ.admitted, publ.visitors);
+    let pre_drain = pre.drain_seconds.unwrap();
+    let expect = pre.visitors as f64 / 70.0;
+    assert!(
+        (pre_drain - expect).abs() < 2.5,
+        "presale drained at {pre_drain}, expected ≈ {expect}"
+    );
+    let publ_drain = publ.drain_seconds.unwrap();
+    assert!(
+        (publ_drain - 60.0).abs() < 2.5,
+        "public drained at {publ_drain}"
+    );
+    assert!((r.drain_seconds.unwrap() - publ_drain).abs() < 0.2, "{r:?}");
+    assert_eq!(pre.kendall_tau, Some(1.0));
+    assert_eq!(publ.kendall_tau, Some(1.0));
+    let room_tau = r.kendall_tau.unwrap();
+    assert!(
+        room_tau < 0.99,
+        "the lanes reorder the room: tau {room_tau}"
+    );
+    assert!(pre.wait_seconds.p95 < publ.wait_seconds.p95, "{r:?}");
+
+    let s = sim(&cfg(LaneMode::Strict));
+    let pre_drain = s.lanes[0].drain_seconds.unwrap();
+    let expect = s.lanes[0].visitors as f64 / 100.0;
+    assert!(
+        (pre_drain - expect).abs() < 2.5,
+        "strict: presale drained at {pre_drain}, expected ≈ {expect}"
+    );
+    assert!(
+        (s.lanes[1].drain_seconds.unwrap() - 60.0).abs() < 2.5,
+        "{s:?}"
+    );
+    assert_eq!(s.lanes[0].kendall_tau, Some(1.0));
+    assert_eq!(s.lanes[1].kendall_tau, Some(1.0));
+}
+
+/// A room with one lane is the plain room: same admissions, drain, waits
+/// and polls as without lanes (the simulator's lane path and the store's
+/// lane bookkeeping change nothing when there is nothing to share).
+#[test]
+fn one_lane_is_the_plain_room() {
+    use sluice_admission::lanes::Lane;
+    let plain = SimConfig {
+        visitors: 20_000,
+        arrivals: Arrivals::Poisson { per_sec: 400.0 },
+        solve: Dist::from_median_p95(1.0, Some(3.0)),
+        patience: Some(Dist::from_median_p95(60.0, Some(200.0))),
+        room: RoomSettings {
+            rate_per_sec: 150.0,
+            burst: 20.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut one = plain.clone();
+    one.room.lanes = vec![Lane {
+        id: "all".into(),
+        weight: 1,
+    }];
+    let (a, b) = (sim(&plain), sim(&one));
+    assert_eq!(a.admitted, b.admitted);
+    assert_eq!(a.abandoned, b.abandoned);
+    assert_eq!(a.passthrough, b.passthrough);
+    assert_eq!(a.drain_seconds, b.drain_seconds);
+    assert_eq!(a.wait_seconds, b.wait_seconds);
+    assert_eq!(a.edge_polls_per_sec, b.edge_polls_per_sec);
+    assert_eq!(b.lanes[0].admitted, b.admitted);
+    assert_eq!(b.lanes[0].kendall_tau, a.kendall_tau);
+    assert!(a.lanes.is_empty());
+}
+
+/// Lane settings the simulation refuses, each with a reason: a mix without
+/// lanes, a mix of the wrong length or not adding up to 1, an initial line
+/// per lane that does not add up.
+#[test]
+fn invalid_lane_configs_are_refused() {
+    use sluice_admission::lanes::LaneMode;
+    let ok = SimConfig {
+        visitors: 10,
+        room: lanes_room(LaneMode::Weighted),
+        lane_mix: vec![0.2, 0.8],
+        ..Default::default()
+    };
+    assert!(ok.validate().is_ok());
+    let bad = [
+        SimConfig {
+            room: RoomSettings::default(),
+            ..ok.clone()
+        },
+        SimConfig {
+            lane_mix: vec![1.0],
+            ..ok.clone()
+        },
+        SimConfig {
+            lane_mix: vec![0.5, 0.6],
+            ..ok.clone()
+        },
+        SimConfig {
+            lane_mix: vec![-0.5, 1.5],
+            ..ok.clone()
+        },
+        SimConfig {
+            lane_mix: vec![f64::NAN, 1.0],
+            ..ok.clone()
+        },
+        SimConfig {
+            initial_queue: 5,
+            initial_lanes: vec![1, 2],
+            ..ok.clone()
+        },
+        SimConfig {
+            initial_queue: 3,
+            initial_lanes: vec![3],
+            ..ok.clone()
+        },
+    ];
+    for cfg in bad {
+        let e = run(&cfg, |_| {}).unwrap_err().to_string();
+        assert!(e.contains("lane"), "{e}");
+    }
+}
+
+/// An initial line per lane (a live room's): each lane's line is drained
+/// by its share, and the lanes' visitors are counted.
+#[test]
+fn initial_line_per_lane() {
+    use sluice_admission::lanes::LaneMode;
+    let r = sim(&SimConfig {
+        visitors: 0,
+        initial_queue: 1_000,
+        initial_lanes: vec![700, 300],
+        room: lanes_room(LaneMode::Weighted),
+        ..Default::default()
+    });
+    assert_eq!(r.admitted, 1_000);
+    assert_eq!(r.lanes[0].visitors, 700);
+    assert_eq!(r.lanes[1].visitors, 300);
+    // 70/30 of 100/s: both lanes drain together in ≈ 10 s
+    for l in &r.lanes {
+        let d = l.drain_seconds.unwrap();
+        assert!((d - 10.0).abs() < 1.5, "{l:?}");
+    }
+}

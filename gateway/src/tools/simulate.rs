@@ -95,6 +95,60 @@ fn parse_secs(s: &str) -> Result<f64, String> {
     Ok(v * mult)
 }
 
+/// The value of `--lanes` (one flag, a comma-separated list).
+#[derive(Clone, Debug)]
+pub struct LaneList(pub Vec<sluice_admission::lanes::Lane>);
+
+/// The value of `--lane-mix`: (lane id, share of arrivals).
+#[derive(Clone, Debug)]
+pub struct LaneMix(pub Vec<(String, f64)>);
+
+/// `presale:70,public:30`: lane ids and weights (`--lanes`); a bare id
+/// weighs 1.
+fn parse_lanes(s: &str) -> Result<LaneList, String> {
+    let lanes = s
+        .split(',')
+        .map(|part| {
+            let (id, w) = part.trim().split_once(':').unwrap_or((part.trim(), "1"));
+            let weight = w
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| format!("lane {id:?}: weight {w:?} is not a whole number"))?;
+            Ok(sluice_admission::lanes::Lane {
+                id: id.trim().to_owned(),
+                weight,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    sluice_admission::lanes::validate_lanes(&lanes)?;
+    Ok(LaneList(lanes))
+}
+
+/// `presale:20%,members:0.1`: the share of arriving visitors per lane
+/// (`--lane-mix`), as a fraction or a percentage.
+fn parse_lane_mix(s: &str) -> Result<LaneMix, String> {
+    s.split(',')
+        .map(|part| {
+            let (id, v) = part
+                .trim()
+                .split_once(':')
+                .ok_or_else(|| format!("expected LANE:SHARE (e.g. presale:20%), got {part:?}"))?;
+            let v = v.trim();
+            let share = match v.strip_suffix('%') {
+                Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+                None => v.parse::<f64>(),
+            }
+            .ok()
+            .filter(|x| x.is_finite() && (0.0..=1.0).contains(x))
+            .ok_or_else(|| {
+                format!("lane {id:?}: share {v:?} is not between 0 and 1 (or 0% and 100%)")
+            })?;
+            Ok((id.trim().to_owned(), share))
+        })
+        .collect::<Result<_, String>>()
+        .map(LaneMix)
+}
+
 /// Flags of `sluice simulate`.
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -121,6 +175,19 @@ pub struct SimulateArgs {
     /// refuses counts as abandoned.
     #[arg(long)]
     pub method: Option<String>,
+    /// Priority lanes, `ID:WEIGHT,…` (the last is the default lane)
+    /// [default: none, or the live room's with --from].
+    #[arg(long, value_name = "ID:WEIGHT,…", value_parser = parse_lanes)]
+    pub lanes: Option<LaneList>,
+    /// How lanes share the rate: weighted or strict [default: weighted, or
+    /// the live room's with --from].
+    #[arg(long)]
+    pub lane_mode: Option<String>,
+    /// Share of arriving visitors per lane, `ID:SHARE,…` (0.2 or 20%); the
+    /// default lane (the last) takes what the others leave [default:
+    /// everyone in the default lane].
+    #[arg(long, value_name = "ID:SHARE,…", value_parser = parse_lane_mix)]
+    pub lane_mix: Option<LaneMix>,
     /// How long an admitted visitor stays on the origin.
     #[arg(long, default_value = "1s", value_parser = parse_secs)]
     pub session_length: f64,
@@ -203,6 +270,8 @@ struct Live {
     active_sessions: u64,
     pending_claims: u64,
     paused: bool,
+    /// Waiting per lane id, with lanes.
+    lanes_waiting: Vec<(String, u64)>,
 }
 
 /// Runs `sluice simulate`; returns the process exit code (0, 64 for bad
@@ -292,6 +361,16 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
             active_sessions: v["active_sessions"].as_u64().unwrap_or(0),
             pending_claims: v["pending_claims"].as_u64().unwrap_or(0),
             paused,
+            lanes_waiting: v["lanes"]
+                .as_array()
+                .map(|ls| {
+                    ls.iter()
+                        .filter_map(|l| {
+                            Some((l["id"].as_str()?.to_owned(), l["waiting"].as_u64()?))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         });
     }
     if let Some(b) = args.burst {
@@ -303,6 +382,12 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
     if let Some(m) = &args.method {
         room.method = sluice_admission::QueueMethod::parse(m)
             .map_err(|e| usage(format!("--method: {}", e.reason)))?;
+    }
+    if let Some(l) = &args.lanes {
+        room.lanes = l.0.clone();
+    }
+    if let Some(m) = &args.lane_mode {
+        room.lane_mode = parse_lane_mode(m).map_err(|e| usage(format!("--lane-mode: {e}")))?;
     }
     if let Some(s) = args.claim_window {
         room.claim_window = secs(s, "--claim-window")?;
@@ -345,6 +430,14 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
             Arrivals::Times(times)
         }
     };
+    let lane_mix = match &args.lane_mix {
+        Some(mix) => lane_mix(&room.lanes, &mix.0)?,
+        None => Vec::new(),
+    };
+    let (initial_queue, initial_lanes) = match &live {
+        Some(l) => initial_line(&room.lanes, l),
+        None => (0, Vec::new()),
+    };
     let tick_ms = (args.tick * 1000.0).round();
     if !(1.0..=1000.0).contains(&tick_ms) {
         return Err(usage("--tick must be between 1ms and 1s"));
@@ -353,7 +446,9 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
         visitors: args
             .visitors
             .unwrap_or(if live.is_some() { 0 } else { 50_000 }),
-        initial_queue: live.as_ref().map_or(0, |l| l.queue_length),
+        initial_queue,
+        initial_lanes,
+        lane_mix,
         initial_active: live.as_ref().map_or(0, |l| l.active_sessions),
         initial_pending: live.as_ref().map_or(0, |l| l.pending_claims),
         arrivals,
@@ -374,6 +469,74 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
     }
     cfg.validate().map_err(|e| usage(e.to_string()))?;
     Ok((cfg, live))
+}
+
+fn parse_lane_mode(s: &str) -> Result<sluice_admission::lanes::LaneMode, String> {
+    match s {
+        "weighted" => Ok(sluice_admission::lanes::LaneMode::Weighted),
+        "strict" => Ok(sluice_admission::lanes::LaneMode::Strict),
+        _ => Err(format!("expected weighted or strict, got {s:?}")),
+    }
+}
+
+/// The share of arrivals per lane of `lanes` from `--lane-mix`: the lanes
+/// named get their share, the default lane (the last) what is left unless
+/// it is named too (then the shares must add up to 1).
+fn lane_mix(
+    lanes: &[sluice_admission::lanes::Lane],
+    mix: &[(String, f64)],
+) -> Result<Vec<f64>, Failure> {
+    if lanes.is_empty() {
+        return Err(usage(
+            "--lane-mix needs a room with lanes (--lanes, or a live room's with --from)",
+        ));
+    }
+    let mut shares = vec![None; lanes.len()];
+    for (id, share) in mix {
+        let i = lanes.iter().position(|l| &l.id == id).ok_or_else(|| {
+            let ids: Vec<&str> = lanes.iter().map(|l| l.id.as_str()).collect();
+            usage(format!(
+                "--lane-mix: no lane {id:?} (lanes: {})",
+                ids.join(", ")
+            ))
+        })?;
+        if shares[i].replace(*share).is_some() {
+            return Err(usage(format!("--lane-mix: lane {id:?} named twice")));
+        }
+    }
+    let named: f64 = shares.iter().flatten().sum();
+    let last = lanes.len() - 1;
+    if shares[last].is_none() {
+        if named > 1.0 + 1e-9 {
+            return Err(usage(format!(
+                "--lane-mix: the shares add up to {named}, more than 1"
+            )));
+        }
+        shares[last] = Some((1.0 - named).max(0.0));
+    } else if (named - 1.0).abs() > 1e-6 {
+        return Err(usage(format!(
+            "--lane-mix: with the default lane named, the shares must add up to 1 (they add up to {named})"
+        )));
+    }
+    Ok(shares.into_iter().map(|s| s.unwrap_or(0.0)).collect())
+}
+
+/// The live room's line: its length and, with lanes, how it splits over
+/// `lanes` (by id; a lane the simulation does not have sends its line to
+/// the default lane).
+fn initial_line(lanes: &[sluice_admission::lanes::Lane], live: &Live) -> (u64, Vec<u64>) {
+    if lanes.is_empty() || live.lanes_waiting.is_empty() {
+        return (live.queue_length, Vec::new());
+    }
+    let mut per = vec![0u64; lanes.len()];
+    for (id, n) in &live.lanes_waiting {
+        let i = lanes
+            .iter()
+            .position(|l| &l.id == id)
+            .unwrap_or(lanes.len() - 1);
+        per[i] += n;
+    }
+    (per.iter().sum(), per)
 }
 
 fn secs(s: f64, flag: &str) -> Result<Duration, Failure> {
@@ -409,6 +572,23 @@ fn apply_live(room: &mut RoomSettings, v: &Value) {
         .and_then(|m| sluice_admission::QueueMethod::parse(m).ok())
     {
         room.method = m;
+    }
+    if let Some(ls) = v["lanes"].as_array() {
+        room.lanes = ls
+            .iter()
+            .filter_map(|l| {
+                Some(sluice_admission::lanes::Lane {
+                    id: l["id"].as_str()?.to_owned(),
+                    weight: u32::try_from(l["weight"].as_u64()?).ok()?,
+                })
+            })
+            .collect();
+    }
+    if let Some(m) = v["lane_mode"]
+        .as_str()
+        .and_then(|m| parse_lane_mode(m).ok())
+    {
+        room.lane_mode = m;
     }
     room.capacity_rps = v["capacity_rps"].as_f64();
     if let Some(m) = v["safety_margin"].as_f64() {
@@ -602,6 +782,7 @@ fn summary(cfg: &SimConfig, r: &SimReport, live: Option<&Live>) -> String {
     );
     line(&mut s, "peak queue", thousands(r.peak_queue_length));
     summary_load(&mut s, r);
+    summary_lanes(&mut s, cfg, r);
     if let Some(l) = live {
         match r.drain_seconds {
             Some(d) => s.push_str(&format!(
@@ -693,9 +874,48 @@ fn summary_load(s: &mut String, r: &SimReport) {
     );
 }
 
+/// One line per lane: its visitors, admissions, waits, drain and the
+/// fairness within it.
+fn summary_lanes(s: &mut String, cfg: &SimConfig, r: &SimReport) {
+    if r.lanes.is_empty() {
+        return;
+    }
+    let mode = match cfg.room.lane_mode {
+        sluice_admission::lanes::LaneMode::Weighted => "weighted",
+        sluice_admission::lanes::LaneMode::Strict => "strict",
+    };
+    s.push_str(&format!(
+        "  lanes ({mode}; the room-wide tau above counts the lanes' overtaking)\n"
+    ));
+    for l in &r.lanes {
+        let drain = match l.drain_seconds {
+            Some(d) => human(d),
+            None if l.visitors == 0 => "-".into(),
+            None => "not drained".into(),
+        };
+        let tau = match l.kendall_tau {
+            Some(t) => format!("{t:.6}"),
+            None => "n/a".into(),
+        };
+        line(
+            s,
+            &format!("  {} (weight {})", l.id, l.weight),
+            format!(
+                "{} visitors, {} admitted ({} passthrough), {} abandoned; wait p50 / p95 {} / {}; drain {drain}; tau {tau}",
+                thousands(l.visitors),
+                thousands(l.admitted),
+                thousands(l.passthrough),
+                thousands(l.abandoned),
+                human(l.wait_seconds.p50),
+                human(l.wait_seconds.p95),
+            ),
+        );
+    }
+}
+
 /// One `key   value` line of the summary.
 fn line(s: &mut String, k: &str, v: String) {
-    s.push_str(&format!("  {k:<22}{v}\n"));
+    s.push_str(&format!("  {k:<23}{v}\n"));
 }
 
 /// The per-second series, one row per second.
