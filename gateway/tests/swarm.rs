@@ -456,6 +456,14 @@ fn bad_flags_exit_64() {
         vec!["--url", "https://127.0.0.1:1"],
         vec!["--url", "127.0.0.1:1"],
         vec!["--room", "no/slash"],
+        vec!["--lane-mix", "presale:50%"],
+        vec!["--lane-mix", "presale:60%,vip:50%", "--enqueue-secret", "s"],
+        vec![
+            "--lane-mix",
+            "presale:10%,presale:20%",
+            "--enqueue-secret",
+            "s",
+        ],
     ] {
         let out = sluice().arg("swarm").args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -468,4 +476,156 @@ fn bad_flags_exit_64() {
         let out = sluice().arg("swarm").args(&args).output().unwrap();
         assert!(!out.status.success(), "{args:?}");
     }
+}
+
+/// Lanes in the swarm (issue 22): half the visitors join with an enqueue
+/// token naming `presale` (signed with the room's HMAC secret, as the
+/// origin would), the others without one, into the default lane `public`.
+/// The room admits 20/s, 70/30, while 60/s arrive: presale overtakes
+/// public on purpose, so the room-wide tau falls, while each lane stays
+/// FIFO (its own tau at 0.99 or above; one of a few pairs of joins sent a
+/// millisecond apart on two connections can cross).
+#[test]
+fn swarm_reports_one_tau_per_lane() {
+    const SECRET: &str = "swarm-test-enqueue-secret-0123456789";
+    let dir = std::env::temp_dir().join(format!("sluice-swarm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("lanes.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+listen = "127.0.0.1:0"
+
+[[rooms]]
+id = "default"
+rate_per_sec = 20
+burst = 5
+join_limit_per_prefix_per_min = 0
+puzzles = 2
+difficulty_floor_bits = 4
+difficulty_ceiling_bits = 6
+attack_min_solve = "0s"
+lanes = [{{ id = "presale", weight = 70 }}, {{ id = "public", weight = 30 }}]
+
+[rooms.enqueue]
+hmac_secret = "{SECRET}"
+
+[[events]]
+id = "demo"
+room = "default"
+total = 1000
+cart_limit = {CART_LIMIT}
+hold_ttl = "2m"
+"#
+        ),
+    )
+    .unwrap();
+    let mut cmd = sluice();
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .args(["--admin-token", ADMIN])
+        .env("SLUICE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the gateway printed its address")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("sluice listening on ") {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('/')
+                .to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    let gw = Gateway { child, url };
+    let out = sluice()
+        .args([
+            "swarm",
+            "--url",
+            &gw.url,
+            "--visitors",
+            "150",
+            "--concurrency",
+            "150",
+        ])
+        .args([
+            "--arrival-rate",
+            "60",
+            "--rate",
+            "3000",
+            "--duration",
+            "60s",
+        ])
+        .args([
+            "--max-poll-ms",
+            "300",
+            "--admin-token",
+            ADMIN,
+            "--seed",
+            "3",
+        ])
+        .args([
+            "--lane-mix",
+            "presale:50%",
+            "--enqueue-secret",
+            SECRET,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stderr}"));
+    assert_eq!(out.status.code(), Some(0), "{v:#} {stderr}");
+    let f = &v["fairness"];
+    eprintln!("fairness: {f}");
+    let lanes = f["lanes"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no lanes: {f}"));
+    assert_eq!(lanes.len(), 2, "{f}");
+    let (pre, publ) = (&lanes["presale"], &lanes["public"]);
+    let n = |l: &Value| l["visitors"].as_u64().unwrap();
+    assert_eq!(n(pre) + n(publ), f["visitors"].as_u64().unwrap(), "{f}");
+    assert!(n(pre) > 40 && n(publ) > 40, "{f}");
+    let tau = |l: &Value| l["kendall_tau"].as_f64().unwrap();
+    assert!(tau(pre) >= 0.99 && tau(publ) >= 0.99, "{f}");
+    assert!(
+        tau(f) < tau(pre).min(tau(publ)) - 0.01,
+        "the lanes overtake: {f}"
+    );
+    let text = {
+        let out = sluice()
+            .args([
+                "swarm",
+                "--url",
+                &gw.url,
+                "--visitors",
+                "20",
+                "--concurrency",
+                "20",
+            ])
+            .args([
+                "--rate",
+                "3000",
+                "--duration",
+                "60s",
+                "--max-poll-ms",
+                "300",
+            ])
+            .args(["--lane-mix", "presale:50%", "--enqueue-secret", SECRET])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(text.contains("in lane presale"), "{text}");
 }

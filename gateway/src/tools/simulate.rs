@@ -126,7 +126,7 @@ fn parse_lanes(s: &str) -> Result<LaneList, String> {
 
 /// `presale:20%,members:0.1`: the share of arriving visitors per lane
 /// (`--lane-mix`), as a fraction or a percentage.
-fn parse_lane_mix(s: &str) -> Result<LaneMix, String> {
+pub(crate) fn parse_lane_mix(s: &str) -> Result<LaneMix, String> {
     s.split(',')
         .map(|part| {
             let (id, v) = part

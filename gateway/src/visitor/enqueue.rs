@@ -14,8 +14,8 @@
 //!   as last fetched ([`crate::gate::fetched`]); a token naming a key it
 //!   lacks (the origin rotated) waits for one early fetch, at most once per
 //!   `jwks_retry` and `ENQUEUE_JWKS_TIMEOUT` long, so made-up key ids
-//!   cannot make the gateway fetch more often. The `lane` claim is read and not yet used (lanes are not
-//!   built).
+//!   cannot make the gateway fetch more often. The `lane` claim picks the
+//!   visitor's priority lane (README, "Priority lanes").
 
 use std::time::Duration;
 

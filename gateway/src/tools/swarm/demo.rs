@@ -89,6 +89,8 @@ impl DemoCrowd {
             pay_ratio: 0.0,
             webhook_secret: None,
             admin_token: None,
+            lane_mix: Vec::new(),
+            enqueue_secret: None,
             seed: rand::random(),
             buy: false,
             solvers: SOLVERS,

@@ -17,8 +17,18 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use sluice_admission::{PlaceMap, PrequeueDraw};
 
+/// The lane of an admitted visitor: the one its enqueue token asked for
+/// (`None`: no token, the default lane) and the one the join's answer
+/// named (a room with lanes names it to a visitor who waits; an admission
+/// on the spot names none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct LaneOf {
+    pub(super) asked: Option<String>,
+    pub(super) answered: Option<String>,
+}
+
 /// One admitted visitor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Admission {
     /// µs after the crowd started when its place-buying join was sent.
     pub(super) arrived_us: u64,
@@ -26,6 +36,8 @@ pub(super) struct Admission {
     pub(super) epoch: u64,
     /// Its seq (from the admission token).
     pub(super) seq: u64,
+    /// Its lane.
+    pub(super) lane: LaneOf,
 }
 
 /// `(epoch, seq)` of an admission token's claims, read without verifying
@@ -57,9 +69,20 @@ pub(super) fn draw_of(public_room: &Value) -> Option<PlaceMap> {
     ))
 }
 
-/// The `fairness` object of the report.
+/// (arrival µs, (epoch, place)): what the fairness measure ranks.
+type Ranked = (u64, (u64, u64));
+
+/// The `fairness` object of the report: room-wide, and per lane when the
+/// room has lanes (`lanes`, by lane id).
+///
+/// Within a lane, places are handed out in lane-seq order (a lane's share
+/// of each advance goes to its next seqs; a visitor let in on the spot
+/// finds nobody waiting in any lane), so ranking a lane's visitors by
+/// place is ranking them by their place in the lane. A visitor without an
+/// enqueue token is in the default lane, whose id the answers to the ones
+/// who waited give.
 pub(super) fn fairness_json(admissions: &[Admission], draw: Option<&PlaceMap>) -> Value {
-    let pairs: Vec<(u64, (u64, u64))> = admissions
+    let pairs: Vec<Ranked> = admissions
         .iter()
         .map(|a| {
             let place = draw.map_or(a.seq, |m| m.place(a.seq));
@@ -67,12 +90,44 @@ pub(super) fn fairness_json(admissions: &[Admission], draw: Option<&PlaceMap>) -
         })
         .collect();
     let tau = sluice_admission::fairness::kendall_tau_b(&pairs);
-    json!({
-        "kendall_tau": tau.map(|t| (t * 1e6).round() / 1e6),
+    let round = |t: Option<f64>| t.map(|t| (t * 1e6).round() / 1e6);
+    let mut out = json!({
+        "kendall_tau": round(tau),
         "visitors": pairs.len(),
         "arrival": "join sent",
         "admission": "place (frontier position)",
-    })
+    });
+    let with_lanes = admissions
+        .iter()
+        .any(|a| a.lane.answered.is_some() || a.lane.asked.is_some());
+    if with_lanes {
+        // the default lane's id: what a token-less visitor who waited was told
+        let default = admissions
+            .iter()
+            .find(|a| a.lane.asked.is_none() && a.lane.answered.is_some())
+            .and_then(|a| a.lane.answered.clone())
+            .unwrap_or_else(|| "(default)".to_owned());
+        let mut by_lane: std::collections::BTreeMap<String, Vec<Ranked>> =
+            std::collections::BTreeMap::new();
+        for (a, pair) in admissions.iter().zip(&pairs) {
+            let id = a
+                .lane
+                .answered
+                .clone()
+                .or_else(|| a.lane.asked.clone())
+                .unwrap_or_else(|| default.clone());
+            by_lane.entry(id).or_default().push(*pair);
+        }
+        let lanes: serde_json::Map<String, Value> = by_lane
+            .into_iter()
+            .map(|(id, p)| {
+                let tau = sluice_admission::fairness::kendall_tau_b(&p);
+                (id, json!({"kendall_tau": round(tau), "visitors": p.len()}))
+            })
+            .collect();
+        out["lanes"] = Value::Object(lanes);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -99,6 +154,7 @@ mod tests {
                 arrived_us: seq * 10,
                 epoch: 1,
                 seq,
+                lane: LaneOf::default(),
             })
             .collect();
         assert_eq!(fairness_json(&adm, None)["kendall_tau"], 1.0);
@@ -114,5 +170,45 @@ mod tests {
         .unwrap();
         assert!((drawn - want).abs() < 1e-6, "{drawn} vs {want}");
         assert_eq!(draw_of(&json!({"state": "open"})), None);
+        assert!(fairness_json(&adm, None).get("lanes").is_none());
+    }
+
+    /// Two lanes interleaved by place (presale's visitors overtake): each
+    /// lane's own tau is 1, the room's is not; a token-less visitor let in
+    /// on the spot counts in the default lane the waiting ones were told.
+    #[test]
+    fn one_tau_per_lane() {
+        let lane = |asked: Option<&str>, answered: Option<&str>| LaneOf {
+            asked: asked.map(str::to_owned),
+            answered: answered.map(str::to_owned),
+        };
+        let mut adm = vec![Admission {
+            arrived_us: 1,
+            epoch: 1,
+            seq: 1,
+            lane: lane(None, None),
+        }];
+        // public joined at 10, 20, 30, …; presale at 15, 25, 35, … but
+        // presale's places come first
+        for k in 0..5u64 {
+            adm.push(Admission {
+                arrived_us: 10 + 10 * k,
+                epoch: 1,
+                seq: 20 + k,
+                lane: lane(None, Some("public")),
+            });
+            adm.push(Admission {
+                arrived_us: 15 + 10 * k,
+                epoch: 1,
+                seq: 2 + k,
+                lane: lane(Some("presale"), Some("presale")),
+            });
+        }
+        let f = fairness_json(&adm, None);
+        assert_eq!(f["lanes"]["presale"]["kendall_tau"], 1.0, "{f}");
+        assert_eq!(f["lanes"]["presale"]["visitors"], 5, "{f}");
+        assert_eq!(f["lanes"]["public"]["kendall_tau"], 1.0, "{f}");
+        assert_eq!(f["lanes"]["public"]["visitors"], 6, "{f}");
+        assert!(f["kendall_tau"].as_f64().unwrap() < 0.9, "{f}");
     }
 }

@@ -41,6 +41,16 @@
 //! (module `fairness`): 1 for a FIFO room whose queue reordered nobody,
 //! about 0 for a fair lottery. Computed in O(n log n).
 //!
+//! # Lanes
+//!
+//! With `--lane-mix presale:30%` and `--enqueue-secret S` (the room's
+//! `[rooms.enqueue] hmac_secret`), that share of the visitors joins with an
+//! enqueue token naming the lane, signed as the origin would sign it (one
+//! account per visitor); the others join without one, into the room's
+//! default lane. `fairness.lanes` then gives one tau per lane: FIFO within
+//! a lane scores 1 there while the room-wide figure counts the lanes'
+//! overtaking.
+//!
 //! # Bounds
 //!
 //! At most `--visitors` visitors, `--concurrency` at once, `--rate` requests
@@ -169,7 +179,16 @@ pub struct SwarmArgs {
     /// report.
     #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// Seed of the visitors' choices (quantities, who pays).
+    /// Share of the visitors joining each lane, `ID:SHARE,…` (0.3 or
+    /// 30%), with an enqueue token naming it (needs --enqueue-secret); the
+    /// rest join without one, into the room's default lane.
+    #[arg(long, value_name = "ID:SHARE,…", value_parser = crate::tools::simulate::parse_lane_mix)]
+    pub lane_mix: Option<crate::tools::simulate::LaneMix>,
+    /// The room's enqueue HMAC secret (`[rooms.enqueue] hmac_secret`): the
+    /// swarm signs its visitors' enqueue tokens with it, as the origin.
+    #[arg(long, env = "SLUICE_ENQUEUE_SECRET", hide_env_values = true)]
+    pub enqueue_secret: Option<String>,
+    /// Seed of the visitors' choices (quantities, who pays, lanes).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print one JSON object instead of the table.
@@ -211,6 +230,25 @@ fn run_inner(args: SwarmArgs) -> Result<ExitCode, Failure> {
     if args.pay_ratio > 0.0 && args.webhook_secret.is_none() {
         return Err(usage("--pay-ratio needs --webhook-secret"));
     }
+    let lane_mix = args.lane_mix.as_ref().map_or(Vec::new(), |m| m.0.clone());
+    if !lane_mix.is_empty() {
+        if args.enqueue_secret.as_deref().is_none_or(str::is_empty) {
+            return Err(usage(
+                "--lane-mix needs --enqueue-secret (the room's enqueue hmac_secret)",
+            ));
+        }
+        let sum: f64 = lane_mix.iter().map(|(_, s)| s).sum();
+        if sum > 1.0 + 1e-9 {
+            return Err(usage(format!(
+                "--lane-mix: the shares add up to {sum}, more than 1"
+            )));
+        }
+        for (i, (id, _)) in lane_mix.iter().enumerate() {
+            if lane_mix[..i].iter().any(|(other, _)| other == id) {
+                return Err(usage(format!("--lane-mix: lane {id:?} named twice")));
+            }
+        }
+    }
     for (flag, v) in [("--room", &args.room), ("--event", &args.event)] {
         if v.is_empty()
             || v.len() > 64
@@ -225,7 +263,7 @@ fn run_inner(args: SwarmArgs) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()
         .map_err(|e| failure(format!("cannot start the runtime: {e}")))?;
-    let report = rt.block_on(crowd::swarm(args.clone_settings(bases)))?;
+    let report = rt.block_on(crowd::swarm(args.clone_settings(bases, lane_mix)))?;
     let mut out = std::io::stdout().lock();
     let written = if args.json {
         writeln!(out, "{}", report.to_json())
@@ -284,7 +322,7 @@ fn is_loopback_host(host: &str) -> bool {
 }
 
 impl SwarmArgs {
-    fn clone_settings(&self, bases: Vec<String>) -> Settings {
+    fn clone_settings(&self, bases: Vec<String>, lane_mix: Vec<(String, f64)>) -> Settings {
         Settings {
             bases,
             arrival_rate: self.arrival_rate,
@@ -299,6 +337,8 @@ impl SwarmArgs {
             pay_ratio: self.pay_ratio,
             webhook_secret: self.webhook_secret.clone(),
             admin_token: self.admin_token.clone(),
+            lane_mix,
+            enqueue_secret: self.enqueue_secret.clone(),
             seed: self.seed,
             buy: true,
             solvers: 0,
@@ -323,6 +363,11 @@ struct Settings {
     pay_ratio: f64,
     webhook_secret: Option<String>,
     admin_token: Option<String>,
+    /// (lane id, share of the visitors) joining with an enqueue token
+    /// naming the lane; the rest join without one.
+    lane_mix: Vec<(String, f64)>,
+    /// The room's enqueue HMAC secret, to sign those tokens.
+    enqueue_secret: Option<String>,
     seed: u64,
     /// Admitted visitors hold (and pay or release); false: they leave once
     /// let in, and the stock is untouched (the embedded demo's fans, who

@@ -283,6 +283,18 @@ impl Report {
                 None => "n/a (fewer than two admitted)".into(),
             },
         );
+        if let Some(lanes) = self.fairness["lanes"].as_object() {
+            for (id, l) in lanes {
+                line(
+                    &mut s,
+                    &format!("  in lane {id}"),
+                    match l["kendall_tau"].as_f64() {
+                        Some(t) => format!("{t:.6} over {} admitted", l["visitors"]),
+                        None => format!("n/a ({} admitted)", l["visitors"]),
+                    },
+                );
+            }
+        }
         self.table_stock(&mut s, &v);
         self.table_errors(&mut s, &v);
         s.push_str(&format!(

@@ -127,7 +127,8 @@ pub(super) async fn visit(sh: &Shared, i: u64) -> Result<Outcome, Stop> {
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
             .wrapping_add(i),
     );
-    let (joined, arrived_us) = join(sh, i).await?;
+    let asked = lane_of(sh, i);
+    let (joined, arrived_us, answered) = join(sh, i, asked).await?;
     let admission = match joined {
         Joined::Admitted(t) => t,
         Joined::Waiting {
@@ -141,6 +142,10 @@ pub(super) async fn visit(sh: &Shared, i: u64) -> Result<Outcome, Stop> {
             arrived_us,
             epoch,
             seq,
+            lane: super::fairness::LaneOf {
+                asked: asked.map(str::to_owned),
+                answered,
+            },
         });
     }
     if !sh.s.buy {
@@ -208,10 +213,62 @@ enum Joined {
     },
 }
 
-/// Challenge, solve, join; a 429/503 (or a consumed challenge) starts over.
-/// With the answer, when the join that bought the place was sent (µs
-/// after the crowd started).
-async fn join(sh: &Shared, i: u64) -> Result<(Joined, u64), Stop> {
+/// The lane visitor `i` joins with an enqueue token naming it (drawn by
+/// `--lane-mix` from its own stream of the seed), `None`: no token.
+fn lane_of(sh: &Shared, i: u64) -> Option<&str> {
+    if sh.s.lane_mix.is_empty() {
+        return None;
+    }
+    let mut rng = StdRng::seed_from_u64(
+        sh.s.seed
+            .wrapping_mul(0xD1B5_4A32_D192_ED03)
+            .wrapping_add(i)
+            .rotate_left(17),
+    );
+    let u: f64 = rng.random();
+    let mut sum = 0.0;
+    for (id, share) in &sh.s.lane_mix {
+        sum += share;
+        if u < sum {
+            return Some(id);
+        }
+    }
+    None
+}
+
+/// An enqueue token for visitor `i` naming `lane`, signed with the room's
+/// HMAC secret as its origin would sign it: its own account, short-lived.
+fn enqueue_token(sh: &Shared, i: u64, lane: &str) -> Option<String> {
+    let secret = sh.s.enqueue_secret.as_deref()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let claims = json!({
+        "sub": format!("swarm-{:x}-{i}", sh.run_id),
+        "aud": sh.s.room,
+        "iat": now,
+        "exp": now + 60,
+        "lane": lane,
+    });
+    let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).ok()?;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &key,
+    )
+    .ok()
+}
+
+/// Challenge, solve, join (with an enqueue token naming `lane`, if any); a
+/// 429/503 (or a consumed challenge) starts over. With the answer, when
+/// the join that bought the place was sent (µs after the crowd started),
+/// and the lane the answer names (a room with lanes says it when the
+/// visitor waits).
+async fn join(
+    sh: &Shared,
+    i: u64,
+    lane: Option<&str>,
+) -> Result<(Joined, u64, Option<String>), Stop> {
     let room = &sh.s.room;
     for _ in 0..RETRIES {
         let Ok(a) = sh
@@ -264,11 +321,14 @@ async fn join(sh: &Shared, i: u64) -> Result<(Joined, u64), Stop> {
         if let Some(rest) = min_solve.checked_sub(fetched.elapsed()) {
             tokio::time::sleep(rest).await;
         }
-        let body = json!({
+        let mut body = json!({
             "challenge": challenge,
             "solutions": solutions,
             "return_to": format!("/swarm/{i}"),
         });
+        if let Some(l) = lane {
+            body["enqueue_token"] = json!(enqueue_token(sh, i, l).ok_or(Stop(Outcome::Failed))?);
+        }
         let sent = sh.t0.elapsed().as_micros() as u64;
         let Ok(a) = sh
             .http
@@ -289,11 +349,12 @@ async fn join(sh: &Shared, i: u64) -> Result<(Joined, u64), Stop> {
             continue;
         }
         let token = |k: &str| a.body[k].as_str().map(str::to_owned);
+        let answered = token("lane");
         match (a.status.as_u16(), a.body["state"].as_str()) {
             (200, Some("admitted")) => {
                 sh.counters.joined.fetch_add(1, Ordering::Relaxed);
                 return token("admission_token")
-                    .map(|t| (Joined::Admitted(t), sent))
+                    .map(|t| (Joined::Admitted(t), sent, answered))
                     .ok_or(Stop(Outcome::Failed));
             }
             (201, Some("waiting")) => {
@@ -304,7 +365,7 @@ async fn join(sh: &Shared, i: u64) -> Result<(Joined, u64), Stop> {
                             queue_token,
                             poll_after_ms: a.body["poll_after_ms"].as_u64().unwrap_or(1000),
                         };
-                        (w, sent)
+                        (w, sent, answered)
                     })
                     .ok_or(Stop(Outcome::Failed));
             }
