@@ -109,6 +109,24 @@ impl Stream {
         String::from_utf8(buf).unwrap()
     }
 
+    /// Whether the gateway closes the connection (end of file) within
+    /// `limit`, whatever bytes come before.
+    async fn closed_within(&mut self, limit: Duration) -> bool {
+        let Some(reader) = self.reader.as_mut() else {
+            return true;
+        };
+        let mut sink = [0u8; 512];
+        let read_all = async {
+            loop {
+                match reader.read(&mut sink).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(limit, read_all).await.is_ok()
+    }
+
     /// One chunk-decoded line of the event stream; `None` at its end.
     async fn line(&mut self) -> Option<String> {
         let reader = self.reader.as_mut()?;
@@ -242,6 +260,9 @@ async fn a_waiting_visitor_hears_its_place_fall_then_its_admission_once() {
     assert_eq!(s.header("content-type"), Some("text/event-stream"));
     assert_eq!(s.header("cache-control"), Some("no-store"));
     assert_eq!(s.header("x-accel-buffering"), Some("no"));
+    // A stream is its connection's last answer: the connection keeps no
+    // deadline task while it is open, and closes after it.
+    assert_eq!(s.header("connection"), Some("close"));
     let first = s
         .next(Duration::from_secs(5))
         .await
@@ -292,6 +313,10 @@ async fn a_waiting_visitor_hears_its_place_fall_then_its_admission_once() {
     assert!(
         s.next(Duration::from_secs(3)).await.is_none(),
         "the stream goes on after admitted"
+    );
+    assert!(
+        s.closed_within(Duration::from_secs(5)).await,
+        "the connection stays open after its stream"
     );
     let token_a = admitted["admission_token"].as_str().unwrap();
     // One place, one session: the poll answers the same session (and sets

@@ -12,7 +12,10 @@
 //! and sleeps until the nearer deadline, never longer than the shorter
 //! timeout, so a wait or an idle spell that starts while it sleeps is
 //! looked at in time (a busy connection costs a wake-up every
-//! `timeouts.header_read` at most);
+//! `timeouts.header_read` at most). A connection that will close after
+//! the response it is sending, which is long-lived and proxies nothing (an
+//! event stream), needs neither deadline: [`ConnWatch::release`] ends the
+//! watch, and with it the task and its timer, for the rest of the stream;
 //! serving a request costs a few clock reads and atomic stores. hyper's own
 //! header timeout, and a `tokio::time::timeout` per request, each register
 //! and cancel a timer per request (about a twentieth of the gateway's
@@ -43,6 +46,21 @@ pub struct ConnWatch {
     origin_late: AtomicBool,
     /// The task waiting for the origin.
     waiter: AtomicWaker,
+    /// No deadline is kept any more ([`ConnWatch::release`]).
+    released: AtomicBool,
+    /// The task enforcing the deadlines, woken by a release.
+    enforcer: AtomicWaker,
+}
+
+/// Why [`ConnWatch::enforce`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enforced {
+    /// The connection was idle for the header timeout with no request
+    /// head: close it.
+    HeadTimeout,
+    /// The watch was released: the connection closes after its response
+    /// and needs no deadline until then.
+    Released,
 }
 
 impl Default for ConnWatch {
@@ -53,6 +71,8 @@ impl Default for ConnWatch {
             origin_since_ms: AtomicU64::new(NONE),
             origin_late: AtomicBool::new(false),
             waiter: AtomicWaker::new(),
+            released: AtomicBool::new(false),
+            enforcer: AtomicWaker::new(),
         }
     }
 }
@@ -83,10 +103,21 @@ impl ConnWatch {
         OriginWait { watch: self }
     }
 
+    /// Ends the watch: [`ConnWatch::enforce`] returns
+    /// [`Enforced::Released`] at once. Only for a connection that is
+    /// answering its last request with a response that proxies nothing
+    /// (it sends `connection: close`, so no request head follows, and no
+    /// origin is waited for).
+    pub fn release(&self) {
+        self.released.store(true, Ordering::Release);
+        self.enforcer.wake();
+    }
+
     /// Completes when the connection has been idle for `header_read` with
-    /// no request head (the connection is to be closed); meanwhile tells a
-    /// proxied request that waited `upstream_response` for the origin.
-    pub async fn enforce(&self, header_read: Duration, upstream_response: Duration) {
+    /// no request head (the connection is to be closed:
+    /// [`Enforced::HeadTimeout`]) or the watch is released; meanwhile tells
+    /// a proxied request that waited `upstream_response` for the origin.
+    pub async fn enforce(&self, header_read: Duration, upstream_response: Duration) -> Enforced {
         let to_ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(NONE - 1);
         let (head_ms, origin_ms) = (to_ms(header_read), to_ms(upstream_response).max(1));
         // Never asleep longer than either timeout, so that a wait or an
@@ -116,12 +147,40 @@ impl ConnWatch {
             if idle != NONE {
                 let deadline = idle.saturating_add(head_ms);
                 if now >= deadline {
-                    return;
+                    return Enforced::HeadTimeout;
                 }
                 wake = wake.min(deadline);
             }
             let at = self.opened + Duration::from_millis(wake);
-            tokio::time::sleep_until(at.into()).await;
+            let nap = std::pin::pin!(tokio::time::sleep_until(at.into()));
+            if let futures_util::future::Either::Right(_) =
+                futures_util::future::select(nap, Released { watch: self }).await
+            {
+                return Enforced::Released;
+            }
+        }
+    }
+}
+
+/// Completes once the watch is released.
+struct Released<'a> {
+    watch: &'a ConnWatch,
+}
+
+impl Future for Released<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let w = self.watch;
+        if w.released.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        w.enforcer.register(cx.waker());
+        // Again after registering: a release in between is not missed.
+        if w.released.load(Ordering::Acquire) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
     }
 }
@@ -169,8 +228,10 @@ mod tests {
     async fn a_quiet_connection_is_closed_after_the_header_timeout() {
         let w = ConnWatch::default();
         let started = Instant::now();
-        w.enforce(Duration::from_millis(200), Duration::from_secs(30))
+        let why = w
+            .enforce(Duration::from_millis(200), Duration::from_secs(30))
             .await;
+        assert_eq!(why, Enforced::HeadTimeout);
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(199), "{waited:?}");
         assert!(waited < Duration::from_secs(5), "{waited:?}");
@@ -213,5 +274,38 @@ mod tests {
             .await
             .expect("closed once idle")
             .unwrap();
+    }
+
+    /// A release ends the watch at once, however far its deadlines are, and
+    /// whether it comes while the watch sleeps or before it starts.
+    #[tokio::test]
+    async fn a_release_ends_the_watch_at_once() {
+        let w = std::sync::Arc::new(ConnWatch::default());
+        w.busy();
+        let dog = {
+            let w = w.clone();
+            tokio::spawn(async move {
+                w.enforce(Duration::from_secs(60), Duration::from_secs(60))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!dog.is_finished());
+        w.release();
+        let why = tokio::time::timeout(Duration::from_secs(5), dog)
+            .await
+            .expect("released at once")
+            .unwrap();
+        assert_eq!(why, Enforced::Released);
+
+        let early = ConnWatch::default();
+        early.release();
+        let why = tokio::time::timeout(
+            Duration::from_secs(5),
+            early.enforce(Duration::from_secs(60), Duration::from_secs(60)),
+        )
+        .await
+        .expect("released before it started");
+        assert_eq!(why, Enforced::Released);
     }
 }

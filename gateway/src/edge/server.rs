@@ -482,15 +482,23 @@ where
         return futures_util::future::Either::Left(drained);
     };
     // The connection in a task of its own, so that this one, the
-    // deadline's, wakes only for its timer or the connection's end.
+    // deadline's, wakes only for its timer or the connection's end. A
+    // connection that ends with an event stream releases the watch
+    // ([`answer`]): this task ends then, and the stream's connection is
+    // one task, with no timer, for the stream's life (issue 21).
     let mut conn = tokio::spawn(serve_http1(shared, stream, peer, ctx, watch.clone()));
     futures_util::future::Either::Right(async move {
         tokio::select! {
             _ = &mut conn => {}
-            () = watch.enforce(header_timeout, upstream_response) => {
-                tracing::debug!(%peer, "closed: no request head within the header timeout");
-                conn.abort();
-            }
+            why = watch.enforce(header_timeout, upstream_response) => match why {
+                sluice_wire::watch::Enforced::HeadTimeout => {
+                    tracing::debug!(%peer, "closed: no request head within the header timeout");
+                    conn.abort();
+                }
+                // the connection goes on alone (its handle dropped, not
+                // aborted) and closes after the stream
+                sluice_wire::watch::Enforced::Released => {}
+            },
         }
     })
 }
@@ -834,10 +842,39 @@ fn answer(
     if let Some(watch) = &ctx.watch {
         req.extensions_mut().insert(watch.clone());
     }
-    Either::Right(ctx.router.clone().oneshot(req).map(|res| match res {
-        Ok(res) => res,
-        Err(never) => match never {},
+    let watch = ctx.watch.clone();
+    Either::Right(ctx.router.clone().oneshot(req).map(move |res| {
+        let mut res = match res {
+            Ok(res) => res,
+            Err(never) => match never {},
+        };
+        if let Some(watch) = watch {
+            release_for_a_stream(&watch, &mut res);
+        }
+        res
     }))
+}
+
+/// An HTTP/1 connection answering with one of our event streams (a status
+/// or availability stream: long-lived, nothing proxied) closes after it
+/// (`connection: close`; the stream ends on admission, sold out, closure,
+/// expiry or a drain, and the client reconnects or polls anyway) and
+/// releases its watch: with no request head to come and no origin to
+/// wait for, the connection needs no deadline task and no timer for the
+/// stream's life, which halves its tasks and its wake-ups (issue 21: an
+/// idle stream's cost).
+fn release_for_a_stream(watch: &ConnWatch, res: &mut http::Response<axum::body::Body>) {
+    if res
+        .extensions()
+        .get::<crate::visitor::stream::OwnEventStream>()
+        .is_some()
+    {
+        res.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+        watch.release();
+    }
 }
 
 /// The request id of a request the edge sends on past the router: the

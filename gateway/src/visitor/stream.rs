@@ -316,8 +316,16 @@ fn frame(id: &str, retry_ms: Option<u64>, event: &str, data: &Value) -> Bytes {
     Bytes::from(s)
 }
 
+/// Marks a response as one of the gateway's own event streams (status or
+/// availability), for the edge: such a connection closes after the stream
+/// and keeps no deadline task meanwhile (`edge::server`,
+/// `release_for_a_stream`).
+#[derive(Clone, Copy, Debug)]
+pub struct OwnEventStream;
+
 fn stream_response(body: Body) -> Response {
     let mut res = Response::new(body);
+    res.extensions_mut().insert(OwnEventStream);
     let h = res.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
