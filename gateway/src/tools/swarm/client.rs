@@ -16,6 +16,9 @@ use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
 use serde_json::Value;
 
+/// The start of a transport error whose request never left (no
+/// connection could be made).
+pub(super) const NOT_SENT: &str = "not sent: ";
 /// Longest wait for one answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -166,7 +169,9 @@ impl Http {
 
     /// Sends one request (after taking a pacer slot) and records its
     /// latency and, for an error answer, its code. `Err` is a transport
-    /// failure or a timeout (recorded too).
+    /// failure or a timeout (recorded too); it starts with [`NOT_SENT`]
+    /// when no connection could be made (the request surely never reached
+    /// the gateway).
     pub(super) async fn call(
         &self,
         ep: Endpoint,
@@ -195,7 +200,13 @@ impl Http {
             .map_err(|e| format!("bad request {path}: {e}"))?;
         let started = Instant::now();
         let result = tokio::time::timeout(REQUEST_TIMEOUT, async {
-            let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+            let resp = self.client.request(req).await.map_err(|e| {
+                if e.is_connect() {
+                    format!("{NOT_SENT}{e}")
+                } else {
+                    e.to_string()
+                }
+            })?;
             let (parts, body) = resp.into_parts();
             let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
             Ok::<_, String>((parts, bytes))
@@ -209,7 +220,10 @@ impl Http {
             Ok(r) => r,
             Err(e) => {
                 stats.transport_errors += 1;
-                return Err(format!("{} {path}: {e}", ep.name()));
+                return Err(match e.strip_prefix(NOT_SENT) {
+                    Some(rest) => format!("{NOT_SENT}{} {path}: {rest}", ep.name()),
+                    None => format!("{} {path}: {e}", ep.name()),
+                });
             }
         };
         if let Some(h) = latency_histogram(&mut stats.latency_us, ep.name()) {

@@ -270,6 +270,7 @@ async fn join(
     lane: Option<&str>,
 ) -> Result<(Joined, u64, Option<String>), Stop> {
     let room = &sh.s.room;
+    let mut unanswered: Option<u64> = None;
     for _ in 0..RETRIES {
         let Ok(a) = sh
             .http
@@ -329,8 +330,19 @@ async fn join(
         if let Some(l) = lane {
             body["enqueue_token"] = json!(enqueue_token(sh, i, l).ok_or(Stop(Outcome::Failed))?);
         }
-        let sent = sh.t0.elapsed().as_micros() as u64;
-        let Ok(a) = sh
+        let now = sh.t0.elapsed().as_micros() as u64;
+        // With an enqueue token the place is the account's: bought by the
+        // first attempt that reached the store and given back to every
+        // retry, so a join whose answer was lost (a killed gateway) may
+        // have bought the place the retry is told. Its arrival is the
+        // first such attempt's: one sent and never answered (an attempt
+        // that found no connection, or was answered with a refusal, took
+        // nothing). Without a token every join is a new place.
+        let sent = match lane {
+            Some(_) => unanswered.unwrap_or(now),
+            None => now,
+        };
+        let a = match sh
             .http
             .post_json(
                 Endpoint::Join,
@@ -340,9 +352,15 @@ async fn join(
                 &body,
             )
             .await
-        else {
-            back_off(sh, None).await;
-            continue;
+        {
+            Ok(a) => a,
+            Err(e) => {
+                if !e.starts_with(super::client::NOT_SENT) {
+                    unanswered.get_or_insert(now);
+                }
+                back_off(sh, None).await;
+                continue;
+            }
         };
         if a.is_transient() || a.code() == Some("pow_replayed") {
             back_off(sh, Some(&a)).await;
