@@ -29,6 +29,13 @@ fn sluice() -> Command {
 /// An easy proof of work, no per-network limit, small stock; `extra` ends
 /// the event's table (its categories).
 fn config_file(name: &str, extra: &str) -> PathBuf {
+    config_with(name, "rate_per_sec = 50\nburst = 10", TOTAL, extra)
+}
+
+/// The config file `name`: the room with `room` (its rate and burst, and
+/// anything else of its table), an event of `total` units, `extra` ending
+/// the event's table.
+fn config_with(name: &str, room: &str, total: u64, extra: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sluice-swarm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
@@ -40,18 +47,17 @@ listen = "127.0.0.1:0"
 
 [[rooms]]
 id = "default"
-rate_per_sec = 50
-burst = 10
 join_limit_per_prefix_per_min = 0
 puzzles = 2
 difficulty_floor_bits = 4
 difficulty_ceiling_bits = 6
 attack_min_solve = "0s"
+{room}
 
 [[events]]
 id = "demo"
 room = "default"
-total = {TOTAL}
+total = {total}
 cart_limit = {CART_LIMIT}
 hold_ttl = "2m"
 {extra}
@@ -85,13 +91,18 @@ fn start_gateway_with(name: &str, redis: Option<&str>, extra: &str) -> Gateway {
     cmd.arg("serve")
         .arg("--config")
         .arg(config_file(name, extra))
-        .args(["--admin-token", ADMIN, "--webhook-secret", WEBHOOK])
-        .env("SLUICE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .args(["--admin-token", ADMIN, "--webhook-secret", WEBHOOK]);
     if let Some(url) = redis {
         cmd.args(["--redis", url, "--load-stock"]);
     }
+    spawn_gateway(cmd)
+}
+
+/// Spawns `cmd` (a `sluice serve`) and waits for the address it prints.
+fn spawn_gateway(mut cmd: Command) -> Gateway {
+    cmd.env("SLUICE_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     let mut child = cmd.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -488,66 +499,17 @@ fn bad_flags_exit_64() {
 #[test]
 fn swarm_reports_one_tau_per_lane() {
     const SECRET: &str = "swarm-test-enqueue-secret-0123456789";
-    let dir = std::env::temp_dir().join(format!("sluice-swarm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("lanes.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"
-listen = "127.0.0.1:0"
-
-[[rooms]]
-id = "default"
-rate_per_sec = 20
-burst = 5
-join_limit_per_prefix_per_min = 0
-puzzles = 2
-difficulty_floor_bits = 4
-difficulty_ceiling_bits = 6
-attack_min_solve = "0s"
-lanes = [{{ id = "presale", weight = 70 }}, {{ id = "public", weight = 30 }}]
-
-[rooms.enqueue]
-hmac_secret = "{SECRET}"
-
-[[events]]
-id = "demo"
-room = "default"
-total = 1000
-cart_limit = {CART_LIMIT}
-hold_ttl = "2m"
-"#
-        ),
-    )
-    .unwrap();
+    let room = format!(
+        "rate_per_sec = 20\nburst = 5\n\
+         lanes = [{{ id = \"presale\", weight = 70 }}, {{ id = \"public\", weight = 30 }}]\n\
+         [rooms.enqueue]\nhmac_secret = \"{SECRET}\""
+    );
     let mut cmd = sluice();
     cmd.arg("serve")
         .arg("--config")
-        .arg(&config)
-        .args(["--admin-token", ADMIN])
-        .env("SLUICE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = cmd.spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the gateway printed its address")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("sluice listening on ") {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .trim_end_matches('/')
-                .to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    let gw = Gateway { child, url };
+        .arg(config_with("lanes.toml", &room, 1000, ""))
+        .args(["--admin-token", ADMIN]);
+    let gw = spawn_gateway(cmd);
     let out = sluice()
         .args([
             "swarm",
