@@ -22,6 +22,7 @@
 -- ARGV[18] the lanes: '' none, else 'mode,w1,w2,...' (lib.lua's lmode and
 --         the weights in config order); lanes added keep what a lane of
 --         that index held before (room.rs: the lane book never shrinks)
+-- ARGV[19] lane_keep in ms (0: segments kept for the room's life)
 -- Returns {0} (no state, where one is needed), {3, version} (a settings
 -- conflict) or the snapshot reply of lib.lua. Every settings write bumps
 -- settings_v; the JSON's own version is not read.
@@ -65,12 +66,13 @@ else
     return {0}
   end
   if not st then
-    redis.call('DEL', CLAIMS, BATCHES, SESS, ENDED, RESEATS, LANES)
+    redis.call('DEL', CLAIMS, BATCHES, SESS, ENDED, RESEATS, LANES, LANEMARKS)
     st = {}
     for _, f in ipairs(FIELDS) do
       st[f] = 0
     end
     st.ln, st.lmode, st.lmask, st.lanes, st.had_lanes = 0, 0, 0, {}, false
+    st.lkeep = 0
     st.epoch = now
     st.last_ms = now
     st.credit = tonumber(ARGV[3])
@@ -124,6 +126,7 @@ else
   end
   st.ln = #ws
   st.lmode = lmode
+  st.lkeep = tonumber(ARGV[19]) or 0
   redis.call('HSET', S, 'settings', ARGV[8])
 end
 reseed(st, tonumber(ARGV[9]), tonumber(ARGV[10]))

@@ -19,6 +19,10 @@
 --                                   "lane:seq:place:len", score
 --                                   lane * 2^40 + seq (lane from 0);
 --                                   never written without lanes
+--   KEYS[8] sluice:{room}:lanemarks list of "at_ms:f1,f2,..." (room.rs
+--                                   forget_old_segments: when, each
+--                                   lane's frontier then), oldest first;
+--                                   only with lanes and lkeep > 0
 --
 -- State hash fields (all integers, written with '%d' so no value goes
 -- through Lua's 14-digit number formatting):
@@ -45,6 +49,8 @@
 --   room never had lanes): ln (lanes configured; 0 or absent: none), lmode
 --   (0 weighted, 1 strict), lmask (eligible set of the last weighted pick,
 --   bit i-1 = lane i), and per lane i from 1: lw<i> weight, lt<i> tail,
+--   lkeep (settings.rs lane_keep in ms; 0 or absent: segments kept for the
+--   room's life),
 --   lf<i> frontier, lc<i> round robin counter, la<i> admitted. With lanes
 --   tail counts every join and frontier every place admitted.
 --
@@ -54,7 +60,8 @@
 -- The clock: redis.call('TIME') only, never the caller's.
 
 local S, CLAIMS, BATCHES, SESS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local ENDED, RESEATS, LANES = KEYS[5], KEYS[6], KEYS[7]
+local ENDED, RESEATS, LANES, LANEMARKS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local LANE_MARKS = 16
 local LANE_SPAN = 1099511627776 -- 2^40
 local ENDED_SKEW_MS = 30000
 local MICRO = 1000000
@@ -85,14 +92,15 @@ end
 
 -- The state, or nil when the room has none.
 local function load()
-  local v = redis.call('HMGET', S, 'ln', 'lmode', 'lmask', unpack(FIELDS))
-  if not v[4] then
+  local v = redis.call('HMGET', S, 'ln', 'lmode', 'lmask', 'lkeep', unpack(FIELDS))
+  if not v[5] then
     return nil
   end
   local st = {}
   for i, f in ipairs(FIELDS) do
-    st[f] = tonumber(v[i + 3]) or 0
+    st[f] = tonumber(v[i + 4]) or 0
   end
+  st.lkeep = tonumber(v[4]) or 0
   st.had_lanes = v[1] ~= false and v[1] ~= nil
   st.ln = tonumber(v[1]) or 0
   st.lmode = tonumber(v[2]) or 0
@@ -111,7 +119,7 @@ local function save(st)
     args[#args + 1] = int(st[f])
   end
   if st.ln > 0 or st.had_lanes then
-    for _, f in ipairs({'ln', 'lmode', 'lmask'}) do
+    for _, f in ipairs({'ln', 'lmode', 'lmask', 'lkeep'}) do
       args[#args + 1] = f
       args[#args + 1] = int(st[f])
     end
@@ -174,6 +182,56 @@ local function lane_place(i, seq)
     return p + (seq - s)
   end
   return 0
+end
+
+-- lanes.rs LaneBook::forget_through (lane i 1-based): the segments that
+-- end at or before seq go; one running past it stays whole.
+local function lane_forget(i, seq)
+  local base = (i - 1) * LANE_SPAN
+  local last = redis.call('ZREVRANGEBYSCORE', LANES, int(base + seq), int(base), 'LIMIT', 0, 1)
+  if not last[1] then
+    return
+  end
+  local _, s, _, n = string.match(last[1], '^(%d+):(%d+):(%d+):(%d+)$')
+  s, n = tonumber(s), tonumber(n)
+  if s + n - 1 > seq then
+    redis.call('ZREMRANGEBYSCORE', LANES, int(base), '(' .. int(base + s))
+  else
+    redis.call('ZREMRANGEBYSCORE', LANES, int(base), int(base + s))
+  end
+end
+
+-- room.rs RoomCore::forget_old_segments: a mark when one is due, and the
+-- segments of the newest mark lkeep old forgotten.
+local function forget_old_segments(st, now)
+  if st.lkeep <= 0 then
+    return
+  end
+  local every = math.max(math.floor(st.lkeep / LANE_MARKS), 1000)
+  local last = redis.call('LINDEX', LANEMARKS, -1)
+  if not last or now >= tonumber(string.match(last, '^(%d+)')) + every then
+    local fs = {}
+    for i = 1, st.ln do
+      fs[i] = int(st.lanes[i].f)
+    end
+    redis.call('RPUSH', LANEMARKS, int(now) .. ':' .. table.concat(fs, ','))
+  end
+  local cut
+  while true do
+    local m = redis.call('LINDEX', LANEMARKS, 0)
+    if not m or tonumber(string.match(m, '^(%d+)')) + st.lkeep > now then
+      break
+    end
+    redis.call('LPOP', LANEMARKS)
+    cut = m
+  end
+  if cut then
+    local i = 0
+    for f in string.gmatch(string.match(cut, ':(.*)$'), '%d+') do
+      i = i + 1
+      lane_forget(i, tonumber(f))
+    end
+  end
 end
 
 -- lanes.rs split: how many of n each lane gets (a table, 1-based).
@@ -380,6 +438,9 @@ local function advance(st, now)
   local n = bucket_advance(st, now, room, refund)
   if n > 0 and st.ln > 0 then
     split_places(st, n)
+  end
+  if st.ln > 0 then
+    forget_old_segments(st, now)
   end
   if n > 0 then
     redis.call('RPUSH', BATCHES,

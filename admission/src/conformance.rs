@@ -1610,6 +1610,98 @@ pub async fn lanes_random<H: Harness>(h: &mut H) {
     );
 }
 
+/// A lane room with `lane_keep` forgets the segments of lane seqs admitted
+/// `lane_keep` ago (their places are no longer found: no queue token of
+/// them is valid any more) and keeps the recent ones; the room's counts do
+/// not move, and a room without `lane_keep` keeps every segment.
+pub async fn lanes_forget_old_segments<H: Harness>(h: &mut H) {
+    let (room, plain) = ("c-lanes-forget", "c-lanes-keep");
+    let keep = Duration::from_secs(2);
+    let mut s = RoomSettings {
+        lanes: lanes(&[50, 50]),
+        lane_keep: Some(keep),
+        paused: true,
+        ..settings(1000.0, 1000.0)
+    };
+    let mut kept = RoomSettings {
+        lane_keep: None,
+        ..s.clone()
+    };
+    let store = setup(h, room, &s).await;
+    store.configure(plain, &kept).await.unwrap();
+    let join_both = |r: &'static str| {
+        let store = store.clone();
+        async move {
+            for _ in 0..5 {
+                for lane in [0, 1] {
+                    store.join_lane(r, Some(lane)).await.unwrap();
+                }
+            }
+        }
+    };
+    // seqs 1..=5 of each lane wait (the first join notes the first mark:
+    // frontiers 0 and 0), then one advance admits them
+    join_both(room).await;
+    join_both(plain).await;
+    s.paused = false;
+    kept.paused = false;
+    store.configure(room, &s).await.unwrap();
+    store.configure(plain, &kept).await.unwrap();
+    assert_eq!(store.advance(room).await.unwrap().frontier, 10);
+    store.advance(plain).await.unwrap();
+    // seqs 6..=10 admitted on the spot
+    join_both(room).await;
+    join_both(plain).await;
+    // a second mark (frontiers 10 and 10) after a second
+    h.elapse(Duration::from_millis(1_200)).await;
+    store.advance(room).await.unwrap();
+    // the first mark is `keep` old: it covers nothing, nothing goes
+    h.elapse(Duration::from_millis(1_000)).await;
+    store.advance(room).await.unwrap();
+    for lane in [0, 1] {
+        for seq in 1..=10 {
+            assert!(
+                store.lane_place(room, lane, seq).await.unwrap().is_some(),
+                "lane {lane} seq {seq} was admitted under 2 s ago: kept"
+            );
+        }
+    }
+    // seqs 11..=15 admitted on the spot; then the second mark is `keep`
+    // old: seqs up to 10 are forgotten, the later ones kept
+    join_both(room).await;
+    let before = store.snapshot(room).await.unwrap();
+    assert_eq!((before.frontier, before.tail), (30, 30));
+    h.elapse(Duration::from_millis(1_200)).await;
+    store.advance(room).await.unwrap();
+    for lane in [0, 1] {
+        for seq in 1..=10 {
+            assert_eq!(
+                store.lane_place(room, lane, seq).await.unwrap(),
+                None,
+                "lane {lane} seq {seq}"
+            );
+        }
+        for seq in 11..=15 {
+            assert!(
+                store.lane_place(room, lane, seq).await.unwrap().is_some(),
+                "lane {lane} seq {seq}"
+            );
+        }
+    }
+    // the room's counts stay, and the room goes on
+    let after = store.snapshot(room).await.unwrap();
+    assert_eq!((after.frontier, after.tail), (30, 30));
+    assert_eq!(after.lanes, before.lanes);
+    let j = store.join_lane(room, Some(0)).await.unwrap();
+    assert!(j.admitted, "{j:?}");
+    assert_eq!(store.lane_place(room, 0, 16).await.unwrap(), Some(j.place));
+    // without lane_keep nothing is forgotten
+    store.advance(plain).await.unwrap();
+    for seq in [1, 5, 10] {
+        assert!(store.lane_place(plain, 0, seq).await.unwrap().is_some());
+    }
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each building its
 /// harness with `$make` (an expression of type `impl Future<Output =
 /// Option<H>>`; `None` skips).
@@ -1627,7 +1719,8 @@ macro_rules! conformance_tests {
             settings_compare_and_set reseat_is_stable_and_unshared
             method_queue_all method_reject
             solution_buys_one_place solution_replays_race
-            lanes_weighted lanes_unused_share_flows lanes_strict lanes_random);
+            lanes_weighted lanes_unused_share_flows lanes_strict lanes_random
+            lanes_forget_old_segments);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

@@ -77,6 +77,21 @@
 //! its ETA divides that by the lane's measured admission rate (the lane's
 //! share), not the room's.
 //!
+//! # Forgetting
+//!
+//! A segment is needed while a queue token of one of its seqs can still be
+//! presented (to claim the place, or to resume its session). With
+//! [`RoomSettings::lane_keep`](crate::RoomSettings) set (the gateway sets
+//! its queue token lifetime, plus the account binding's when the room
+//! takes enqueue tokens, plus a minute for clock skew), advances note a
+//! mark at most every `lane_keep / 16` (at least 1 s): when, and every
+//! lane's frontier then. Once a mark is `lane_keep` old, each lane seq at
+//! or below its frontier was admitted (so joined, its token signed) before
+//! it, and no such token is valid any more: the segments ending there are
+//! forgotten ([`LaneBook::forget_through`]). Without it the segments grew
+//! for the room's life: with two lanes backlogged every advance writes
+//! about two (ten advances a second per gateway: 1.7 million a day).
+//!
 //! Written here rather than taken from a crate: the split has to run
 //! identically in Rust and in Lua (integer arithmetic only, one
 //! deterministic tie rule), which rules out a library scheduler.
@@ -327,6 +342,22 @@ impl LaneBook {
         (seq < s + seg.len).then(|| seg.place + (seq - s))
     }
 
+    /// Forgets lane `lane`'s segments that end at or before its seq `seq`
+    /// (a segment running past it stays whole): the room's
+    /// [`RoomCore`](crate::RoomCore) calls it once no queue token of those
+    /// seqs can still be presented (see "Forgetting" above).
+    pub fn forget_through(&mut self, lane: usize, seq: u64) {
+        let Some(map) = self.segments.get_mut(lane) else {
+            return;
+        };
+        let first_kept = match map.range(..=seq).next_back() {
+            None => return,
+            Some((&s, seg)) if s + seg.len - 1 > seq => s,
+            Some((&s, _)) => s + 1,
+        };
+        *map = map.split_off(&first_kept);
+    }
+
     /// Segments kept (all lanes).
     pub fn segment_count(&self) -> usize {
         self.segments.iter().map(BTreeMap::len).sum()
@@ -415,6 +446,25 @@ mod tests {
         assert_eq!(b.place_of(0, 7), None);
         assert_eq!(b.place_of(1, 3), None);
         assert_eq!(b.place_of(5, 1), None);
+    }
+
+    #[test]
+    fn forgetting_keeps_what_runs_past_the_cut() {
+        let mut b = LaneBook::default();
+        b.resize(2);
+        b.record(0, 1, 1, 3); // seqs 1..=3
+        b.record(1, 1, 4, 2);
+        b.record(0, 4, 6, 2); // seqs 4..=5
+        b.record(0, 6, 9, 4); // seqs 6..=9
+        b.forget_through(0, 6); // 6 is inside the last run: it stays
+        assert_eq!((b.place_of(0, 3), b.place_of(0, 5)), (None, None));
+        assert_eq!((b.place_of(0, 6), b.place_of(0, 9)), (Some(9), Some(12)));
+        assert_eq!(b.place_of(1, 2), Some(5), "another lane untouched");
+        b.forget_through(1, 2); // ends exactly at the cut: gone
+        assert_eq!(b.place_of(1, 1), None);
+        b.forget_through(0, 0);
+        b.forget_through(7, 100); // no such lane: nothing
+        assert_eq!(b.segment_count(), 1);
     }
 
     proptest! {

@@ -9,8 +9,8 @@
 //!
 //! # Key schema
 //!
-//! All keys of a room share the hash tag `{room}`, and every script gets all
-//! six in `KEYS[]`, so the scripts run unchanged on Redis Cluster:
+//! All keys of a room share the hash tag `{room}`, and every script gets the
+//! first eight in `KEYS[]`, so the scripts run unchanged on Redis Cluster:
 //!
 //! | key | type | holds |
 //! |---|---|---|
@@ -21,6 +21,7 @@
 //! | `sluice:{room}:ended` | sorted set | session id ended by a revoke → when (ms); kept for the session ttl + 30 s |
 //! | `sluice:{room}:reseats` | hash | `epoch:seq` of an old-epoch queue token → its seq in this epoch ([`QueueStore::reseat`]) |
 //! | `sluice:{room}:lanes` | sorted set | with lanes only: the lanes' segments, lane seqs → places (`crate::lanes`; member `lane:seq:place:len`, score `lane × 2⁴⁰ + seq`) |
+//! | `sluice:{room}:lanemarks` | list | with lanes and [`RoomSettings::lane_keep`] only: marks `at_ms:f1,f2,…` (when, each lane's frontier then), oldest first; a mark `lane_keep` old forgets the segments it covers (`crate::lanes`, "Forgetting") |
 //! | `sluice:{room}:pow:<hex id>` | string, with a TTL | a proof-of-work solution spent on a join of the room: `seq:epoch:sub` (the place it bought) or `1`; kept until the challenge can no longer be accepted ([`QueueStore::join_once`]) |
 //! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
 //!
@@ -180,8 +181,8 @@ impl RedisQueueStore {
         )
     }
 
-    /// The seven keys of `room`, in the scripts' `KEYS[]` order.
-    pub fn keys(&self, room: &str) -> [String; 7] {
+    /// The eight keys of `room`, in the scripts' `KEYS[]` order.
+    pub fn keys(&self, room: &str) -> [String; 8] {
         let p = &self.cfg.prefix;
         [
             format!("{p}:{{{room}}}:state"),
@@ -191,6 +192,7 @@ impl RedisQueueStore {
             format!("{p}:{{{room}}}:ended"),
             format!("{p}:{{{room}}}:reseats"),
             format!("{p}:{{{room}}}:lanes"),
+            format!("{p}:{{{room}}}:lanemarks"),
         ]
     }
 
@@ -475,6 +477,10 @@ impl RedisQueueStore {
                 .to_string(),
             settings.map_or(0, |s| s.method.code()).to_string(),
             settings.map_or(String::new(), lanes_arg),
+            settings
+                .and_then(|s| s.lane_keep)
+                .map_or(0, |k| k.as_millis() as u64)
+                .to_string(),
         ]);
         let r = self.run(&self.scripts.configure, room, &args).await?;
         if r.first() == Some(&3) {

@@ -35,6 +35,11 @@ use crate::store::{AdmitOutcome, ClaimOutcome, JoinOutcome, LaneSnapshot, Snapsh
 /// between gateways.
 pub const ENDED_SKEW_MS: u64 = 30_000;
 
+/// A lane mark is noted at most every `lane_keep / LANE_MARKS` (so about
+/// this many are kept, and a segment outlives `lane_keep` by at most that
+/// much).
+pub const LANE_MARKS: u64 = 16;
+
 /// Why [`RoomCore::join`] took nobody.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -158,6 +163,9 @@ pub struct RoomCore {
     draw: Option<PrequeueDraw>,
     /// The priority lanes ([`crate::lanes`]); empty without lanes.
     pub lanes: LaneBook,
+    /// Marks for forgetting lane segments ([`crate::lanes`],
+    /// "Forgetting"): when, and every lane's frontier then; oldest first.
+    lane_marks: VecDeque<(u64, Vec<u64>)>,
     /// Counters.
     pub counters: Counters,
 }
@@ -227,6 +235,7 @@ impl RoomCore {
                 b.resize(settings.lanes.len());
                 b
             },
+            lane_marks: VecDeque::new(),
             counters: Counters::default(),
         }
     }
@@ -369,6 +378,9 @@ impl RoomCore {
         if n > 0 && self.has_lanes() {
             self.split_places(n);
         }
+        if self.has_lanes() {
+            self.forget_old_segments(now_ms);
+        }
         if n > 0 {
             let to = self.bucket.frontier;
             self.batches.push_back(Batch {
@@ -380,6 +392,34 @@ impl RoomCore {
             self.counters.admitted += n;
         }
         n
+    }
+
+    /// Notes a mark when one is due and forgets the segments of the newest
+    /// mark that is `lane_keep` old ([`crate::lanes`], "Forgetting").
+    fn forget_old_segments(&mut self, now_ms: u64) {
+        let Some(keep) = self.settings.lane_keep else {
+            return;
+        };
+        let keep_ms = keep.as_millis() as u64;
+        let every = (keep_ms / LANE_MARKS).max(1_000);
+        if self
+            .lane_marks
+            .back()
+            .is_none_or(|&(at, _)| now_ms >= at + every)
+        {
+            let k = self.settings.lanes.len();
+            let frontiers = self.lanes.lanes[..k].iter().map(|l| l.frontier).collect();
+            self.lane_marks.push_back((now_ms, frontiers));
+        }
+        let mut cut = None;
+        while let Some((at, _)) = self.lane_marks.front()
+            && at + keep_ms <= now_ms
+        {
+            cut = self.lane_marks.pop_front().map(|(_, f)| f);
+        }
+        for (i, &seq) in cut.iter().flatten().enumerate() {
+            self.lanes.forget_through(i, seq);
+        }
     }
 
     /// Hands the places just admitted (`frontier − n + 1 ..= frontier`) to
@@ -1158,6 +1198,54 @@ mod tests {
                     proptest::prop_assert!(sum as f64 <= bound, "{} admitted, bound {}", sum, bound);
                 }
             }
+        }
+
+        /// With `lane_keep`: an admitted lane seq's place is found for as
+        /// long as a token signed at its join can be presented (`lane_keep`
+        /// after the join), whatever the joins and advances; and a room
+        /// that stood still long enough has forgotten every segment.
+        #[test]
+        fn lanes_forget_only_what_no_token_reaches(
+            weights in proptest::collection::vec(1u32..10, 1..4),
+            keep_s in 1u64..5,
+            ops in proptest::collection::vec((0u64..800, 0u8..5), 1..300),
+        ) {
+            let mut r = lane_room(&weights, false, 20.0, 5.0);
+            let keep_ms = keep_s * 1000;
+            let mut s = r.settings.clone();
+            s.lane_keep = Some(std::time::Duration::from_millis(keep_ms));
+            r.configure(0, &s);
+            let k = weights.len();
+            let mut joined_at: Vec<Vec<u64>> = vec![Vec::new(); k];
+            let mut now = 0u64;
+            for (dt, op) in ops {
+                now += dt;
+                if op == 0 {
+                    r.advance(now);
+                } else {
+                    let lane = (usize::from(op) - 1 < k).then(|| usize::from(op) - 1);
+                    let j = r.join_lane(now, lane).unwrap();
+                    joined_at[usize::from(j.lane.unwrap())].push(now);
+                }
+                for (i, times) in joined_at.iter().enumerate() {
+                    let f = r.lanes.lanes[i].frontier;
+                    for (s0, &at) in times.iter().enumerate() {
+                        let seq = s0 as u64 + 1;
+                        if seq <= f && at + keep_ms > now {
+                            proptest::prop_assert!(r.place_of(Some(i), seq).is_some(),
+                                "lane {} seq {} joined at {} gone at {}", i, seq, at, now);
+                        }
+                    }
+                }
+            }
+            while r.lanes_waiting() > 0 {
+                now += 1_000;
+                r.advance(now);
+            }
+            let idle = 2 * (keep_ms + keep_ms / LANE_MARKS + 1_000);
+            r.advance(now + idle / 2);
+            r.advance(now + idle);
+            proptest::prop_assert_eq!(r.lanes.segment_count(), 0);
         }
 
         /// Every lane backlogged, weighted: the admitted split converges

@@ -220,6 +220,12 @@ pub struct RoomSettings {
     /// How lanes share the rate (left out while weighted).
     #[serde(skip_serializing_if = "LaneMode::is_weighted")]
     pub lane_mode: LaneMode,
+    /// How long a lane's segments (lane seq → place) are kept once those
+    /// seqs were admitted: at least as long as a queue token of them can be
+    /// presented ([`crate::lanes`], "Forgetting"). `None` (left out of the
+    /// stored JSON): kept for the room's life.
+    #[serde(with = "opt_duration_ms", skip_serializing_if = "Option::is_none")]
+    pub lane_keep: Option<Duration>,
     /// Bumped by the store at every write of these settings: a write names
     /// the version it read, and is refused when another write came first
     /// ([`crate::QueueStore::update_settings`]), so two writers never
@@ -289,6 +295,7 @@ impl Default for RoomSettings {
             method: QueueMethod::Fifo,
             lanes: Vec::new(),
             lane_mode: LaneMode::Weighted,
+            lane_keep: None,
             version: 0,
         }
     }
@@ -415,6 +422,12 @@ impl RoomSettings {
             ));
         }
         validate_lanes(&self.lanes).map_err(|r| invalid("lanes", r))?;
+        if self
+            .lane_keep
+            .is_some_and(|k| k < Duration::from_secs(1) || k > Duration::from_secs(366 * 86_400))
+        {
+            return Err(invalid("lane_keep", "between 1 s and 366 days"));
+        }
         if !self.lanes.is_empty() {
             if self.opens_at_ms.is_some() || self.prequeue_draw.is_some() {
                 return Err(invalid(

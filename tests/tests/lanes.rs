@@ -222,6 +222,31 @@ async fn lanes_split_by_weight_fifo_within_each_across_two_gateways() {
             assert_eq!(s["position"].as_u64().unwrap(), v.seq - frontier, "{s}");
         }
     }
+
+    // The store forgets a lane seq's place once no queue token of it can be
+    // presented: the gateways set lane_keep (the token's day, the account
+    // binding's day, a minute of skew: the room takes enqueue tokens) and
+    // the advances note their marks.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let stored: String = redis::cmd("HGET")
+        .arg(format!("sluice:{{{ROOM}}}:state"))
+        .arg("settings")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        stored["lane_keep"],
+        json!((2 * 86_400 + 60) * 1000),
+        "{stored}"
+    );
+    let marks: i64 = redis::cmd("LLEN")
+        .arg(format!("sluice:{{{ROOM}}}:lanemarks"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(marks >= 1, "no lane mark noted");
 }
 
 /// At an idle room with lanes, a guarded request without proof of work

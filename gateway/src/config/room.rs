@@ -163,12 +163,32 @@ impl RoomConfig {
             method: self.method,
             lanes: self.lanes.clone(),
             lane_mode: self.lane_mode,
+            lane_keep: self.lane_keep(),
             adaptive: sluice_admission::AdaptiveState {
                 enabled: self.adaptive.enabled,
                 ..Default::default()
             },
             ..RoomSettings::default()
         }
+    }
+
+    /// How long the store keeps a lane's segments (`RoomSettings::lane_keep`,
+    /// `None` without lanes): as long as a queue token of an admitted lane
+    /// seq can be presented. A token lives `queue_token_ttl` from its
+    /// signing, and an account's second device is handed one for the
+    /// account's place as long as the binding lasts; plus a minute for
+    /// clock skew between the gateways and the store.
+    fn lane_keep(&self) -> Option<Duration> {
+        if self.lanes.is_empty() {
+            return None;
+        }
+        let e = &self.enqueue;
+        let binding = if e.hmac_secret.is_some() || e.jwks_file.is_some() || e.jwks_url.is_some() {
+            crate::visitor::enqueue::BINDING
+        } else {
+            Duration::ZERO
+        };
+        Some(self.queue_token_ttl + binding + Duration::from_secs(60))
     }
 
     /// The settings of the room's proof-of-work difficulty policy: what
