@@ -26,18 +26,8 @@ build_release mint_tokens
 MINT="$TARGET/release/examples/mint_tokens"
 start_redis
 holds_config "$WORK/sluice.toml"
-GPORT=$(free_port)
-BASE="http://127.0.0.1:$GPORT"
-SLUICE_LOG=warn "$SLUICE" serve \
-  --config "$WORK/sluice.toml" --listen "127.0.0.1:$GPORT" --redis "redis://127.0.0.1:$RPORT/" \
-  --load-stock --admin-token "$ADMIN" >"$WORK/sluice.log" 2>&1 &
-VP=$!
-PIDS+=("$VP")
-for _ in $(seq 600); do
-  curl -fs "$BASE/_sluice/readyz" >/dev/null 2>&1 && break
-  sleep 0.2
-done
-curl -fs "$BASE/_sluice/readyz" >/dev/null
+start_sluice "$WORK/sluice.toml"
+VP=$SLUICE_PID
 admin -X PUT "$BASE/_sluice/admin/events/$EVENT" \
   -d '{"total": 1000000000000, "cart_limit": 1000000000, "hold_ttl_seconds": 3600, "version": 1}' >/dev/null
 "$MINT" "$BASE" default "$VISITORS" "$WORK/tokens.txt"
