@@ -48,9 +48,9 @@
 --   Lanes (admission/src/lanes.rs; none of these is written while the
 --   room never had lanes): ln (lanes configured; 0 or absent: none), lmode
 --   (0 weighted, 1 strict), lmask (eligible set of the last weighted pick,
---   bit i-1 = lane i), and per lane i from 1: lw<i> weight, lt<i> tail,
---   lkeep (settings.rs lane_keep in ms; 0 or absent: segments kept for the
---   room's life),
+--   bit i-1 = lane i), lkeep (settings.rs lane_keep in ms; 0 or absent:
+--   segments kept for the room's life), and per lane i from 1: lw<i>
+--   weight, lt<i> tail,
 --   lf<i> frontier, lc<i> round robin counter, la<i> admitted. With lanes
 --   tail counts every join and frontier every place admitted.
 --
