@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Script, Value};
-use sluice_redis::{RedisConn, RedisUrl};
+use sluice_redis::{RedisConn, RedisUrl, ThreadConns};
 
 use crate::bucket::{BucketParams, MICRO};
 use crate::error::{AdmissionError, validate_room_id};
@@ -129,7 +129,9 @@ impl Scripts {
 /// The Redis store; cheap to clone.
 #[derive(Clone)]
 pub struct RedisQueueStore {
-    conn: RedisConn,
+    /// The shared connection and, on the gateway's I/O threads, one each
+    /// ([`sluice_redis::local`]).
+    conns: ThreadConns,
     /// The connection joins and their `WAIT` run on, when
     /// [`RedisConfig::wait_replicas`] asks for one (`WAIT` blocks the
     /// connection it runs on).
@@ -160,12 +162,13 @@ impl RedisQueueStore {
             0 => None,
             _ => Some(Self::open(&url, &cfg).await?),
         };
-        Ok(Self::with(conn, durable, cfg))
+        let conns = ThreadConns::new(conn, &url, &cfg.tls, cfg.timeout);
+        Ok(Self::with(conns, durable, cfg))
     }
 
-    fn with(conn: RedisConn, durable: Option<RedisConn>, cfg: RedisConfig) -> Self {
+    fn with(conns: ThreadConns, durable: Option<RedisConn>, cfg: RedisConfig) -> Self {
         Self {
-            conn,
+            conns,
             durable,
             scripts: Arc::new(Scripts::new()),
             cfg,
@@ -234,7 +237,7 @@ impl RedisQueueStore {
         for a in args {
             inv.arg(a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         self.bounded(inv.invoke_async(&mut conn)).await
     }
 
@@ -537,7 +540,7 @@ impl QueueStore for RedisQueueStore {
     async fn settings(&self, room: &str) -> Result<Option<RoomSettings>> {
         validate_room_id(room)?;
         let [state, ..] = self.keys(room);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(state).arg("settings").arg("settings_v");
         let (json, version): (Option<String>, Option<u64>) =
@@ -631,7 +634,7 @@ impl QueueStore for RedisQueueStore {
             inv.key(k);
         }
         inv.arg(since_ms).arg(limit.max(1));
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let flat: Vec<String> = self.bounded(inv.invoke_async(&mut conn)).await?;
         let mut out = Vec::with_capacity(flat.len() / 2);
         for pair in flat.chunks_exact(2) {
@@ -705,7 +708,7 @@ impl QueueStore for RedisQueueStore {
             .arg("GET")
             .arg("PX")
             .arg(ttl_ms(ttl));
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let before: Option<String> = self.bounded(cmd.query_async(&mut conn)).await?;
         Ok(match before {
             None => Spend::First,
@@ -717,7 +720,7 @@ impl QueueStore for RedisQueueStore {
         validate_room_id(room)?;
         let mut cmd = redis::cmd("DEL");
         cmd.arg(self.solution_key(room, id));
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let _: i64 = self.bounded(cmd.query_async(&mut conn)).await?;
         Ok(())
     }
@@ -777,7 +780,7 @@ impl QueueStore for RedisQueueStore {
         inv.key(format!("{}:{{{room}}}:lease", self.cfg.prefix));
         inv.arg(holder)
             .arg((ttl.as_millis() as u64).max(1).to_string());
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let r: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(r == 1)
     }

@@ -76,7 +76,7 @@
 use std::time::Duration;
 
 use redis::{Script, Value};
-use sluice_redis::{RedisConn, RedisUrl};
+use sluice_redis::{RedisConn, RedisUrl, ThreadConns};
 
 use crate::error::{ReservationError, Result};
 use crate::feed::{FeedOutcome, StockChange, StockRow, parse_key_record};
@@ -218,7 +218,9 @@ struct Scripts {
 /// connection.
 #[derive(Clone)]
 pub struct RedisInventory {
-    conn: RedisConn,
+    /// The shared connection and, on the gateway's I/O threads, one each
+    /// ([`sluice_redis::local`]).
+    conns: ThreadConns,
     /// The connection of holds and confirmations followed by `WAIT` (its own,
     /// so a lagging replica does not stall reads); `None` when
     /// [`RedisConfig::wait_replicas`] is 0.
@@ -357,13 +359,16 @@ impl RedisInventory {
     /// Connects (within `config.timeout`) and prepares the scripts.
     pub async fn connect(config: &RedisConfig) -> Result<Self> {
         let conn = Self::open(config).await?;
+        let url =
+            RedisUrl::parse(&config.url).map_err(|e| ReservationError::Config(e.to_string()))?;
+        let conns = ThreadConns::new(conn, &url, &config.tls, config.timeout);
         let durable = if config.wait_replicas > 0 {
             Some(Self::open(config).await?)
         } else {
             None
         };
         Ok(Self {
-            conn,
+            conns,
             durable,
             wait_replicas: config.wait_replicas,
             wait_timeout: config.wait_timeout,
@@ -415,7 +420,7 @@ impl RedisInventory {
             &s.shard,
             &s.get_hold,
         ] {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conns.get();
             self.bounded(script.prepare_invoke().load_async(&mut conn))
                 .await?;
         }
@@ -461,7 +466,7 @@ impl RedisInventory {
         for a in extra_args {
             inv.arg(a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         self.bounded(inv.invoke_async::<Value>(&mut conn)).await
     }
 
@@ -597,7 +602,7 @@ impl RedisInventory {
         // (Checked before the script: membership only ever appears, so a
         // stale "no" can only be a new event.)
         let known = if only_new {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conns.get();
             self.bounded(
                 redis::cmd("SISMEMBER")
                     .arg(EVENTS_KEY)
@@ -638,7 +643,7 @@ impl RedisInventory {
 
     /// Adds `event` to the registry the reapers walk ([`EVENTS_KEY`]).
     async fn register(&self, event: &EventId) -> Result<()> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         self.bounded(
             redis::cmd("SADD")
                 .arg(EVENTS_KEY)
@@ -656,7 +661,7 @@ impl RedisInventory {
     #[cfg(feature = "test-util")]
     pub async fn lose_event(&self, event: &EventId, what: &str) -> Result<usize> {
         let keys = Keys::new(event);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let victims: Vec<String> = match what {
             "counters" => vec![keys.key("stock"), keys.key("meta")],
             "stream" => vec![keys.key("stream")],
@@ -693,7 +698,7 @@ impl RedisInventory {
             .arg(keys.key("meta"))
             .arg("held")
             .arg("confirmed");
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let (stock, meta): (Option<u64>, (Option<u64>, Option<u64>)) =
             self.bounded(pipe.query_async(&mut conn)).await?;
         Ok(match (stock, meta) {
@@ -721,7 +726,7 @@ impl RedisInventory {
         )
         .await?;
         if let Some(k) = idempotency_key {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conns.get();
             self.bounded(
                 redis::cmd("DEL")
                     .arg(keys.idem(visitor, k))
@@ -988,7 +993,7 @@ impl RedisInventory {
                     .arg(event.as_str())
                     .arg(&args[..]);
             }
-            let mut conn = self.conn.clone();
+            let mut conn = self.conns.get();
             let replies: Vec<redis::RedisResult<Value>> =
                 self.bounded(pipe.query_async(&mut conn)).await?;
             if replies.len() != todo.len() {
@@ -1017,7 +1022,7 @@ impl RedisInventory {
                 }
             }
             if !rest.is_empty() {
-                let mut conn = self.conn.clone();
+                let mut conn = self.conns.get();
                 self.bounded(self.scripts.feed.prepare_invoke().load_async(&mut conn))
                     .await?;
             }
@@ -1286,7 +1291,7 @@ impl Inventory for RedisInventory {
 
     async fn loaded_version(&self, event: &EventId) -> Result<Option<u64>> {
         let keys = Keys::new(event);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let v: Option<String> = self
             .bounded(redis::cmd("GET").arg(keys.loaded()).query_async(&mut conn))
             .await?;
@@ -1295,7 +1300,7 @@ impl Inventory for RedisInventory {
 
     async fn remember_loaded(&self, event: &EventId, version: u64) -> Result<()> {
         let keys = Keys::new(event);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         // Raise only: a marker never goes down (versions compared as
         // numbers; they are canonical u64 text).
         let script = redis::Script::new(
@@ -1397,7 +1402,7 @@ impl Inventory for RedisInventory {
         inv.key(keys.key("stock"))
             .key(keys.hold(hold_id.suffix()))
             .arg(visitor);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let r = items(self.bounded(inv.invoke_async::<Value>(&mut conn)).await?)?;
         if text(r.first())? != "FOUND" {
             return Ok(None);
@@ -1603,7 +1608,7 @@ impl Inventory for RedisInventory {
     }
 
     async fn events(&self) -> Result<Vec<EventId>> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let names: Vec<String> = self
             .bounded(
                 redis::cmd("SMEMBERS")
@@ -1618,7 +1623,7 @@ impl Inventory for RedisInventory {
 
     async fn recent_transitions(&self, event: &EventId, n: usize) -> Result<Vec<Transition>> {
         let keys = Keys::new(event);
-        let mut conn = self.conn.clone();
+        let mut conn = self.conns.get();
         let v: Value = self
             .bounded(
                 redis::cmd("XREVRANGE")

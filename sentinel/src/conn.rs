@@ -131,7 +131,10 @@ impl ConnectionLike for RedisConn {
                 RedisConn::Cluster(c) => c.req_packed_command(cmd).await,
                 RedisConn::Sentinel(c) => c.req_packed_command(cmd).await,
             }
-            .map_err(describe)
+            .map_err(|e| {
+                crate::local::note(&e);
+                describe(e)
+            })
         })
     }
 
@@ -147,7 +150,10 @@ impl ConnectionLike for RedisConn {
                 RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count).await,
                 RedisConn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count).await,
             }
-            .map_err(describe)
+            .map_err(|e| {
+                crate::local::note(&e);
+                describe(e)
+            })
         })
     }
 

@@ -29,6 +29,7 @@
 //! - [`url`]: the parser, and the rules of each scheme.
 //! - [`conn`]: the connection type and how each kind is opened.
 //! - [`sentinel`]: the connection to the primary Sentinel names.
+//! - [`local`]: per-thread connections for the gateway's I/O threads.
 //! - [`tls`]: the TLS files, rustls's provider (ring), and how a TLS
 //!   failure is told apart in an error.
 //!
@@ -45,11 +46,13 @@
 //!   the stores decide (idempotency keys, event ids).
 
 pub mod conn;
+pub mod local;
 pub mod sentinel;
 pub mod tls;
 pub mod url;
 
 pub use conn::RedisConn;
+pub use local::{ThreadConns, opt_in_thread};
 pub use sentinel::SentinelConnection;
 pub use tls::{RedisTls, TlsFile, TlsFileError};
 pub use url::{

@@ -330,8 +330,10 @@ impl Drop for OpenCount {
 /// runtime), as each nginx worker has, on which the connections handed to
 /// it are served from their first byte to their last, with the upstream
 /// connections they use ([`crate::proxy::upstream::set_io_thread`]). No request
-/// crosses to another thread on its way to the origin and back; admission
-/// ticks, reaping and the Redis connections run on the main runtime.
+/// crosses to another thread on its way to the origin and back, nor to
+/// Redis: the stores' commands from it run on Redis connections of its own
+/// (`sluice_redis::local`). Admission ticks and reaping run on the main
+/// runtime, on the shared connections.
 struct IoThread {
     queue: tokio::sync::mpsc::UnboundedSender<Handed>,
     /// Connections open on it.
@@ -357,6 +359,12 @@ impl IoThread {
             .name(format!("sluice-io-{i}"))
             .spawn(move || {
                 crate::proxy::upstream::set_io_thread(i);
+                // the stores' commands from this thread on connections of
+                // its own (sluice_redis::local); SLUICE_SHARED_REDIS=1 keeps
+                // them on the one shared connection, for comparison
+                if std::env::var_os("SLUICE_SHARED_REDIS").is_none_or(|v| v != "1") {
+                    sluice_redis::opt_in_thread();
+                }
                 runtime.block_on(async move {
                     while let Some((stream, peer, entry, permit)) = handed.recv().await {
                         let stream = match TcpStream::from_std(stream) {
