@@ -132,4 +132,8 @@ impl QueueStore for QueueBackend {
     async fn lease(&self, room: &str, holder: &str, ttl: Duration) -> Result<bool> {
         delegate!(self, s => s.lease(room, holder, ttl))
     }
+
+    async fn take_rate(&self, key: &str, per_sec: f64, burst: u32) -> Result<Option<u64>> {
+        delegate!(self, s => s.take_rate(key, per_sec, burst))
+    }
 }

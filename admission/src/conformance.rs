@@ -1017,6 +1017,73 @@ pub async fn steering_lease<H: Harness>(h: &mut H) {
     assert!(!store.lease(room, "gw-a", ttl).await.unwrap());
 }
 
+/// A shared rate limit ([`QueueStore::take_rate`]): `burst` at once from
+/// a rested bucket, then one per interval, across handles of the store (two
+/// gateways) and under a crowd of concurrent takes; keys are independent;
+/// bad keys and buckets are refused and change nothing.
+pub async fn shared_rate<H: Harness>(h: &mut H) {
+    let a = h.store();
+    let b = h.store();
+    // 2 a second, 3 at once: a, b, a, then refused at both
+    for (i, s) in [&a, &b, &a].into_iter().enumerate() {
+        assert_eq!(
+            s.take_rate("c-rate", 2.0, 3).await.unwrap(),
+            None,
+            "take {i}"
+        );
+    }
+    for s in [&a, &b] {
+        let wait = s.take_rate("c-rate", 2.0, 3).await.unwrap();
+        let wait = wait.expect("the fourth take at once is refused");
+        assert!((1..=500).contains(&wait), "{wait}");
+    }
+    // another key is another bucket
+    assert_eq!(b.take_rate("c-rate-2", 2.0, 1).await.unwrap(), None);
+    assert!(b.take_rate("c-rate-2", 2.0, 1).await.unwrap().is_some());
+    // bad input: refused, and nothing changed
+    for (key, per_sec, burst) in [
+        ("c{rate}", 2.0, 3),
+        ("", 2.0, 3),
+        ("c-rate", 0.0, 3),
+        ("c-rate", -1.0, 3),
+        ("c-rate", f64::NAN, 3),
+        ("c-rate", f64::INFINITY, 3),
+        ("c-rate", 2.0, 0),
+    ] {
+        let e = a.take_rate(key, per_sec, burst).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AdmissionError::InvalidRoomId(_) | AdmissionError::InvalidSetting(_)
+            ),
+            "{key:?} {per_sec} {burst}: {e}"
+        );
+    }
+    // one interval later: one more, then refused again
+    h.elapse(Duration::from_millis(520)).await;
+    assert_eq!(a.take_rate("c-rate", 2.0, 3).await.unwrap(), None);
+    assert!(b.take_rate("c-rate", 2.0, 3).await.unwrap().is_some());
+
+    // a crowd on a rested bucket of 10 (one take every 2 s after): 10 pass
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            s.take_rate("c-rate-crowd", 0.5, 10).await.unwrap()
+        }));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap());
+    }
+    let passed = got.iter().filter(|w| w.is_none()).count();
+    if h.real_time() {
+        assert!((10..=11).contains(&passed), "{passed} of 60 passed");
+    } else {
+        assert_eq!(passed, 10, "{got:?}");
+    }
+}
+
 /// `sold_out` halts admission like a pause (joins take places, nobody is
 /// admitted); lifting it resumes. Adaptive state round-trips, and while
 /// adaptive admission is on the capacity-derived rate is a ceiling.
@@ -1720,7 +1787,7 @@ macro_rules! conformance_tests {
             method_queue_all method_reject
             solution_buys_one_place solution_replays_race
             lanes_weighted lanes_unused_share_flows lanes_strict lanes_random
-            lanes_forget_old_segments);
+            lanes_forget_old_segments shared_rate);
     };
     (@each $make:expr; $($name:ident)*) => {
         $(

@@ -63,6 +63,7 @@
 //!   and one place per account ([`enqueue::AccountPlaces`]).
 //! - [`invites`]: invite codes of invite-only rooms ([`invites::InviteStore`],
 //!   memory or Redis), stored hashed, redeemed at most `uses` times.
+//! - [`rate`]: a rate limit every gateway on one store shares (GCRA).
 //! - [`fairness`]: Kendall's tau-b between arrival and admission order,
 //!   O(n log n) ([`fairness::kendall_tau_b`]).
 //! - [`sim`]: the discrete-event simulator (`sluice simulate`): visitors
@@ -98,6 +99,7 @@ pub mod lanes;
 pub mod memory;
 pub mod poll;
 pub mod prequeue;
+pub mod rate;
 pub mod redis_store;
 pub mod room;
 pub mod settings;

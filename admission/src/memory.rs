@@ -38,6 +38,9 @@ struct Inner {
     last_epoch: Mutex<u64>,
     /// Steering leases: room → (holder, expiry ms).
     leases: Mutex<HashMap<String, (String, u64)>>,
+    /// Shared rate limits ([`crate::rate`]): key → theoretical arrival
+    /// time (ms).
+    rates: Mutex<HashMap<String, f64>>,
 }
 
 /// One room: its state machine and the solutions spent on its joins, under
@@ -133,6 +136,7 @@ impl MemoryQueueStore {
                 rooms: RwLock::new(HashMap::new()),
                 last_epoch: Mutex::new(0),
                 leases: Mutex::new(HashMap::new()),
+                rates: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -468,5 +472,22 @@ impl QueueStore for MemoryQueueStore {
             );
         }
         Ok(free)
+    }
+
+    async fn take_rate(&self, key: &str, per_sec: f64, burst: u32) -> Result<Option<u64>> {
+        crate::rate::check(key, per_sec, burst)?;
+        let now = self.now_ms() as f64;
+        let mut rates = self.inner.rates.lock();
+        // forget buckets whose time has passed (the same as none)
+        if rates.len() >= 4096 {
+            rates.retain(|_, tat| *tat > now);
+        }
+        match crate::rate::take(rates.get(key).copied(), now, per_sec, burst) {
+            Ok(tat) => {
+                rates.insert(key.to_owned(), tat);
+                Ok(None)
+            }
+            Err(wait) => Ok(Some(wait)),
+        }
     }
 }

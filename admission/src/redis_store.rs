@@ -24,6 +24,7 @@
 //! | `sluice:{room}:lanemarks` | list | with lanes and [`RoomSettings::lane_keep`] only: marks `at_ms:f1,f2,…` (when, each lane's frontier then), oldest first; a mark `lane_keep` old forgets the segments it covers (`crate::lanes`, "Forgetting") |
 //! | `sluice:{room}:pow:<hex id>` | string, with a TTL | a proof-of-work solution spent on a join of the room: `seq:epoch:sub` (the place it bought) or `1`; kept until the challenge can no longer be accepted ([`QueueStore::join_once`]) |
 //! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
+//! | `sluice:rate:{key}` | string, with a TTL | a shared rate limit's theoretical arrival time (ms, `TIME`), gone once passed ([`QueueStore::take_rate`], `lua/rate.lua`); not a room's |
 //!
 //! The prefix `sluice` is [`RedisConfig::prefix`]. Requires Redis ≥ 7.0
 //! (`BITCOUNT … BIT`).
@@ -63,6 +64,7 @@ const ADMIT: &str = include_str!("../lua/admit.lua");
 const RESEAT: &str = include_str!("../lua/reseat.lua");
 const ENDED: &str = include_str!("../lua/ended.lua");
 const LANE: &str = include_str!("../lua/lane.lua");
+const RATE: &str = include_str!("../lua/rate.lua");
 
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
@@ -105,6 +107,7 @@ struct Scripts {
     reseat: Script,
     ended: Script,
     lane: Script,
+    rate: Script,
 }
 
 impl Scripts {
@@ -118,6 +121,7 @@ impl Scripts {
             configure: s(CONFIGURE),
             session: s(SESSION),
             lease: Script::new(LEASE),
+            rate: Script::new(RATE),
             admit: s(ADMIT),
             reseat: s(RESEAT),
             ended: s(ENDED),
@@ -783,6 +787,20 @@ impl QueueStore for RedisQueueStore {
         let mut conn = self.conns.get();
         let r: i64 = self.bounded(inv.invoke_async(&mut conn)).await?;
         Ok(r == 1)
+    }
+
+    async fn take_rate(&self, key: &str, per_sec: f64, burst: u32) -> Result<Option<u64>> {
+        crate::rate::check(key, per_sec, burst)?;
+        let mut inv = self.scripts.rate.prepare_invoke();
+        inv.key(format!("{}:rate:{{{key}}}", self.cfg.prefix));
+        inv.arg(per_sec.to_string()).arg(burst.to_string());
+        let mut conn = self.conns.get();
+        let r: Vec<i64> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        match r[..] {
+            [1, _] => Ok(None),
+            [0, wait] => Ok(Some(u64::try_from(wait).unwrap_or(1).max(1))),
+            _ => Err(AdmissionError::Protocol(format!("rate.lua: {r:?}"))),
+        }
     }
 }
 

@@ -474,4 +474,16 @@ pub trait QueueStore: Send + Sync {
         holder: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// One take from the rate limit `key` (`[A-Za-z0-9._-]{1,100}`),
+    /// `per_sec` a second and `burst` at once, shared by every gateway on
+    /// this store ([`crate::rate`]: GCRA on the store's clock): `None` when
+    /// taken, `Some(ms)` when refused (nothing changed; allowed again in
+    /// `ms`). Independent of rooms.
+    fn take_rate(
+        &self,
+        key: &str,
+        per_sec: f64,
+        burst: u32,
+    ) -> impl Future<Output = Result<Option<u64>>> + Send;
 }

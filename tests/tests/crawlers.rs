@@ -678,3 +678,90 @@ async fn a_nonce_verifies_once_across_gateways() {
         "a fresh nonce at gateway b",
     );
 }
+
+/// A crawler's budget is one budget however many gateways it is spread
+/// over (the queue store's, `take_rate`): with a burst of 3 and a rate
+/// that refills nothing during the test, three requests pass in all,
+/// alternating between two gateways on one Redis, and every later one is
+/// 429 `rate_limited` at either gateway, reaching no origin. Before the
+/// budget was shared, each gateway had a bucket of its own and the
+/// crawler got 3 at each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crawlers_budget_is_one_across_gateways() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let ca = TestCa::new();
+    let signer = Signer::new();
+    let dir = KeyDirectory::start(&ca, &[&signer]).await;
+    let dns = DnsServer::start(Zone::new()).await;
+    let agents = || {
+        vec![CrawlerConfig {
+            rate_per_sec: 0.001,
+            burst: 3,
+            ..signed_agent("budgetbot", &dir)
+        }]
+    };
+    let a = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
+    let b = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
+    let (base_a, base_b) = (a.url(), b.url());
+    make_busy(&base_a).await;
+    let ip = "203.0.113.80";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while get(&base_b, "/echo/page", ip, &[]).await.status != 503 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gateway b never saw the room busy"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let host = "shop.example";
+    let signed = || {
+        let mut h = signer.headers(&Sig::new(&dir.origin(), host, "/echo/page"));
+        h.push(("host".into(), host.into()));
+        h
+    };
+    let at_origin = origin.requests();
+    let mut passes = 0;
+    let mut limited = [0, 0];
+    for n in 0..10 {
+        let (which, base) = if n % 2 == 0 {
+            (0, &base_a)
+        } else {
+            (1, &base_b)
+        };
+        let res = get(base, "/echo/page", ip, &signed()).await;
+        match res.status.as_u16() {
+            200 => {
+                passed(&res, "budgetbot", &format!("request {n}"));
+                passes += 1;
+            }
+            429 => {
+                let p = res.json();
+                assert_eq!(p["code"], "rate_limited", "{p}");
+                assert_eq!(p["crawler"], "budgetbot", "{p}");
+                let wait: u64 = res.header("retry-after").unwrap().parse().unwrap();
+                assert!(wait >= 1, "{wait}");
+                limited[which] += 1;
+            }
+            s => panic!("request {n}: {s} {}", res.text()),
+        }
+    }
+    assert_eq!(passes, 3, "three in all, not three per gateway");
+    assert!(
+        limited[0] >= 1 && limited[1] >= 1,
+        "refused at both gateways: {limited:?}"
+    );
+    assert_eq!(
+        origin.requests(),
+        at_origin + 3,
+        "only the budget reached the origin"
+    );
+    for base in [&base_a, &base_b] {
+        assert!(
+            crawler_metric(base, &["crawler=\"budgetbot\"", "result=\"rate_limited\""]).await
+                >= 1.0
+        );
+    }
+}

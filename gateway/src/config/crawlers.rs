@@ -139,8 +139,9 @@ pub struct CrawlerConfig {
     /// request worth a DNS check (`Googlebot`). They decide only whether
     /// to check; the check decides.
     pub user_agents: Vec<String>,
-    /// Requests per second it may send through this gateway (its own
-    /// budget, apart from the visitors'); past it 429 `rate_limited`.
+    /// Requests per second it may send (its own budget, apart from the
+    /// visitors', kept in the queue store: one for every gateway on it);
+    /// past it 429 `rate_limited`.
     /// Default 10; above 0, at most 100,000.
     pub rate_per_sec: f64,
     /// Requests it may send at once before `rate_per_sec` applies.

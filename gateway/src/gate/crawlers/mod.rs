@@ -23,9 +23,10 @@
 //! What a verified crawler gets ([`Crawlers::pass`], called by the gate
 //! after a request showed no live admission): the origin, with
 //! `Sluice-Crawler: {name}` (a client's own `Sluice-*` headers never reach
-//! the origin), within its own rate limit (a token bucket per crawler and
-//! gateway: `rate_per_sec`, `burst`; past it 429 `rate_limited` with
-//! `Retry-After`). It never takes a place in line, an admission, a session
+//! the origin), within its own rate limit (a token bucket per crawler in
+//! the queue store, one budget for every gateway on it: `rate_per_sec`,
+//! `burst`; past it 429 `rate_limited` with `Retry-After`; while the store
+//! does not answer, each gateway's own bucket of that size). It never takes a place in line, an admission, a session
 //! or a cookie: nothing of what is metered for visitors is spent on it.
 //! Its rooms' gates only: the admin API and reservations still want their
 //! own credentials.
@@ -130,6 +131,12 @@ struct Agent {
     suffixes: Vec<String>,
     /// User-Agent words, lower case.
     user_agents: Vec<String>,
+    /// Its budget in the queue store (`crawler.{name}`), shared by every
+    /// gateway, and its size.
+    rate_key: String,
+    rate_per_sec: f64,
+    burst: u32,
+    /// Its budget at this gateway alone, while the store does not answer.
     limiter: DefaultDirectRateLimiter,
 }
 
@@ -138,6 +145,29 @@ impl Agent {
         self.rooms
             .as_ref()
             .is_none_or(|r| r.iter().any(|x| x == room))
+    }
+
+    /// One request from its budget: `None` taken, `Some(ms)` over it. The
+    /// budget is the queue store's, one for every gateway on it
+    /// ([`sluice_admission::rate`]); while the store does not answer, this
+    /// gateway's own bucket of the same size decides (a crawler is then
+    /// held to the rate at each gateway, never let through unmetered).
+    async fn take(&self, queue: &QueueBackend) -> Option<u64> {
+        match queue
+            .take_rate(&self.rate_key, self.rate_per_sec, self.burst)
+            .await
+        {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::debug!(crawler = %self.name, error = %e, "shared crawler budget unavailable: this gateway's own");
+                self.limiter.check().err().map(|not_until| {
+                    let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                        &governor::clock::DefaultClock::default(),
+                    ));
+                    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1)
+                })
+            }
+        }
     }
 }
 
@@ -208,6 +238,9 @@ impl Crawlers {
                     .iter()
                     .map(|u| u.trim().to_ascii_lowercase())
                     .collect(),
+                rate_key: format!("crawler.{}", a.name),
+                rate_per_sec: per_sec,
+                burst: a.burst.max(1),
                 limiter: RateLimiter::direct(quota),
             });
         }
@@ -297,14 +330,8 @@ impl Crawlers {
         }
         let i = verified?;
         let agent = &self.agents[i];
-        if let Err(not_until) = agent.limiter.check() {
-            let wait = not_until
-                .wait_time_from(governor::clock::Clock::now(
-                    &governor::clock::DefaultClock::default(),
-                ))
-                .as_secs_f64()
-                .ceil()
-                .max(1.0) as u64;
+        if let Some(wait_ms) = agent.take(queue).await {
+            let wait = wait_ms.div_ceil(1000).max(1);
             self.count(telemetry, room, Some(i), "rate_limited");
             let answer = Problem::new(
                 StatusCode::TOO_MANY_REQUESTS,
