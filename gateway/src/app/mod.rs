@@ -8,7 +8,9 @@
 //! 2. `SetRequestIdLayer` — every request gets an `x-request-id` (kept when
 //!    the client sent one), forwarded to the origin and logged.
 //! 3. `TraceLayer` — one span per request with method, path and request id;
-//!    a 5xx is logged at ERROR, except 503, an expected answer (debug).
+//!    a 5xx is logged at ERROR, except 503, an expected answer (debug). An
+//!    event stream's request is served in that span but its body is sent
+//!    on without it ([`trace::PastStreams`]).
 //! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
 //! 5. [`compress::CompressLayer`] — br or gzip for our own answers that
 //!    gain from it; a request for an event stream goes past it.
@@ -50,6 +52,7 @@ pub mod request_id;
 pub mod state;
 pub mod stores;
 pub mod telemetry;
+pub mod trace;
 
 use std::sync::Arc;
 
@@ -140,17 +143,12 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
             ServiceBuilder::new()
                 .layer(CatchPanicLayer::custom(panic_response))
                 .layer(SetRequestIdLayer::new(REQUEST_ID, ids))
-                .layer(
-                    TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                        let id = req
-                            .headers()
-                            .get(&REQUEST_ID)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("");
-                        tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-                    })
-                    .on_failure(on_failure),
-                )
+                .layer(trace::PastStreams {
+                    layer: TraceLayer::new_for_http()
+                        .make_span_with(request_span as fn(&Request) -> tracing::Span)
+                        .on_failure(on_failure),
+                    span: request_span,
+                })
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 .layer(compress::CompressLayer(
                     CompressionLayer::new()
@@ -158,6 +156,16 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
                         .compress_when(compressible()),
                 )),
         )
+}
+
+/// The span of a request through the router: method, path, request id.
+fn request_span(req: &Request) -> tracing::Span {
+    let id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
 }
 
 /// br and gzip quality for answers made per request: 4 keeps most of the

@@ -1,0 +1,195 @@
+//! The trace layer, with event streams' bodies kept out of it.
+//!
+//! tower-http's [`Trace`](tower_http::trace::Trace) keeps the request's
+//! span open until the answer's body ends: for an event stream, its whole
+//! life. An open span is a slot in the subscriber's registry with its
+//! formatted fields and extensions, about 0.5 KB of each idle waiting
+//! visitor (issue 21: at most 4 KiB each, met by 30 to 140 B before this;
+//! README "Measured", "Streams"). So a request for an event stream
+//! ([`crate::visitor::stream::wants_stream`]) is served inside the same
+//! span until its answer's head is ready, and its body is sent on without
+//! it; every other answer goes through the trace layer as before, its body
+//! boxed here (one allocation per answer). Our own rather than tower's
+//! `Either` of two services, as in [`super::compress`]: which one answers
+//! is decided by the request, and both must give the same body type.
+
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use futures_util::TryFutureExt as _;
+use futures_util::future::{Either, MapOk};
+use http::{Request, Response};
+use tower::util::Oneshot;
+use tower::{Layer, Service, ServiceExt as _};
+use tracing::Instrument as _;
+use tracing::instrument::Instrumented;
+
+/// `layer` (the trace layer), with event streams' bodies kept out of it:
+/// their requests are served in a span made by `span` (the trace layer's
+/// own maker) for as long as the answer's head takes (module docs).
+#[derive(Clone)]
+pub struct PastStreams<L> {
+    /// The layer every other request goes through.
+    pub layer: L,
+    /// The span of a request (the same as the layer makes).
+    pub span: fn(&Request<Body>) -> tracing::Span,
+}
+
+impl<S: Clone, L: Layer<S>> Layer<S> for PastStreams<L> {
+    type Service = PastStreamsService<L::Service, S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PastStreamsService {
+            traced: self.layer.layer(inner.clone()),
+            plain: inner,
+            span: self.span,
+        }
+    }
+}
+
+/// The service of [`PastStreams`].
+#[derive(Clone)]
+pub struct PastStreamsService<T, S> {
+    traced: T,
+    plain: S,
+    span: fn(&Request<Body>) -> tracing::Span,
+}
+
+type Boxed<B> = fn(Response<B>) -> Response<Body>;
+
+fn boxed<B>(res: Response<B>) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    res.map(Body::new)
+}
+
+impl<T, S, B> Service<Request<Body>> for PastStreamsService<T, S>
+where
+    T: Service<Request<Body>, Response = Response<B>, Error = Infallible>,
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Either<MapOk<T::Future, Boxed<B>>, Instrumented<Oneshot<S, Request<Body>>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.traced.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        if crate::visitor::stream::wants_stream(req.headers()) {
+            let span = (self.span)(&req);
+            Either::Right(self.plain.clone().oneshot(req).instrument(span))
+        } else {
+            Either::Left(self.traced.call(req).map_ok(boxed::<B> as Boxed<B>))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use http::header;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tracing::Subscriber;
+    use tracing::span::{Attributes, Id};
+    use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt as _};
+
+    /// Counts the spans open now, and those ever made.
+    #[derive(Clone, Default)]
+    struct Open(Arc<AtomicUsize>, Arc<AtomicUsize>);
+
+    impl<S: Subscriber> tracing_subscriber::Layer<S> for Open {
+        fn on_new_span(&self, _: &Attributes<'_>, _: &Id, _: LayerContext<'_, S>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+        fn on_close(&self, _: Id, _: LayerContext<'_, S>) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn span(req: &Request<Body>) -> tracing::Span {
+        tracing::info_span!("request", path = %req.uri().path())
+    }
+
+    /// An event stream that sends one event and then waits for ever, or a
+    /// short JSON answer.
+    async fn route(req: Request<Body>) -> Result<Response<Body>, Infallible> {
+        tracing::info!("in the handler");
+        Ok(if crate::visitor::stream::wants_stream(req.headers()) {
+            let first = futures_util::stream::once(async {
+                Ok::<_, Infallible>(Bytes::from_static(b"event: status\ndata: {}\n\n"))
+            });
+            use futures_util::StreamExt as _;
+            Response::new(Body::from_stream(
+                first.chain(futures_util::stream::pending()),
+            ))
+        } else {
+            Response::new(Body::from("{}"))
+        })
+    }
+
+    fn request(accept: &str) -> Request<Body> {
+        Request::builder()
+            .uri("/_sluice/rooms/r/status")
+            .header(header::ACCEPT, accept)
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_open_event_stream_holds_no_span_other_answers_keep_theirs() {
+        use http_body_util::BodyExt as _;
+        let open = Open::default();
+        let subscriber = tracing_subscriber::registry().with(open.clone());
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let layer = PastStreams {
+            layer: tower_http::trace::TraceLayer::new_for_http().make_span_with(span),
+            span,
+        };
+        let mut svc = layer.layer(tower::service_fn(route));
+
+        // a JSON answer: its span lives until its body is read
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("application/json"))
+            .await
+            .unwrap();
+        assert_eq!(open.0.load(Ordering::SeqCst), 1, "the body holds the span");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"{}");
+        assert_eq!(open.0.load(Ordering::SeqCst), 0);
+
+        // an event stream: served in a span, open and live without one
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("text/event-stream"))
+            .await
+            .unwrap();
+        assert_eq!(open.1.load(Ordering::SeqCst), 2, "it was served in a span");
+        assert_eq!(open.0.load(Ordering::SeqCst), 0, "no span while it is open");
+        let mut body = res.into_body();
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
+            .await
+            .expect("the first event at once")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            frame.into_data().unwrap(),
+            Bytes::from_static(b"event: status\ndata: {}\n\n")
+        );
+        assert_eq!(open.0.load(Ordering::SeqCst), 0);
+    }
+}
