@@ -164,6 +164,28 @@ async fn nothing_taken(base: &str, before: &serde_json::Value) {
     }
 }
 
+/// Waits (10 s at most) until gateway `base` sees the room busy: a plain
+/// visitor from `ip` waits there.
+async fn sees_busy(base: &str, ip: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while get(base, "/echo/page", ip, &[]).await.status != 503 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gateway {base} never saw the room busy"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The headers of a request for `/echo/page` at `shop.example` signed by
+/// `signer` of `dir` (a fresh nonce each time), with that `Host`.
+fn signed_page(signer: &Signer, dir: &KeyDirectory) -> Vec<(String, String)> {
+    let host = "shop.example";
+    let mut h = signer.headers(&Sig::new(&dir.origin(), host, "/echo/page"));
+    h.push(("host".into(), host.into()));
+    h
+}
+
 fn signed_agent(name: &str, dir: &KeyDirectory) -> CrawlerConfig {
     CrawlerConfig {
         name: name.into(),
@@ -640,21 +662,8 @@ async fn a_nonce_verifies_once_across_gateways() {
     let (base_a, base_b) = (a.url(), b.url());
     make_busy(&base_a).await;
     let ip = "203.0.113.70";
-    // gateway b sees the room busy too (a plain visitor waits there)
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while get(&base_b, "/echo/page", ip, &[]).await.status != 503 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "gateway b never saw the room busy"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let host = "shop.example";
-    let signed = || {
-        let mut h = signer.headers(&Sig::new(&dir.origin(), host, "/echo/page"));
-        h.push(("host".into(), host.into()));
-        h
-    };
+    sees_busy(&base_b, ip).await;
+    let signed = || signed_page(&signer, &dir);
     let once = signed();
     passed(
         &get(&base_a, "/echo/page", ip, &once).await,
@@ -708,20 +717,8 @@ async fn a_crawlers_budget_is_one_across_gateways() {
     let (base_a, base_b) = (a.url(), b.url());
     make_busy(&base_a).await;
     let ip = "203.0.113.80";
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while get(&base_b, "/echo/page", ip, &[]).await.status != 503 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "gateway b never saw the room busy"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let host = "shop.example";
-    let signed = || {
-        let mut h = signer.headers(&Sig::new(&dir.origin(), host, "/echo/page"));
-        h.push(("host".into(), host.into()));
-        h
-    };
+    sees_busy(&base_b, ip).await;
+    let signed = || signed_page(&signer, &dir);
     let at_origin = origin.requests();
     let mut passes = 0;
     let mut limited = [0, 0];
