@@ -214,8 +214,8 @@ struct Scripts {
     get_hold: Script,
 }
 
-/// The Redis [`Inventory`]. Cheap to clone: clones share one multiplexed
-/// connection.
+/// The Redis [`Inventory`]. Cheap to clone: clones share the shared
+/// multiplexed connection and the I/O threads' own ([`ThreadConns`]).
 #[derive(Clone)]
 pub struct RedisInventory {
     /// The shared connection and, on the gateway's I/O threads, one each

@@ -26,8 +26,9 @@
 //! the origin), within its own rate limit (a token bucket per crawler in
 //! the queue store, one budget for every gateway on it: `rate_per_sec`,
 //! `burst`; past it 429 `rate_limited` with `Retry-After`; while the store
-//! does not answer, each gateway's own bucket of that size). It never takes a place in line, an admission, a session
-//! or a cookie: nothing of what is metered for visitors is spent on it.
+//! does not answer, each gateway's own bucket of that size). It never
+//! takes a place in line, an admission, a session or a cookie: nothing of
+//! what is metered for visitors is spent on it.
 //! Its rooms' gates only: the admin API and reservations still want their
 //! own credentials.
 //!
