@@ -115,6 +115,54 @@ struct MHold {
     visitor: String,
     items: Vec<Item>,
     status: St,
+    /// The hold's deadline on the store's clock.
+    deadline_ms: u64,
+    /// When a release ended it (the store's clock); a lapsed hold's
+    /// retention counts from its deadline instead.
+    released_ms: Option<u64>,
+}
+
+impl MHold {
+    /// When the store may forget a released or lapsed hold (its released
+    /// retention counted from its end): `None` while held or confirmed
+    /// (a confirmed hold's retention is months, beyond any case).
+    fn forgotten_at(&self, keep_ms: u64) -> Option<u64> {
+        match self.status {
+            St::Released => self.released_ms.map(|at| at.saturating_add(keep_ms)),
+            St::Expired => Some(self.deadline_ms.saturating_add(keep_ms)),
+            St::Held | St::Confirmed => None,
+        }
+    }
+}
+
+/// How an ended hold's record stands at `now` against its retention.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    Yes,
+    /// Within a margin of its end of retention: either answer is right.
+    Either,
+    Gone,
+}
+
+/// Whether an answer to a release or payment is right: the model's answer
+/// while the record is kept, "not found" once it may be gone.
+fn answer_stands(kept: Kept, as_expected: bool, forgotten: bool) -> bool {
+    match kept {
+        Kept::Yes => as_expected,
+        Kept::Either => as_expected || forgotten,
+        Kept::Gone => forgotten,
+    }
+}
+
+/// Whether the store still keeps `hold`'s record at `now` (a margin of a
+/// second either side of the purge time, for real time's slack).
+fn kept(h: &Harness, hold: &MHold, now: u64) -> Kept {
+    let keep = u64::try_from(h.retention.released.as_millis()).unwrap_or(u64::MAX);
+    match hold.forgotten_at(keep) {
+        Some(at) if now > at.saturating_add(1_000) => Kept::Gone,
+        Some(at) if now.saturating_add(1_000) >= at => Kept::Either,
+        _ => Kept::Yes,
+    }
 }
 
 struct MCat {
@@ -444,6 +492,8 @@ async fn step_once(
                         visitor: visitor(*v),
                         items,
                         status: St::Held,
+                        deadline_ms: view.expires_at_ms,
+                        released_ms: None,
                     });
                 }
                 (Some(e), g) if e == g => {}
@@ -462,16 +512,19 @@ async fn step_once(
                 St::Released => ReleaseOutcome::AlreadyReleased,
                 St::Expired => ReleaseOutcome::Expired,
             };
+            let kept = kept(h, &m.holds[k], h.now_ms());
             let got = h
                 .inv
                 .release(&m.holds[k].id, &m.holds[k].visitor)
                 .await
                 .map_err(|e| e.to_string())?;
-            if got != expected {
+            let forgotten = got == ReleaseOutcome::NotFound;
+            if !answer_stands(kept, got == expected, forgotten) {
                 return Err(format!("release: expected {expected:?}, got {got:?}"));
             }
             if status == St::Held {
                 m.end(k, St::Released);
+                m.holds[k].released_ms = Some(h.now_ms());
             }
         }
         WaveOp::Pay { hold, succeeded } => {
@@ -486,23 +539,21 @@ async fn step_once(
                 (St::Expired, _) => ConfirmOutcome::Expired,
             };
             *payment += 1;
+            let kept = kept(h, &m.holds[k], h.now_ms());
             let got = h
                 .inv
                 .confirm(&m.holds[k].id, &format!("pay{payment}"), *succeeded)
                 .await
                 .map_err(|e| e.to_string())?;
-            if got != expected {
+            let forgotten = got == ConfirmOutcome::NotFound;
+            if !answer_stands(kept, got == expected, forgotten) {
                 return Err(format!("confirm: expected {expected:?}, got {got:?}"));
             }
-            if status == St::Held {
-                m.end(
-                    k,
-                    if *succeeded {
-                        St::Confirmed
-                    } else {
-                        St::Released
-                    },
-                );
+            if status == St::Held && *succeeded {
+                m.end(k, St::Confirmed);
+            } else if status == St::Held {
+                m.end(k, St::Released);
+                m.holds[k].released_ms = Some(h.now_ms());
             }
         }
         WaveOp::Expire => {
