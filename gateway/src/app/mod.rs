@@ -7,13 +7,13 @@
 //!    dropped connection; the panic is logged.
 //! 2. `SetRequestIdLayer` — every request gets an `x-request-id` (kept when
 //!    the client sent one), forwarded to the origin and logged.
-//! 3. `TraceLayer` — one span per request with method, path and request id;
-//!    a 5xx is logged at ERROR, except 503, an expected answer (debug). An
-//!    event stream's request is served in that span but its body is sent
-//!    on without it ([`trace::PastStreams`]).
-//! 4. `PropagateRequestIdLayer` — the id is echoed in the response.
-//! 5. [`compress::CompressLayer`] — br or gzip for our own answers that
-//!    gain from it; a request for an event stream goes past it.
+//! 3. `PropagateRequestIdLayer` — the id is echoed in the response.
+//! 4. `TraceLayer` — one span per request with method, path and request id;
+//!    a 5xx is logged at ERROR, except 503, an expected answer (debug).
+//! 5. `CompressionLayer` — br or gzip for our own answers that gain from
+//!    it. Layers 4 and 5 sit inside [`past_streams::PastStreams`]: a
+//!    request for an event stream is served in its span but goes past
+//!    both, its body sent on without a span or a compression body.
 //! 6. The router: `/_sluice/…` handlers (bodies limited, no-store but the
 //!    static files under their hashed names, the
 //!    store-bound ones behind `store_bound`, admin calls behind
@@ -45,14 +45,13 @@
 //! `sluice_shed_total`, where `LoadShed`'s error would be mapped back to it.
 
 pub mod clock;
-pub mod compress;
 pub mod extract;
+pub mod past_streams;
 pub mod problem;
 pub mod request_id;
 pub mod state;
 pub mod stores;
 pub mod telemetry;
-pub mod trace;
 
 use std::sync::Arc;
 
@@ -143,18 +142,22 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
             ServiceBuilder::new()
                 .layer(CatchPanicLayer::custom(panic_response))
                 .layer(SetRequestIdLayer::new(REQUEST_ID, ids))
-                .layer(trace::PastStreams {
-                    layer: TraceLayer::new_for_http()
-                        .make_span_with(request_span as fn(&Request) -> tracing::Span)
-                        .on_failure(on_failure),
-                    span: request_span,
-                })
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                .layer(compress::CompressLayer(
-                    CompressionLayer::new()
-                        .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))
-                        .compress_when(compressible()),
-                )),
+                .layer(past_streams::PastStreams {
+                    layer: ServiceBuilder::new()
+                        .layer(
+                            TraceLayer::new_for_http()
+                                .make_span_with(request_span as fn(&Request) -> tracing::Span)
+                                .on_failure(on_failure),
+                        )
+                        .layer(
+                            CompressionLayer::new()
+                                .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))
+                                .compress_when(compressible()),
+                        )
+                        .into_inner(),
+                    span: request_span,
+                }),
         )
 }
 

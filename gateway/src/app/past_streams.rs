@@ -1,17 +1,28 @@
-//! The trace layer, with event streams' bodies kept out of it.
+//! The trace and compression layers, with event streams kept past both.
 //!
-//! tower-http's [`Trace`](tower_http::trace::Trace) keeps the request's
-//! span open until the answer's body ends: for an event stream, its whole
-//! life. An open span is a slot in the subscriber's registry with its
-//! formatted fields and extensions, about 0.5 KB of each idle waiting
-//! visitor (issue 21: at most 4 KiB each, met by 30 to 140 B before this;
-//! README "Measured", "Streams"). So a request for an event stream
-//! ([`crate::visitor::stream::wants_stream`]) is served inside the same
-//! span until its answer's head is ready, and its body is sent on without
-//! it; every other answer goes through the trace layer as before, its body
-//! boxed here (one allocation per answer). Our own rather than tower's
-//! `Either` of two services, as in [`super::compress`]: which one answers
-//! is decided by the request, and both must give the same body type.
+//! Two of tower-http's layers cost an event stream memory for its whole
+//! life (issue 21: an idle waiting visitor's stream at most 4 KiB; README
+//! "Measured", "Streams"):
+//! - [`Trace`](tower_http::trace::Trace) keeps the request's span open
+//!   until the answer's body ends. An open span is a slot in the
+//!   subscriber's registry with its formatted fields and extensions, about
+//!   0.5 KB.
+//! - [`Compression`](tower_http::compression::Compression) answers with a
+//!   [`CompressionBody`](tower_http::compression::CompressionBody), an
+//!   enum as large as its largest encoder's state (brotli's: about 6 KB),
+//!   whether it compresses or not (its predicate never compresses an event
+//!   stream). Measured with heaptrack, it was more than half of an idle
+//!   stream's memory.
+//!
+//! So [`PastStreams`] wraps both: a request that asks for an event stream
+//! (`Accept: text/event-stream`,
+//! [`crate::visitor::stream::wants_stream`]) goes to the route as it is,
+//! served inside a request span (the trace layer's own maker) until its
+//! answer's head is ready, and its body goes on without it. Every other
+//! answer goes through the wrapped layers as before, its body boxed once
+//! here. Our own rather than tower's `Either` of two services: which one
+//! answers is decided by the request, and both must give the same body
+//! type.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -25,14 +36,15 @@ use tower::{Layer, Service, ServiceExt as _};
 use tracing::Instrument as _;
 use tracing::instrument::Instrumented;
 
-/// `layer` (the trace layer), with event streams' bodies kept out of it:
-/// their requests are served in a span made by `span` (the trace layer's
-/// own maker) for as long as the answer's head takes (module docs).
+/// `layer` (the trace and compression layers), with event streams kept
+/// past it: their requests are served in a span made by `span` (the trace
+/// layer's own maker) for as long as the answer's head takes (module
+/// docs).
 #[derive(Clone)]
 pub struct PastStreams<L> {
-    /// The layer every other request goes through.
+    /// The layers every other request goes through.
     pub layer: L,
-    /// The span of a request (the same as the layer makes).
+    /// The span of a request (the same as the trace layer makes).
     pub span: fn(&Request<Body>) -> tracing::Span,
 }
 
@@ -95,9 +107,13 @@ where
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use futures_util::StreamExt as _;
     use http::header;
+    use http_body_util::BodyExt as _;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower_http::compression::predicate::DefaultPredicate;
+    use tower_http::compression::{CompressionBody, CompressionLayer};
     use tracing::Subscriber;
     use tracing::span::{Attributes, Id};
     use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt as _};
@@ -147,7 +163,6 @@ mod tests {
 
     #[tokio::test]
     async fn an_open_event_stream_holds_no_span_other_answers_keep_theirs() {
-        use http_body_util::BodyExt as _;
         let open = Open::default();
         let subscriber = tracing_subscriber::registry().with(open.clone());
         let _guard = tracing::subscriber::set_default(subscriber);
@@ -191,5 +206,84 @@ mod tests {
             Bytes::from_static(b"event: status\ndata: {}\n\n")
         );
         assert_eq!(open.0.load(Ordering::SeqCst), 0);
+    }
+
+    /// The answer of the route below: a few KB of JSON, or an event stream
+    /// that sends one event and then waits for ever.
+    async fn big_route(req: Request<Body>) -> Result<Response<Body>, Infallible> {
+        let stream = crate::visitor::stream::wants_stream(req.headers());
+        let mut res = if stream {
+            let first = futures_util::stream::once(async {
+                Ok::<_, Infallible>(axum::body::Bytes::from_static(
+                    b"event: status\ndata: {}\n\n",
+                ))
+            });
+            Response::new(Body::from_stream(
+                first.chain(futures_util::stream::pending()),
+            ))
+        } else {
+            Response::new(Body::from(format!("[{}0]", "0,".repeat(2000))))
+        };
+        let ct = if stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        res.headers_mut()
+            .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(ct));
+        Ok(res)
+    }
+
+    fn compressed_request(accept: &str) -> Request<Body> {
+        Request::builder()
+            .header(header::ACCEPT, accept)
+            .header(header::ACCEPT_ENCODING, "br, gzip")
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn answers_are_compressed_and_event_streams_pass_untouched_and_live() {
+        let layer = PastStreams {
+            layer: CompressionLayer::new().compress_when(DefaultPredicate::new()),
+            span,
+        };
+        let mut svc = layer.layer(tower::service_fn(big_route));
+        // A JSON answer: compressed as before.
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(compressed_request("application/json"))
+            .await
+            .unwrap();
+        assert_eq!(res.headers()[header::CONTENT_ENCODING], "br");
+        // An event stream: not compressed, and its first event comes at once
+        // (a compressor would hold it back).
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(compressed_request("text/event-stream"))
+            .await
+            .unwrap();
+        assert!(res.headers().get(header::CONTENT_ENCODING).is_none());
+        let mut body = res.into_body();
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
+            .await
+            .expect("the first event at once")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            frame.into_data().unwrap(),
+            axum::body::Bytes::from_static(b"event: status\ndata: {}\n\n")
+        );
+    }
+
+    #[test]
+    fn a_compression_body_is_kilobytes_and_what_a_stream_holds_is_not() {
+        // Why the layer exists (module docs): were this small, it would not.
+        assert!(std::mem::size_of::<CompressionBody<Body>>() > 4096);
+        assert!(std::mem::size_of::<Body>() <= 16);
     }
 }
