@@ -8,6 +8,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use crate::local::Outages;
 use crate::sentinel::SentinelConnection;
 use crate::tls::{RedisTls, describe, install_provider};
 use crate::url::RedisUrl;
@@ -25,8 +26,10 @@ const RECONNECT_RETRIES: usize = 2;
 /// pipelines run on all three unchanged.
 #[derive(Clone)]
 pub enum RedisConn {
-    /// One server.
-    Single(ConnectionManager),
+    /// One server, and the failures seen on the process's connections to
+    /// it (which decide when a thread's own connection is trusted:
+    /// [`crate::local`]).
+    Single(ConnectionManager, Outages),
     /// Redis Cluster.
     Cluster(ClusterConnection),
     /// The primary Sentinel names.
@@ -36,7 +39,7 @@ pub enum RedisConn {
 impl std::fmt::Debug for RedisConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RedisConn::Single(_) => f.write_str("RedisConn::Single"),
+            RedisConn::Single(..) => f.write_str("RedisConn::Single"),
             RedisConn::Cluster(_) => f.write_str("RedisConn::Cluster"),
             RedisConn::Sentinel(c) => f.debug_tuple("RedisConn::Sentinel").field(c).finish(),
         }
@@ -85,7 +88,11 @@ impl RedisUrl {
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(RECONNECT_RETRIES);
-                RedisConn::Single(ConnectionManager::new_with_config(client, config).await?)
+                let outages = Outages::of(&client.get_connection_info().addr().to_string());
+                RedisConn::Single(
+                    ConnectionManager::new_with_config(client, config).await?,
+                    outages,
+                )
             }
             RedisUrl::Cluster(nodes) => {
                 let mut builder = ClusterClientBuilder::new(nodes.clone())
@@ -104,8 +111,10 @@ impl RedisUrl {
 }
 
 impl From<ConnectionManager> for RedisConn {
+    /// A connection whose server is not known by its address: its failures
+    /// count on a counter of its own.
     fn from(c: ConnectionManager) -> Self {
-        RedisConn::Single(c)
+        RedisConn::Single(c, Outages::default())
     }
 }
 
@@ -127,14 +136,14 @@ impl ConnectionLike for RedisConn {
         // connect does.
         Box::pin(async move {
             match self {
-                RedisConn::Single(c) => c.req_packed_command(cmd).await,
+                RedisConn::Single(c, outages) => c
+                    .req_packed_command(cmd)
+                    .await
+                    .inspect_err(|e| outages.note(e)),
                 RedisConn::Cluster(c) => c.req_packed_command(cmd).await,
                 RedisConn::Sentinel(c) => c.req_packed_command(cmd).await,
             }
-            .map_err(|e| {
-                crate::local::note(&e);
-                describe(e)
-            })
+            .map_err(describe)
         })
     }
 
@@ -146,20 +155,20 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             match self {
-                RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count).await,
+                RedisConn::Single(c, outages) => c
+                    .req_packed_commands(pipeline, offset, count)
+                    .await
+                    .inspect_err(|e| outages.note(e)),
                 RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count).await,
                 RedisConn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count).await,
             }
-            .map_err(|e| {
-                crate::local::note(&e);
-                describe(e)
-            })
+            .map_err(describe)
         })
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Single(c, _) => c.get_db(),
             RedisConn::Cluster(c) => c.get_db(),
             RedisConn::Sentinel(c) => c.get_db(),
         }

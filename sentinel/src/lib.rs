@@ -52,7 +52,7 @@ pub mod tls;
 pub mod url;
 
 pub use conn::RedisConn;
-pub use local::{ThreadConns, opt_in_thread};
+pub use local::{Outages, ThreadConns, opt_in_thread};
 pub use sentinel::SentinelConnection;
 pub use tls::{RedisTls, TlsFile, TlsFileError};
 pub use url::{

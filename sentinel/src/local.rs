@@ -10,7 +10,8 @@
 //! # When the thread's connection is used
 //!
 //! Only once it has answered a `PING` since the last connection failure
-//! anywhere in the process ([`outages`]): a connection that sat idle
+//! the process saw on any connection to the same server ([`Outages`]): a
+//! connection that sat idle
 //! through a restart of Redis is broken until its next command fails, and
 //! that command would be a visitor's. Until then (and while the thread's
 //! connection is being opened, in a task of the thread's own, never in a
@@ -23,8 +24,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -37,9 +38,38 @@ use crate::url::RedisUrl;
 /// connection while they fail (Redis down).
 const RETRY_GAP: Duration = Duration::from_millis(100);
 
-/// Connection failures seen by any [`RedisConn`] of the process (an I/O
-/// error, a dropped connection, a refused connect).
-static OUTAGES: AtomicU64 = AtomicU64::new(0);
+/// Each server's [`Outages`], by address (`host:port`, or the socket's
+/// path).
+static SERVERS: LazyLock<Mutex<HashMap<String, Outages>>> = LazyLock::new(Default::default);
+
+/// Connection failures (an I/O error, a dropped connection, a refused
+/// connect) seen by the process's connections to one server: a failure
+/// of another server's (a ledger consumer retrying against a Redis that
+/// is down, a second store) leaves this server's threads on their own
+/// connections. Shared by every [`RedisConn`] to the server.
+#[derive(Clone, Debug, Default)]
+pub struct Outages(Arc<AtomicU64>);
+
+impl Outages {
+    /// The counter of the server at `addr` (one per address in the
+    /// process).
+    pub fn of(addr: &str) -> Self {
+        SERVERS.lock().entry(addr.to_owned()).or_default().clone()
+    }
+
+    /// How many failures were seen: a thread's connection is trusted again
+    /// only after a `PING` that started at or after the latest.
+    pub fn seen(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Counts `e` when it is a connection failure.
+    pub(crate) fn note(&self, e: &redis::RedisError) {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+            self.0.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
 
 /// Ids of [`ThreadConns`], so each has its own slot in every thread.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -56,25 +86,11 @@ pub fn opt_in_thread() {
     OPTED_IN.with(|o| o.set(true));
 }
 
-/// How many connection failures the process has seen: a thread's
-/// connection is trusted again only after a `PING` that started at or
-/// after the latest.
-pub fn outages() -> u64 {
-    OUTAGES.load(Ordering::Acquire)
-}
-
-/// Counts `e` as a connection failure when it is one.
-pub(crate) fn note(e: &redis::RedisError) {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
-        OUTAGES.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
 /// One thread's connection of one [`ThreadConns`].
 #[derive(Default)]
 struct Slot {
     conn: Option<RedisConn>,
-    /// [`outages`] when its last good `PING` started.
+    /// [`Outages::seen`] when its last good `PING` started.
     checked_at: Option<u64>,
     /// An open or a check is in flight.
     busy: bool,
@@ -87,9 +103,18 @@ struct Slot {
 pub struct ThreadConns {
     id: u64,
     shared: RedisConn,
-    /// What a thread's connection is opened with; `None`: not a
-    /// standalone server, so only the shared connection is used.
-    open: Option<Arc<(RedisUrl, RedisTls, Duration)>>,
+    /// What a thread's connection is opened with, and its server's
+    /// failures; `None`: not a standalone server, so only the shared
+    /// connection is used.
+    open: Option<Arc<Open>>,
+}
+
+/// How a thread's connection is opened.
+struct Open {
+    url: RedisUrl,
+    tls: RedisTls,
+    timeout: Duration,
+    outages: Outages,
 }
 
 impl std::fmt::Debug for ThreadConns {
@@ -105,8 +130,15 @@ impl ThreadConns {
     /// `shared`, opened from `url` with `tls` and `timeout`; threads that
     /// opted in open their own the same way.
     pub fn new(shared: RedisConn, url: &RedisUrl, tls: &RedisTls, timeout: Duration) -> Self {
-        let open = matches!((url, &shared), (RedisUrl::Single(_), RedisConn::Single(_)))
-            .then(|| Arc::new((url.clone(), tls.clone(), timeout)));
+        let open = match (url, &shared) {
+            (RedisUrl::Single(_), RedisConn::Single(_, outages)) => Some(Arc::new(Open {
+                url: url.clone(),
+                tls: tls.clone(),
+                timeout,
+                outages: outages.clone(),
+            })),
+            _ => None,
+        };
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shared,
@@ -144,7 +176,7 @@ impl ThreadConns {
         };
         let slot = SLOTS.with(|s| s.borrow_mut().entry(self.id).or_default().clone());
         let mut s = slot.lock();
-        let seen = outages();
+        let seen = open.outages.seen();
         if let Some(c) = &s.conn
             && s.checked_at == Some(seen)
         {
@@ -172,13 +204,12 @@ impl ThreadConns {
 }
 
 /// Opens a connection (when `existing` is `None`) and `PING`s it, each
-/// within the timeout; the connection and [`outages`] from before the
-/// `PING`, or `None` when either failed.
-async fn check(
-    existing: Option<RedisConn>,
-    open: &(RedisUrl, RedisTls, Duration),
-) -> Option<(RedisConn, u64)> {
-    let (url, tls, timeout) = open;
+/// within the timeout; the connection and [`Outages::seen`] from before
+/// the `PING`, or `None` when either failed.
+async fn check(existing: Option<RedisConn>, open: &Open) -> Option<(RedisConn, u64)> {
+    let Open {
+        url, tls, timeout, ..
+    } = open;
     let mut conn = match existing {
         Some(c) => c,
         None => match tokio::time::timeout(*timeout, url.connect_with(*timeout, tls)).await {
@@ -190,7 +221,7 @@ async fn check(
             Err(_) => return None,
         },
     };
-    let at = outages();
+    let at = open.outages.seen();
     let ping = redis::cmd("PING");
     match tokio::time::timeout(*timeout, ping.query_async::<String>(&mut conn)).await {
         Ok(Ok(_)) => Some((conn, at)),

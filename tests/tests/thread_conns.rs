@@ -5,7 +5,9 @@
 //! restart of Redis (killed, its data gone) never fails a command on a
 //! thread's connection once the shared one works again: the connections
 //! that sat idle through the restart are checked with a `PING` before a
-//! command of a visitor's runs on them.
+//! command of a visitor's runs on them. Failures are counted per server: a
+//! server that fails over and over leaves another server's threads on
+//! their own connections.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,11 +18,6 @@ use sluice_redis::{RedisConn, RedisTls, RedisUrl, ThreadConns};
 use sluice_tests::redis_server::RedisServer;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// One test at a time: connection failures are counted process-wide (a
-/// restart in one test would send the other's threads back to the shared
-/// connection until their next check).
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn client_id(conn: &mut RedisConn) -> redis::RedisResult<i64> {
     redis::cmd("CLIENT").arg("ID").query_async(conn).await
@@ -74,7 +71,6 @@ async fn own_id(conns: &ThreadConns, shared_id: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opted_in_threads_get_a_connection_each_others_share_one() {
-    let _serial = SERIAL.lock().await;
     let Some(server) = RedisServer::start() else {
         return;
     };
@@ -162,7 +158,6 @@ async fn wait_ready(rx: &std::sync::mpsc::Receiver<()>, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_fails_no_command_on_an_idle_thread_connection() {
-    let _serial = SERIAL.lock().await;
     let Some(mut server) = RedisServer::start() else {
         return;
     };
@@ -276,4 +271,72 @@ async fn a_redis_restart_fails_no_command_on_an_idle_thread_connection() {
         .await
         .unwrap();
     assert_eq!(n, 2 * 300);
+}
+
+/// Another server failing (killed, every command to it refused) leaves
+/// this server's thread connections in use: failures are counted per
+/// server. Counted process-wide, as they once were, the first command
+/// after each failure went back to the shared connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_servers_failures_leave_this_servers_threads_on_their_own() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let Some(mut other) = RedisServer::start() else {
+        return;
+    };
+    let conns = open(&server).await;
+    let shared_id = client_id(&mut conns.shared().clone()).await.unwrap();
+    let other_url = RedisUrl::parse(&other.url()).unwrap();
+    let mut failing = other_url.connect(TIMEOUT).await.unwrap();
+    client_id(&mut failing).await.unwrap();
+    other.kill();
+
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let (fail_tx, fail_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let thread = on_io_thread(move || {
+        Box::pin(async move {
+            let id = own_id(&conns, shared_id).await;
+            ready_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            // after each failure of the other server, the very next command
+            // still runs on this thread's own connection
+            let mut fail_rx = fail_rx;
+            let mut on_shared = 0;
+            let mut rounds = 0;
+            while fail_rx.recv().await.is_some() {
+                rounds += 1;
+                if client_id(&mut conns.get()).await.unwrap() != id {
+                    on_shared += 1;
+                }
+                done_tx.send(()).unwrap();
+            }
+            (rounds, on_shared)
+        })
+    });
+    wait_ready(&ready_rx, 1).await;
+    go_tx.send(()).unwrap();
+    for round in 0..20 {
+        let e = redis::cmd("PING")
+            .query_async::<String>(&mut failing)
+            .await
+            .expect_err("the other server is down");
+        assert!(
+            e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+            "round {round}: not a connection failure: {e}"
+        );
+        fail_tx.send(()).unwrap();
+        done_rx.recv().await.unwrap();
+    }
+    drop(fail_tx);
+    let (rounds, on_shared) = tokio::task::spawn_blocking(move || thread.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(rounds, 20);
+    assert_eq!(
+        on_shared, 0,
+        "the other server's failures sent this thread back to the shared connection"
+    );
 }
