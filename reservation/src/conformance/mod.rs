@@ -17,6 +17,7 @@ pub mod category_loss;
 pub mod feeds;
 pub mod loss;
 pub mod model;
+mod retained;
 pub mod shards;
 pub mod waves;
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::retained::{St, answer_stands, kept};
 use super::{Harness, TimeControl};
 use crate::{
     CategoryId, CategorySpec, ConfirmOutcome, EventId, HoldId, HoldOutcome, Inventory, Item,
@@ -102,14 +103,6 @@ pub fn wave_case(max_ops: usize) -> impl Strategy<Value = (WaveCase, Vec<WaveOp>
     (case, proptest::collection::vec(op, 1..max_ops))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum St {
-    Held,
-    Confirmed,
-    Released,
-    Expired,
-}
-
 struct MHold {
     id: HoldId,
     visitor: String,
@@ -120,49 +113,6 @@ struct MHold {
     /// When a release ended it (the store's clock); a lapsed hold's
     /// retention counts from its deadline instead.
     released_ms: Option<u64>,
-}
-
-impl MHold {
-    /// When the store may forget a released or lapsed hold (its released
-    /// retention counted from its end): `None` while held or confirmed
-    /// (a confirmed hold's retention is months, beyond any case).
-    fn forgotten_at(&self, keep_ms: u64) -> Option<u64> {
-        match self.status {
-            St::Released => self.released_ms.map(|at| at.saturating_add(keep_ms)),
-            St::Expired => Some(self.deadline_ms.saturating_add(keep_ms)),
-            St::Held | St::Confirmed => None,
-        }
-    }
-}
-
-/// How an ended hold's record stands at `now` against its retention.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kept {
-    Yes,
-    /// Within a margin of its end of retention: either answer is right.
-    Either,
-    Gone,
-}
-
-/// Whether an answer to a release or payment is right: the model's answer
-/// while the record is kept, "not found" once it may be gone.
-fn answer_stands(kept: Kept, as_expected: bool, forgotten: bool) -> bool {
-    match kept {
-        Kept::Yes => as_expected,
-        Kept::Either => as_expected || forgotten,
-        Kept::Gone => forgotten,
-    }
-}
-
-/// Whether the store still keeps `hold`'s record at `now` (a margin of a
-/// second either side of the purge time, for real time's slack).
-fn kept(h: &Harness, hold: &MHold, now: u64) -> Kept {
-    let keep = u64::try_from(h.retention.released.as_millis()).unwrap_or(u64::MAX);
-    match hold.forgotten_at(keep) {
-        Some(at) if now > at.saturating_add(1_000) => Kept::Gone,
-        Some(at) if now.saturating_add(1_000) >= at => Kept::Either,
-        _ => Kept::Yes,
-    }
 }
 
 struct MCat {
@@ -512,14 +462,15 @@ async fn step_once(
                 St::Released => ReleaseOutcome::AlreadyReleased,
                 St::Expired => ReleaseOutcome::Expired,
             };
-            let kept = kept(h, &m.holds[k], h.now_ms());
+            let mh = &m.holds[k];
+            let record = kept(h, mh.status, mh.deadline_ms, mh.released_ms, h.now_ms());
             let got = h
                 .inv
                 .release(&m.holds[k].id, &m.holds[k].visitor)
                 .await
                 .map_err(|e| e.to_string())?;
             let forgotten = got == ReleaseOutcome::NotFound;
-            if !answer_stands(kept, got == expected, forgotten) {
+            if !answer_stands(record, got == expected, forgotten) {
                 return Err(format!("release: expected {expected:?}, got {got:?}"));
             }
             if status == St::Held {
@@ -539,14 +490,15 @@ async fn step_once(
                 (St::Expired, _) => ConfirmOutcome::Expired,
             };
             *payment += 1;
-            let kept = kept(h, &m.holds[k], h.now_ms());
+            let mh = &m.holds[k];
+            let record = kept(h, mh.status, mh.deadline_ms, mh.released_ms, h.now_ms());
             let got = h
                 .inv
                 .confirm(&m.holds[k].id, &format!("pay{payment}"), *succeeded)
                 .await
                 .map_err(|e| e.to_string())?;
             let forgotten = got == ConfirmOutcome::NotFound;
-            if !answer_stands(kept, got == expected, forgotten) {
+            if !answer_stands(record, got == expected, forgotten) {
                 return Err(format!("confirm: expected {expected:?}, got {got:?}"));
             }
             if status == St::Held && *succeeded {
