@@ -361,6 +361,40 @@ async fn guessing_is_rate_limited_per_network() {
     assert_eq!(challenge(&base, "default", None).await.status, 200);
 }
 
+/// A network guessing through two gateways on one Redis gets the
+/// attempts of one gateway, not of two: the budget is the store's. Per
+/// gateway, as it once was, the guesses below would pass 8 attempts.
+#[tokio::test]
+async fn guessing_through_two_gateways_gets_the_attempts_of_one() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let a = gateway(&origin, Some(&redis), 4).await;
+    let b = gateway(&origin, Some(&redis), 4).await;
+    let (a, b) = (a.url(), b.url());
+    let good = issue(&a, 1, 1, json!({})).await;
+    for i in 0..4 {
+        let guess: String = format!("{:a>26}", i).replace(|c: char| !c.is_ascii_lowercase(), "c");
+        let base = if i % 2 == 0 { &a } else { &b };
+        refused(&challenge(base, "vip", Some(&guess)).await, "unknown");
+    }
+    // spent at both gateways, though each saw only two attempts
+    for base in [&a, &b] {
+        let res = challenge(base, "vip", Some(&good[0].0)).await;
+        assert_eq!(res.status, 429, "{}", res.text());
+        assert_eq!(res.json()["code"], "rate_limited");
+        let wait: u64 = res.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=15).contains(&wait), "retry-after {wait}");
+    }
+    // the code was never looked at, and nothing was redeemed
+    assert_eq!(used(&a, &good[0].1).await, 0);
+    // the store holds no address of the network, only a digest
+    let keys = cli(redis.port(), None, &["KEYS", "*invite.*"]);
+    assert!(keys.contains("invite."), "no shared bucket: {keys}");
+    assert!(!keys.contains("127.0"), "an address in the store: {keys}");
+}
+
 #[tokio::test]
 async fn the_admin_api_refuses_bad_input() {
     let origin = TestOrigin::start().await;

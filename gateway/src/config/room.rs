@@ -76,7 +76,8 @@ pub struct RoomConfig {
     /// (README, "Invite codes"). Off by default.
     pub invite_only: bool,
     /// Invite codes tried per client network prefix per minute, valid or
-    /// not (0: no limit): guessing costs time as well as 128 bits.
+    /// not (0: no limit), one budget for every gateway on the queue store:
+    /// guessing costs time as well as 128 bits.
     pub invite_attempts_per_prefix_per_min: u32,
     /// Enqueue tokens from the origin (`[rooms.enqueue]`): the keys the
     /// room trusts, and whether a join must carry one (README, "One place

@@ -9,10 +9,14 @@
 //! used code from an unknown one helps the fan and not a guesser: codes
 //! carry 128 random bits, and every attempt, valid or not, takes one of
 //! the network's `invite_attempts_per_prefix_per_min` (429 `rate_limited`
-//! past it).
+//! past it): one budget for every gateway on the queue store
+//! ([`take_attempt`]).
 
 use http::StatusCode;
+use sha2::{Digest as _, Sha256};
+use sluice_admission::QueueStore as _;
 use sluice_admission::invites::{InviteCheck, code_hash, normalize};
+use sluice_pow::NetPrefix;
 
 use crate::app::clock::now_ms;
 use crate::app::problem::Problem;
@@ -48,7 +52,7 @@ pub async fn check(
     let Some(typed) = typed else {
         return Err(refuse("required"));
     };
-    room.check_invite_attempt(prefix).map_err(|wait| {
+    take_attempt(state, room, prefix).await.map_err(|wait| {
         state.telemetry().rate_limited(room.id(), "invite");
         Problem::rate_limited(wait)
     })?;
@@ -65,6 +69,45 @@ pub async fn check(
         Some(reason) => Err(refuse(reason)),
         None => Ok(Some(hash)),
     }
+}
+
+/// Takes one invite attempt of the network `prefix`, or the seconds to
+/// wait. This gateway's own bucket first (a flood from one network never
+/// reaches the store), then the queue store's bucket of the same size
+/// ([`sluice_admission::rate`]), one for every gateway on the store: N
+/// gateways give a network the attempts of one. While the store does not
+/// answer, this gateway's bucket alone decides (the network is then held
+/// to the limit at each gateway, as before the shared budget).
+async fn take_attempt(state: &AppState, room: &Room, prefix: NetPrefix) -> Result<(), u64> {
+    room.check_invite_attempt(prefix)?;
+    let per_min = room.config.invite_attempts_per_prefix_per_min;
+    if per_min == 0 {
+        return Ok(());
+    }
+    let key = attempt_key(room.id(), prefix);
+    match state
+        .queue()
+        .take_rate(&key, f64::from(per_min) / 60.0, per_min)
+        .await
+    {
+        Ok(None) => Ok(()),
+        Ok(Some(wait_ms)) => Err(wait_ms.div_ceil(1_000).max(1)),
+        Err(e) => {
+            tracing::debug!(room = room.id(), error = %e, "shared invite budget unavailable: this gateway's own");
+            Ok(())
+        }
+    }
+}
+
+/// The store's bucket of `prefix`'s invite attempts at `room`: a digest of
+/// both, so the key is valid whatever the room id's length and the store
+/// keeps no client address.
+fn attempt_key(room: &str, prefix: NetPrefix) -> String {
+    let digest = Sha256::digest(format!("{room}\n{prefix}"));
+    format!(
+        "invite.{}",
+        sluice_admission::prequeue::to_hex(&digest[..16])
+    )
 }
 
 /// Redeems one use of the checked code `hash`, noting `note` (the
@@ -94,5 +137,36 @@ pub async fn give_back(state: &AppState, room: &Room, hash: &str) {
         tracing::warn!(room = room.id(), error = %e, "invite use not given back after a failed join");
     } else {
         state.telemetry().invite(room.id(), "returned");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn prefix(ip: &str) -> NetPrefix {
+        sluice_pow::network_prefix(ip.parse().unwrap())
+    }
+
+    #[test]
+    fn attempt_keys_are_valid_store_keys_apart_per_room_and_network() {
+        let long_room = "r".repeat(200);
+        let keys = [
+            attempt_key("vip", prefix("203.0.113.7")),
+            attempt_key("vip", prefix("198.51.100.7")),
+            attempt_key("vip2", prefix("203.0.113.7")),
+            attempt_key(&long_room, prefix("2001:db8::1")),
+        ];
+        for k in &keys {
+            sluice_admission::rate::check(k, 0.5, 30).unwrap();
+            // a digest: no address in the store
+            assert_eq!(k.len(), "invite.".len() + 32, "{k}");
+            assert!(!k.contains(['/', ':']), "{k}");
+        }
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len());
+        // one network, one key: the same /24 (IPv4) or /56 (IPv6)
+        assert_eq!(keys[0], attempt_key("vip", prefix("203.0.113.200")));
     }
 }
