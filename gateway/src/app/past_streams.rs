@@ -118,6 +118,8 @@ mod tests {
     use tracing::span::{Attributes, Id};
     use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt as _};
 
+    const EVENT: &[u8] = b"event: status\ndata: {}\n\n";
+
     /// Counts the spans open now, and those ever made.
     #[derive(Clone, Default)]
     struct Open(Arc<AtomicUsize>, Arc<AtomicUsize>);
@@ -136,29 +138,52 @@ mod tests {
         tracing::info_span!("request", path = %req.uri().path())
     }
 
-    /// An event stream that sends one event and then waits for ever, or a
-    /// short JSON answer.
-    async fn route(req: Request<Body>) -> Result<Response<Body>, Infallible> {
-        tracing::info!("in the handler");
-        Ok(if crate::visitor::stream::wants_stream(req.headers()) {
-            let first = futures_util::stream::once(async {
-                Ok::<_, Infallible>(Bytes::from_static(b"event: status\ndata: {}\n\n"))
-            });
-            use futures_util::StreamExt as _;
-            Response::new(Body::from_stream(
-                first.chain(futures_util::stream::pending()),
-            ))
-        } else {
-            Response::new(Body::from("{}"))
-        })
+    fn json_body() -> String {
+        format!("[{}0]", "0,".repeat(2000))
     }
 
-    fn request(accept: &str) -> Request<Body> {
-        Request::builder()
+    /// An event stream that sends one event and then waits for ever, or a
+    /// few KB of JSON.
+    async fn route(req: Request<Body>) -> Result<Response<Body>, Infallible> {
+        tracing::info!("in the handler");
+        let stream = crate::visitor::stream::wants_stream(req.headers());
+        let (mut res, ct) = if stream {
+            let first = futures_util::stream::once(async {
+                Ok::<_, Infallible>(Bytes::from_static(EVENT))
+            });
+            let body = Body::from_stream(first.chain(futures_util::stream::pending()));
+            (Response::new(body), "text/event-stream")
+        } else {
+            (Response::new(Body::from(json_body())), "application/json")
+        };
+        res.headers_mut()
+            .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(ct));
+        Ok(res)
+    }
+
+    async fn call<S>(svc: &mut S, accept: &str) -> Response<Body>
+    where
+        S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+    {
+        let req = Request::builder()
             .uri("/_sluice/rooms/r/status")
             .header(header::ACCEPT, accept)
+            .header(header::ACCEPT_ENCODING, "br, gzip")
             .body(Body::empty())
+            .unwrap();
+        svc.ready().await.unwrap().call(req).await.unwrap()
+    }
+
+    /// The stream's first event comes at once (a compressor would hold it
+    /// back).
+    async fn first_event(res: Response<Body>) {
+        let mut body = res.into_body();
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
+            .await
+            .expect("the first event at once")
             .unwrap()
+            .unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(EVENT));
     }
 
     #[tokio::test]
@@ -173,73 +198,18 @@ mod tests {
         let mut svc = layer.layer(tower::service_fn(route));
 
         // a JSON answer: its span lives until its body is read
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(request("application/json"))
-            .await
-            .unwrap();
+        let res = call(&mut svc, "application/json").await;
         assert_eq!(open.0.load(Ordering::SeqCst), 1, "the body holds the span");
         let body = res.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], b"{}");
+        assert_eq!(&body[..], json_body().as_bytes());
         assert_eq!(open.0.load(Ordering::SeqCst), 0);
 
         // an event stream: served in a span, open and live without one
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(request("text/event-stream"))
-            .await
-            .unwrap();
+        let res = call(&mut svc, "text/event-stream").await;
         assert_eq!(open.1.load(Ordering::SeqCst), 2, "it was served in a span");
         assert_eq!(open.0.load(Ordering::SeqCst), 0, "no span while it is open");
-        let mut body = res.into_body();
-        let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
-            .await
-            .expect("the first event at once")
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            frame.into_data().unwrap(),
-            Bytes::from_static(b"event: status\ndata: {}\n\n")
-        );
+        first_event(res).await;
         assert_eq!(open.0.load(Ordering::SeqCst), 0);
-    }
-
-    /// The answer of the route below: a few KB of JSON, or an event stream
-    /// that sends one event and then waits for ever.
-    async fn big_route(req: Request<Body>) -> Result<Response<Body>, Infallible> {
-        let stream = crate::visitor::stream::wants_stream(req.headers());
-        let mut res = if stream {
-            let first = futures_util::stream::once(async {
-                Ok::<_, Infallible>(axum::body::Bytes::from_static(
-                    b"event: status\ndata: {}\n\n",
-                ))
-            });
-            Response::new(Body::from_stream(
-                first.chain(futures_util::stream::pending()),
-            ))
-        } else {
-            Response::new(Body::from(format!("[{}0]", "0,".repeat(2000))))
-        };
-        let ct = if stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
-        res.headers_mut()
-            .insert(header::CONTENT_TYPE, http::HeaderValue::from_static(ct));
-        Ok(res)
-    }
-
-    fn compressed_request(accept: &str) -> Request<Body> {
-        Request::builder()
-            .header(header::ACCEPT, accept)
-            .header(header::ACCEPT_ENCODING, "br, gzip")
-            .body(Body::empty())
-            .unwrap()
     }
 
     #[tokio::test]
@@ -248,36 +218,15 @@ mod tests {
             layer: CompressionLayer::new().compress_when(DefaultPredicate::new()),
             span,
         };
-        let mut svc = layer.layer(tower::service_fn(big_route));
+        let mut svc = layer.layer(tower::service_fn(route));
         // A JSON answer: compressed as before.
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(compressed_request("application/json"))
-            .await
-            .unwrap();
+        let res = call(&mut svc, "application/json").await;
         assert_eq!(res.headers()[header::CONTENT_ENCODING], "br");
         // An event stream: not compressed, and its first event comes at once
         // (a compressor would hold it back).
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(compressed_request("text/event-stream"))
-            .await
-            .unwrap();
+        let res = call(&mut svc, "text/event-stream").await;
         assert!(res.headers().get(header::CONTENT_ENCODING).is_none());
-        let mut body = res.into_body();
-        let frame = tokio::time::timeout(std::time::Duration::from_secs(5), body.frame())
-            .await
-            .expect("the first event at once")
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            frame.into_data().unwrap(),
-            axum::body::Bytes::from_static(b"event: status\ndata: {}\n\n")
-        );
+        first_event(res).await;
     }
 
     #[test]
