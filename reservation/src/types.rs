@@ -107,12 +107,12 @@ impl HoldId {
     pub fn generate(event: &EventId) -> Self {
         let bytes = rand::random::<u128>().to_le_bytes();
         let suffix = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-        Self(format!("{}.{suffix}", event.as_str()))
+        Self::from_parts(event, &suffix)
     }
 
     /// The id of the hold with random part `suffix` in `event`.
     pub(crate) fn from_parts(event: &EventId, suffix: &str) -> Self {
-        Self(format!("{}.{suffix}", event.as_str()))
+        Self([event.as_str(), ".", suffix].concat())
     }
 
     /// Validates the shape of a hold id (no store lookup).
