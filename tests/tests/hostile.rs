@@ -1088,6 +1088,62 @@ async fn admin_brute_force_is_401_then_429_without_comparing() {
     gw.shutdown().await;
 }
 
+/// Guesses spread over two gateways on one Redis get the network's budget
+/// once (plus the failure at each gateway that finds it spent), not once
+/// per gateway: with each gateway's own count alone, as it once was, they
+/// got 2 × `ADMIN_FAILURES_PER_MIN` guesses compared.
+#[tokio::test]
+async fn admin_guesses_through_two_gateways_get_the_budget_of_one() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let a = gateway(&origin, &keys, Some(&redis.url())).await;
+    let b = gateway(&origin, &keys, Some(&redis.url())).await;
+    let client = TestClient::new();
+    let urls = [a.url(), b.url()].map(|u| format!("{u}/_sluice/admin/rooms/default"));
+    let started = Instant::now();
+    let mut compared = 0;
+    let mut blocked = [false, false];
+    for i in 0..4 * ADMIN_FAILURES_PER_MIN as usize {
+        if blocked == [true, true] {
+            break;
+        }
+        // alternate between the gateways, past a blocked one
+        let g = if blocked[i % 2] { 1 - i % 2 } else { i % 2 };
+        let res = client
+            .get(&urls[g], &[("authorization", "Bearer wrong")])
+            .await;
+        match res.status.as_u16() {
+            401 => compared += 1,
+            429 => blocked[g] = true,
+            s => panic!("guess {i}: {s} {}", res.text()),
+        }
+    }
+    assert_eq!(blocked, [true, true], "{compared} guesses compared");
+    // the bucket refills at ADMIN_FAILURES_PER_MIN a minute meanwhile
+    let refilled = started.elapsed().as_secs() as usize * ADMIN_FAILURES_PER_MIN as usize / 60 + 1;
+    let budget = ADMIN_FAILURES_PER_MIN as usize;
+    assert!(
+        compared >= budget && compared <= budget + 2 + refilled,
+        "{compared} guesses compared, the budget is {budget}"
+    );
+    // blocked at both: even the right token waits, uncompared
+    let ok = format!("Bearer {ADMIN_TOKEN}");
+    for url in &urls {
+        let res = client.get(url, &[("authorization", &ok)]).await;
+        assert_eq!(res.status, 429, "{}", res.text());
+        assert!(res.header("retry-after").is_some());
+    }
+    // the store holds a digest of the network, no address
+    let keys = redis.command("KEYS *admin.*");
+    assert!(keys.contains("admin."), "no shared bucket: {keys}");
+    assert!(!keys.contains("127.0"), "an address in the store: {keys}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 // === cookies ===
 
 fn set_cookies(res: &Answer) -> Vec<String> {

@@ -24,7 +24,7 @@ const ADMIN_FAILURES_TRACKED: usize = 100_000;
 /// early, so a blocked one stays blocked however many other networks fail.
 pub(crate) struct AdminFailures {
     cap: usize,
-    windows: std::sync::Mutex<std::collections::HashMap<sluice_pow::NetPrefix, (u64, u32)>>,
+    windows: std::sync::Mutex<Windows>,
 }
 
 impl Default for AdminFailures {
@@ -51,23 +51,48 @@ impl AdminFailures {
 
     pub(crate) fn record(&self, net: sluice_pow::NetPrefix, now_s: u64) {
         let mut map = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-        if !map.contains_key(&net) && map.len() >= self.cap {
-            // Only windows that are over go: they count nothing any more.
-            map.retain(|_, (start, _)| now_s < *start + 60);
-            if map.len() >= self.cap {
-                tracing::warn!(
-                    tracked = map.len(),
-                    "admin failures: too many networks tracked; this one is not counted"
-                );
-                return;
-            }
-        }
-        let w = map.entry(net).or_insert((now_s, 0));
+        let Some(w) = window(&mut map, self.cap, net, now_s) else {
+            return;
+        };
         if now_s >= w.0 + 60 {
             *w = (now_s, 0);
         }
         w.1 = w.1.saturating_add(1);
     }
+
+    /// Blocks `net` for a minute from `now_s`, as its own count would (the
+    /// failures seen by every gateway on the store spent the network's
+    /// budget: [`super::admin_guard`]); never shortens a block.
+    pub(crate) fn block(&self, net: sluice_pow::NetPrefix, now_s: u64) {
+        let mut map = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = window(&mut map, self.cap, net, now_s) {
+            *w = (now_s, ADMIN_FAILURES_PER_MIN.max(w.1));
+        }
+    }
+}
+
+type Windows = std::collections::HashMap<sluice_pow::NetPrefix, (u64, u32)>;
+
+/// `net`'s window, made when there is room for it (module docs on the
+/// bound).
+fn window(
+    map: &mut Windows,
+    cap: usize,
+    net: sluice_pow::NetPrefix,
+    now_s: u64,
+) -> Option<&mut (u64, u32)> {
+    if !map.contains_key(&net) && map.len() >= cap {
+        // Only windows that are over go: they count nothing any more.
+        map.retain(|_, (start, _)| now_s < *start + 60);
+        if map.len() >= cap {
+            tracing::warn!(
+                tracked = map.len(),
+                "admin failures: too many networks tracked; this one is not counted"
+            );
+            return None;
+        }
+    }
+    Some(map.entry(net).or_insert((now_s, 0)))
 }
 
 #[cfg(test)]
@@ -115,5 +140,28 @@ mod tests {
         assert_eq!(f.blocked(attacker, 1075), None, "its minute is over");
         // The early network's window (started at 1010) is over too.
         assert_eq!(f.blocked(early, 1075), None);
+    }
+
+    #[test]
+    fn a_block_from_the_shared_budget_lasts_a_minute_and_never_shortens_one() {
+        let f = AdminFailures::with_cap(4);
+        let n = net(7);
+        f.record(n, 1000);
+        assert_eq!(f.blocked(n, 1000), None);
+        f.block(n, 1010);
+        assert_eq!(f.blocked(n, 1010), Some(60));
+        // a later block moves the end on; the network's own failures and
+        // an earlier end never bring it forward
+        f.record(n, 1020);
+        assert_eq!(f.blocked(n, 1020), Some(50));
+        f.block(n, 1030);
+        assert_eq!(f.blocked(n, 1030), Some(60));
+        assert_eq!(f.blocked(n, 1090), None);
+        // a full map: an untracked network is not blocked (bounded memory)
+        for i in 20..30 {
+            f.record(net(i), 1090);
+        }
+        f.block(net(99), 1090);
+        assert_eq!(f.blocked(net(99), 1090), None);
     }
 }

@@ -44,7 +44,9 @@ pub fn metrics_text(state: &AppState) -> Response {
 /// Brute-force guard of the admin API (`/_sluice/admin/…` and `/metrics`):
 /// counts the 401s each client network earns and answers 429
 /// `rate_limited` (with `Retry-After`) once it has had
-/// [`ADMIN_FAILURES_PER_MIN`] in the current minute.
+/// [`ADMIN_FAILURES_PER_MIN`] in the current minute, at this gateway or,
+/// with a bucket in the queue store, at all of them
+/// ([`shared_budget_spent`]).
 pub(crate) async fn admin_guard(
     State(state): State<AppState>,
     req: Request,
@@ -73,8 +75,36 @@ pub(crate) async fn admin_guard(
     let res = next.run(req).await;
     if res.status() == StatusCode::UNAUTHORIZED {
         failures.record(net, now_s());
+        if shared_budget_spent(&state, net).await {
+            failures.block(net, now_s());
+        }
     }
     res
+}
+
+/// Takes one failure of `net` from the queue store's bucket of
+/// [`ADMIN_FAILURES_PER_MIN`] a minute, one for every gateway on the
+/// store; `true` when the bucket is empty, so the network is blocked here
+/// for a minute as its own count would block it. Guesses spread over N
+/// gateways then get the budget of one plus at most one per gateway a
+/// minute (the failure that found the bucket empty), where each gateway's
+/// count alone gave N budgets. While the store does not answer, each
+/// gateway's own count decides.
+async fn shared_budget_spent(state: &AppState, net: sluice_pow::NetPrefix) -> bool {
+    use sluice_admission::QueueStore as _;
+    let key = crate::edge::client_ip::network_bucket("admin", "", net);
+    let per_min = ADMIN_FAILURES_PER_MIN;
+    match state
+        .queue()
+        .take_rate(&key, f64::from(per_min) / 60.0, per_min)
+        .await
+    {
+        Ok(wait) => wait.is_some(),
+        Err(e) => {
+            tracing::debug!(error = %e, "shared admin failure budget unavailable: this gateway's own");
+            false
+        }
+    }
 }
 
 pub(crate) async fn admin_list_rooms(

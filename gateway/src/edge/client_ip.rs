@@ -103,6 +103,19 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The queue store's name for a bucket of client network `prefix` (`kind`
+/// what it counts, `scope` e.g. a room): a digest, so the name is a valid
+/// store key whatever the scope's length, and the store keeps no client
+/// address.
+pub fn network_bucket(kind: &str, scope: &str, prefix: sluice_pow::NetPrefix) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{scope}\n{prefix}"));
+    format!(
+        "{kind}.{}",
+        sluice_admission::prequeue::to_hex(&digest[..16])
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

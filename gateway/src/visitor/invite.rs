@@ -13,7 +13,6 @@
 //! ([`take_attempt`]).
 
 use http::StatusCode;
-use sha2::{Digest as _, Sha256};
 use sluice_admission::QueueStore as _;
 use sluice_admission::invites::{InviteCheck, code_hash, normalize};
 use sluice_pow::NetPrefix;
@@ -84,7 +83,7 @@ async fn take_attempt(state: &AppState, room: &Room, prefix: NetPrefix) -> Resul
     if per_min == 0 {
         return Ok(());
     }
-    let key = attempt_key(room.id(), prefix);
+    let key = crate::edge::client_ip::network_bucket("invite", room.id(), prefix);
     match state
         .queue()
         .take_rate(&key, f64::from(per_min) / 60.0, per_min)
@@ -97,17 +96,6 @@ async fn take_attempt(state: &AppState, room: &Room, prefix: NetPrefix) -> Resul
             Ok(())
         }
     }
-}
-
-/// The store's bucket of `prefix`'s invite attempts at `room`: a digest of
-/// both, so the key is valid whatever the room id's length and the store
-/// keeps no client address.
-fn attempt_key(room: &str, prefix: NetPrefix) -> String {
-    let digest = Sha256::digest(format!("{room}\n{prefix}"));
-    format!(
-        "invite.{}",
-        sluice_admission::prequeue::to_hex(&digest[..16])
-    )
 }
 
 /// Redeems one use of the checked code `hash`, noting `note` (the
@@ -149,6 +137,10 @@ mod tests {
         sluice_pow::network_prefix(ip.parse().unwrap())
     }
 
+    fn attempt_key(room: &str, p: NetPrefix) -> String {
+        crate::edge::client_ip::network_bucket("invite", room, p)
+    }
+
     #[test]
     fn attempt_keys_are_valid_store_keys_apart_per_room_and_network() {
         let long_room = "r".repeat(200);
@@ -157,11 +149,14 @@ mod tests {
             attempt_key("vip", prefix("198.51.100.7")),
             attempt_key("vip2", prefix("203.0.113.7")),
             attempt_key(&long_room, prefix("2001:db8::1")),
+            crate::edge::client_ip::network_bucket("admin", "", prefix("203.0.113.7")),
         ];
         for k in &keys {
             sluice_admission::rate::check(k, 0.5, 30).unwrap();
             // a digest: no address in the store
-            assert_eq!(k.len(), "invite.".len() + 32, "{k}");
+            let (kind, digest) = k.split_once('.').unwrap();
+            assert!(["invite", "admin"].contains(&kind), "{k}");
+            assert_eq!(digest.len(), 32, "{k}");
             assert!(!k.contains(['/', ':']), "{k}");
         }
         let distinct: std::collections::HashSet<_> = keys.iter().collect();
