@@ -67,6 +67,30 @@ async fn gateway(origin: &TestOrigin, keys: &std::path::Path, redis: Option<&str
     gw
 }
 
+/// Two gateways on one Redis of the test's own, sharing keys, origin and
+/// proof-of-work secret (`None`: no `redis-server`, said by
+/// [`RedisServer::start`]).
+struct Pair {
+    redis: RedisServer,
+    a: TestGateway,
+    b: TestGateway,
+    _origin: TestOrigin,
+}
+
+async fn two_gateways() -> Option<Pair> {
+    let redis = RedisServer::start()?;
+    let origin = TestOrigin::start().await;
+    let keys = temp_keys();
+    let a = gateway(&origin, &keys, Some(&redis.url())).await;
+    let b = gateway(&origin, &keys, Some(&redis.url())).await;
+    Some(Pair {
+        redis,
+        a,
+        b,
+        _origin: origin,
+    })
+}
+
 fn b64(v: &Value) -> String {
     URL_SAFE_NO_PAD.encode(v.to_string())
 }
@@ -389,13 +413,15 @@ async fn a_connection_that_showed_a_valid_admission_gets_nothing_for_a_forged_on
 /// place (which the three-step join answered with 409 `pow_replayed`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_solution_sent_at_once_over_many_connections_buys_one_place() {
-    let Some(redis) = RedisServer::start() else {
+    let Some(Pair {
+        redis: _redis,
+        a,
+        b,
+        _origin,
+    }) = two_gateways().await
+    else {
         return;
     };
-    let origin = TestOrigin::start().await;
-    let keys = temp_keys();
-    let a = gateway(&origin, &keys, Some(&redis.url())).await;
-    let b = gateway(&origin, &keys, Some(&redis.url())).await;
     let tail = settled_tail(&a.url(), "default").await;
     const SOLUTIONS: usize = 6;
     const SENDS: usize = 16;
@@ -443,13 +469,15 @@ async fn a_solution_sent_at_once_over_many_connections_buys_one_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pow_replay_across_gateways_tampering_and_oversized_counters() {
-    let Some(redis) = RedisServer::start() else {
+    let Some(Pair {
+        redis: _redis,
+        a,
+        b,
+        _origin,
+    }) = two_gateways().await
+    else {
         return;
     };
-    let origin = TestOrigin::start().await;
-    let keys = temp_keys();
-    let a = gateway(&origin, &keys, Some(&redis.url())).await;
-    let b = gateway(&origin, &keys, Some(&redis.url())).await;
     let client = TestClient::new();
 
     let mut v = Visitor::new(&a.url(), "default");
@@ -1094,13 +1122,15 @@ async fn admin_brute_force_is_401_then_429_without_comparing() {
 /// got 2 × `ADMIN_FAILURES_PER_MIN` guesses compared.
 #[tokio::test]
 async fn admin_guesses_through_two_gateways_get_the_budget_of_one() {
-    let Some(redis) = RedisServer::start() else {
+    let Some(Pair {
+        redis,
+        a,
+        b,
+        _origin,
+    }) = two_gateways().await
+    else {
         return;
     };
-    let origin = TestOrigin::start().await;
-    let keys = temp_keys();
-    let a = gateway(&origin, &keys, Some(&redis.url())).await;
-    let b = gateway(&origin, &keys, Some(&redis.url())).await;
     let client = TestClient::new();
     let urls = [a.url(), b.url()].map(|u| format!("{u}/_sluice/admin/rooms/default"));
     let started = Instant::now();
