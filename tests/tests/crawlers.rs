@@ -79,6 +79,44 @@ async fn gateway_with(
         .await
 }
 
+/// Two gateways on one Redis, each with the crawler `agent` makes of one
+/// signer's key directory; the room made busy through `a` and seen busy
+/// from `ip` through `b` (`None`: no `redis-server`, said by
+/// [`RedisServer::start`]).
+struct Two {
+    origin: TestOrigin,
+    signer: Signer,
+    dir: KeyDirectory,
+    a: TestGateway,
+    b: TestGateway,
+    _redis: RedisServer,
+    _ca: TestCa,
+    _dns: DnsServer,
+}
+
+async fn two_gateways(agent: impl Fn(&KeyDirectory) -> CrawlerConfig, ip: &str) -> Option<Two> {
+    let redis = RedisServer::start()?;
+    let origin = TestOrigin::start().await;
+    let ca = TestCa::new();
+    let signer = Signer::new();
+    let dir = KeyDirectory::start(&ca, &[&signer]).await;
+    let dns = DnsServer::start(Zone::new()).await;
+    let a = gateway(&origin, &redis, &ca, dns.addr, vec![agent(&dir)]).await;
+    let b = gateway(&origin, &redis, &ca, dns.addr, vec![agent(&dir)]).await;
+    make_busy(&a.url()).await;
+    sees_busy(&b.url(), ip).await;
+    Some(Two {
+        origin,
+        signer,
+        dir,
+        a,
+        b,
+        _redis: redis,
+        _ca: ca,
+        _dns: dns,
+    })
+}
+
 /// Makes the room busy: a first visitor is let in (the room's one credit),
 /// a second one waits in line. The room's view then.
 async fn make_busy(base: &str) -> serde_json::Value {
@@ -648,22 +686,20 @@ async fn rotated_keys_follow_the_directory_and_an_outage_revokes_nothing() {
 /// the same Redis waits, while a fresh signature passes there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nonce_verifies_once_across_gateways() {
-    let Some(redis) = RedisServer::start() else {
+    let ip = "203.0.113.70";
+    let Some(two) = two_gateways(|dir| signed_agent("signedbot", dir), ip).await else {
         return;
     };
-    let origin = TestOrigin::start().await;
-    let ca = TestCa::new();
-    let signer = Signer::new();
-    let dir = KeyDirectory::start(&ca, &[&signer]).await;
-    let dns = DnsServer::start(Zone::new()).await;
-    let agents = || vec![signed_agent("signedbot", &dir)];
-    let a = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
-    let b = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
+    let Two {
+        origin,
+        signer,
+        dir,
+        a,
+        b,
+        ..
+    } = &two;
     let (base_a, base_b) = (a.url(), b.url());
-    make_busy(&base_a).await;
-    let ip = "203.0.113.70";
-    sees_busy(&base_b, ip).await;
-    let signed = || signed_page(&signer, &dir);
+    let signed = || signed_page(signer, dir);
     let once = signed();
     passed(
         &get(&base_a, "/echo/page", ip, &once).await,
@@ -697,28 +733,25 @@ async fn a_nonce_verifies_once_across_gateways() {
 /// crawler got 3 at each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_crawlers_budget_is_one_across_gateways() {
-    let Some(redis) = RedisServer::start() else {
+    let ip = "203.0.113.80";
+    let agent = |dir: &KeyDirectory| CrawlerConfig {
+        rate_per_sec: 0.001,
+        burst: 3,
+        ..signed_agent("budgetbot", dir)
+    };
+    let Some(two) = two_gateways(agent, ip).await else {
         return;
     };
-    let origin = TestOrigin::start().await;
-    let ca = TestCa::new();
-    let signer = Signer::new();
-    let dir = KeyDirectory::start(&ca, &[&signer]).await;
-    let dns = DnsServer::start(Zone::new()).await;
-    let agents = || {
-        vec![CrawlerConfig {
-            rate_per_sec: 0.001,
-            burst: 3,
-            ..signed_agent("budgetbot", &dir)
-        }]
-    };
-    let a = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
-    let b = gateway(&origin, &redis, &ca, dns.addr, agents()).await;
+    let Two {
+        origin,
+        signer,
+        dir,
+        a,
+        b,
+        ..
+    } = &two;
     let (base_a, base_b) = (a.url(), b.url());
-    make_busy(&base_a).await;
-    let ip = "203.0.113.80";
-    sees_busy(&base_b, ip).await;
-    let signed = || signed_page(&signer, &dir);
+    let signed = || signed_page(signer, dir);
     let at_origin = origin.requests();
     let mut passes = 0;
     let mut limited = [0, 0];
