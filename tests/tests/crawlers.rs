@@ -94,6 +94,13 @@ struct Two {
     _dns: DnsServer,
 }
 
+impl Two {
+    /// A fresh signature of the page by the directory's signer.
+    fn signed(&self) -> Vec<(String, String)> {
+        signed_page(&self.signer, &self.dir)
+    }
+}
+
 async fn two_gateways(agent: impl Fn(&KeyDirectory) -> CrawlerConfig, ip: &str) -> Option<Two> {
     let redis = RedisServer::start()?;
     let origin = TestOrigin::start().await;
@@ -690,16 +697,8 @@ async fn a_nonce_verifies_once_across_gateways() {
     let Some(two) = two_gateways(|dir| signed_agent("signedbot", dir), ip).await else {
         return;
     };
-    let Two {
-        origin,
-        signer,
-        dir,
-        a,
-        b,
-        ..
-    } = &two;
-    let (base_a, base_b) = (a.url(), b.url());
-    let signed = || signed_page(signer, dir);
+    let (origin, base_a, base_b) = (&two.origin, two.a.url(), two.b.url());
+    let signed = || two.signed();
     let once = signed();
     passed(
         &get(&base_a, "/echo/page", ip, &once).await,
@@ -742,16 +741,8 @@ async fn a_crawlers_budget_is_one_across_gateways() {
     let Some(two) = two_gateways(agent, ip).await else {
         return;
     };
-    let Two {
-        origin,
-        signer,
-        dir,
-        a,
-        b,
-        ..
-    } = &two;
-    let (base_a, base_b) = (a.url(), b.url());
-    let signed = || signed_page(signer, dir);
+    let (origin, base_a, base_b) = (&two.origin, two.a.url(), two.b.url());
+    let signed = || two.signed();
     let at_origin = origin.requests();
     let mut passes = 0;
     let mut limited = [0, 0];
