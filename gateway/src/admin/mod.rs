@@ -91,20 +91,10 @@ pub(crate) async fn admin_guard(
 /// count alone gave N budgets. While the store does not answer, each
 /// gateway's own count decides.
 async fn shared_budget_spent(state: &AppState, net: sluice_pow::NetPrefix) -> bool {
-    use sluice_admission::QueueStore as _;
-    let key = crate::edge::client_ip::network_bucket("admin", "", net);
-    let per_min = ADMIN_FAILURES_PER_MIN;
-    match state
-        .queue()
-        .take_rate(&key, f64::from(per_min) / 60.0, per_min)
+    state
+        .take_network_budget("admin", "", net, ADMIN_FAILURES_PER_MIN)
         .await
-    {
-        Ok(wait) => wait.is_some(),
-        Err(e) => {
-            tracing::debug!(error = %e, "shared admin failure budget unavailable: this gateway's own");
-            false
-        }
-    }
+        .is_some()
 }
 
 pub(crate) async fn admin_list_rooms(

@@ -301,6 +301,34 @@ impl AppState {
         &self.inner.queue
     }
 
+    /// Takes one from client network `net`'s budget of `per_min` a minute
+    /// (`kind` what it counts, `scope` e.g. a room) in the queue store, one
+    /// budget for every gateway on it ([`sluice_admission::rate`], named by
+    /// [`crate::edge::client_ip::network_bucket`]): `Some(ms)` to wait when
+    /// it is spent; `None` when taken, or when the store does not answer
+    /// (the caller's own per-gateway count then decides alone).
+    pub async fn take_network_budget(
+        &self,
+        kind: &str,
+        scope: &str,
+        net: sluice_pow::NetPrefix,
+        per_min: u32,
+    ) -> Option<u64> {
+        use sluice_admission::QueueStore as _;
+        let key = crate::edge::client_ip::network_bucket(kind, scope, net);
+        match self
+            .queue()
+            .take_rate(&key, f64::from(per_min) / 60.0, per_min)
+            .await
+        {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::debug!(kind, error = %e, "shared network budget unavailable: this gateway's own");
+                None
+            }
+        }
+    }
+
     /// The token keys.
     pub fn keyring(&self) -> &Keyring {
         &self.inner.keyring

@@ -13,7 +13,6 @@
 //! ([`take_attempt`]).
 
 use http::StatusCode;
-use sluice_admission::QueueStore as _;
 use sluice_admission::invites::{InviteCheck, code_hash, normalize};
 use sluice_pow::NetPrefix;
 
@@ -83,18 +82,12 @@ async fn take_attempt(state: &AppState, room: &Room, prefix: NetPrefix) -> Resul
     if per_min == 0 {
         return Ok(());
     }
-    let key = crate::edge::client_ip::network_bucket("invite", room.id(), prefix);
     match state
-        .queue()
-        .take_rate(&key, f64::from(per_min) / 60.0, per_min)
+        .take_network_budget("invite", room.id(), prefix, per_min)
         .await
     {
-        Ok(None) => Ok(()),
-        Ok(Some(wait_ms)) => Err(wait_ms.div_ceil(1_000).max(1)),
-        Err(e) => {
-            tracing::debug!(room = room.id(), error = %e, "shared invite budget unavailable: this gateway's own");
-            Ok(())
-        }
+        Some(wait_ms) => Err(wait_ms.div_ceil(1_000).max(1)),
+        None => Ok(()),
     }
 }
 
