@@ -242,7 +242,10 @@
     }
     if (s.state === 'waiting') {
       etaEl.textContent = etaRange(s.eta_seconds);
-      say(s.position <= 1 ? t('next') : t('waiting', { position: s.position.toLocaleString() }));
+      // a random room's visitor not yet drawn: no place to tell, only the
+      // draw (the position is the expected one)
+      say(s.awaiting_draw === true ? t('draw_waiting')
+        : s.position <= 1 ? t('next') : t('waiting', { position: s.position.toLocaleString() }));
     } else if (s.state === 'paused') {
       say(t('paused')); etaEl.textContent = '–';
     } else if (s.state === 'sold_out') {

@@ -4,7 +4,7 @@
 -- Returns {0} when the room has no state, else the snapshot reply of
 -- lib.lua: {1, tail, frontier, credit, rate_m, burst_u, paused, closed,
 -- epoch, active_sessions, pending, max_active, admitted, claimed, joins,
--- refunded, late, now_ms, opens_ms, pq_from, pq_n}.
+-- refunded, late, now_ms, opens_ms, pq_from, pq_n, …}.
 --
 -- Many gateways may call it at once: each call counts only the time since
 -- the previous one (last_ms), so together they act as one caller.

@@ -23,6 +23,7 @@
 --         the weights in config order); lanes added keep what a lane of
 --         that index held before (room.rs: the lane book never shrinks)
 -- ARGV[19] lane_keep in ms (0: segments kept for the room's life)
+-- ARGV[20] hint_k: the hinted draw's index (with ARGV[12] and ARGV[13])
 -- Returns {0} (no state, where one is needed), {3, version} (a settings
 -- conflict) or the snapshot reply of lib.lua. Every settings write bumps
 -- settings_v; the JSON's own version is not read.
@@ -66,7 +67,7 @@ else
     return {0}
   end
   if not st then
-    redis.call('DEL', CLAIMS, BATCHES, SESS, ENDED, RESEATS, LANES, LANEMARKS)
+    redis.call('DEL', CLAIMS, BATCHES, SESS, ENDED, RESEATS, LANES, LANEMARKS, DRAWS)
     st = {}
     for _, f in ipairs(FIELDS) do
       st[f] = 0
@@ -94,9 +95,12 @@ else
       st.opens_ms = opens
     end
   end
+  local hinted = false
   if st.pq_n < 0 and tonumber(ARGV[13]) >= 0 then
     st.pq_from = tonumber(ARGV[12])
     st.pq_n = tonumber(ARGV[13])
+    st.pq_k = tonumber(ARGV[20]) or 0
+    hinted = true
   end
   st.rate_m = tonumber(ARGV[2])
   st.burst_u = tonumber(ARGV[3])
@@ -110,6 +114,11 @@ else
   st.settings_v = st.settings_v + 1
   st.ttl_ms = tonumber(ARGV[16])
   st.method = tonumber(ARGV[17]) or 0
+  if hinted and st.method == 1 then
+    -- room.rs RoomCore::carrying: kept as a draw the room made
+    redis.call('ZADD', DRAWS, int(st.pq_from),
+      int(st.pq_from) .. ':' .. int(st.pq_n) .. ':' .. int(st.pq_k) .. ':' .. int(now))
+  end
   local ws = {}
   for x in string.gmatch(ARGV[18] or '', '%d+') do
     ws[#ws + 1] = tonumber(x)

@@ -1,6 +1,6 @@
 -- join.lua: hand out the next seq; passthrough when nobody waits.
 --
--- KEYS: as lib.lua; with 'once', KEYS[9] the solution's key
+-- KEYS: as lib.lua; with 'once', KEYS[10] the solution's key
 --       (sluice:{room}:pow:<hex id>, under the room's hash tag).
 -- ARGV[1]: 'join' (default), 'passthrough' (admit on the spot or do
 --          nothing: no seq is handed out unless it is admitted) or 'once'
@@ -45,7 +45,7 @@
 
 local once = ARGV[1] == 'once'
 if once and ARGV[4] == 'new' then
-  local seen = redis.call('GET', KEYS[9])
+  local seen = redis.call('GET', KEYS[10])
   if seen then
     return {5, seen}
   end
@@ -110,7 +110,7 @@ if st.ln > 0 then
     if admitted == 0 then
       note = int(l.t) .. ':' .. int(st.epoch) .. ':' .. ARGV[3]
     end
-    redis.call('SET', KEYS[9], note, 'PX', ARGV[2])
+    redis.call('SET', KEYS[10], note, 'PX', ARGV[2])
   end
   return {1, l.t, st.epoch, admitted, l.f, 0, lane, place}
 end
@@ -136,7 +136,7 @@ if once then
   if admitted == 0 then
     note = int(seq) .. ':' .. int(st.epoch) .. ':' .. ARGV[3]
   end
-  redis.call('SET', KEYS[9], note, 'PX', ARGV[2])
+  redis.call('SET', KEYS[10], note, 'PX', ARGV[2])
 end
 local prequeue = 0
 if st.pq_n < 0 then

@@ -23,6 +23,10 @@
 --                                   forget_old_segments: when, each
 --                                   lane's frontier then), oldest first;
 --                                   only with lanes and lkeep > 0
+--   KEYS[9] sluice:{room}:draws     sorted set, a random room's draws
+--                                   (prequeue.rs "Rolling draws"): member
+--                                   "from:n:k:at_ms", score from; those
+--                                   made within lkeep (all without it)
 --
 -- State hash fields (all integers, written with '%d' so no value goes
 -- through Lua's 14-digit number formatting):
@@ -36,7 +40,8 @@
 --   pq_from pq_n (the pre-queue draw: seqs pq_from+1 .. pq_from+pq_n are
 --     its tickets; pq_n = -1 while the pre-queue is open, i.e. scheduled
 --     and not yet drawn; a state written before these fields reads 0, 0:
---     no draw)
+--     no draw); pq_k pq_at (the draw's index and when it was made: a
+--     random room draws again when the last draw is exhausted; 0 0 before)
 --   ended_total (sessions ended by revoke so far)
 --   carry_epoch carry_tail (the epoch whose seqs the state was created
 --     above, and the tail floor it was created with; 0 0: none)
@@ -49,7 +54,8 @@
 --   room never had lanes): ln (lanes configured; 0 or absent: none), lmode
 --   (0 weighted, 1 strict), lmask (eligible set of the last weighted pick,
 --   bit i-1 = lane i), lkeep (settings.rs lane_keep in ms; 0 or absent:
---   segments kept for the room's life), and per lane i from 1: lw<i>
+--   segments, and a random room's draws, kept for the room's life; also
+--   written for a random room without lanes), and per lane i from 1: lw<i>
 --   weight, lt<i> tail,
 --   lf<i> frontier, lc<i> round robin counter, la<i> admitted. With lanes
 --   tail counts every join and frontier every place admitted.
@@ -61,6 +67,9 @@
 
 local S, CLAIMS, BATCHES, SESS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ENDED, RESEATS, LANES, LANEMARKS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local DRAWS = KEYS[9]
+local DRAW_EVERY_MS = 1000
+local MAX_TICKETS = 4294967295
 local LANE_MARKS = 16
 local LANE_SPAN = 1099511627776 -- 2^40
 local ENDED_SKEW_MS = 30000
@@ -71,7 +80,7 @@ local FIELDS = {'tail', 'frontier', 'credit', 'last_ms', 'epoch', 'joins',
   'admitted', 'claimed', 'refunded', 'late', 'pending', 'settled', 'rate_m',
   'burst_u', 'paused', 'closed', 'max_active', 'claim_ms', 'opens_ms',
   'pq_from', 'pq_n', 'ended_total', 'carry_epoch', 'carry_tail', 'settings_v',
-  'ttl_ms', 'method'}
+  'ttl_ms', 'method', 'pq_k', 'pq_at'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -130,6 +139,9 @@ local function save(st)
         args[#args + 1] = int(p[2])
       end
     end
+  elseif st.method == 1 then
+    args[#args + 1] = 'lkeep'
+    args[#args + 1] = int(st.lkeep)
   end
   redis.call('HSET', S, unpack(args))
 end
@@ -329,16 +341,66 @@ local function halted(st)
   return st.paused == 1 or st.closed == 1 or st.pq_n < 0
 end
 
+-- room.rs RoomCore::record_draw: draw k of everyone waiting now; a random
+-- room keeps it (and forgets those lkeep old).
+local function record_draw(st, now, k)
+  st.pq_from = st.frontier
+  st.pq_n = math.min(st.tail - st.frontier, MAX_TICKETS)
+  st.pq_k = k
+  st.pq_at = now
+  if st.method ~= 1 then
+    return
+  end
+  redis.call('ZADD', DRAWS, int(st.pq_from),
+    int(st.pq_from) .. ':' .. int(st.pq_n) .. ':' .. int(k) .. ':' .. int(now))
+  if st.lkeep <= 0 then
+    return
+  end
+  while true do
+    local first = redis.call('ZRANGE', DRAWS, 0, 0)[1]
+    if not first or tonumber(string.match(first, ':(%d+)$')) + st.lkeep > now then
+      break
+    end
+    redis.call('ZREMRANGEBYRANK', DRAWS, 0, 0)
+  end
+end
+
 -- room.rs RoomCore::draw_if_due: the first operation at or after the
--- opening records the draw, once, and credit is earned from the opening.
+-- opening records the draw, once, and credit is earned from the opening;
+-- a random room draws again when its draw is exhausted, somebody waits, it
+-- is not paused or closed and the last draw is DRAW_EVERY_MS old.
 local function draw_if_due(st, now)
   if st.pq_n < 0 and (st.opens_ms == 0 or now >= st.opens_ms) then
-    st.pq_from = st.frontier
-    st.pq_n = st.tail - st.frontier
+    local k = 0
+    if st.method == 1 and redis.call('EXISTS', DRAWS) == 1 then
+      k = st.pq_k + 1
+    end
+    record_draw(st, now, k)
     if st.last_ms < st.opens_ms then
       st.last_ms = st.opens_ms
     end
+  elseif st.method == 1 and not halted(st) and st.pq_n >= 0
+      and st.frontier >= st.pq_from + st.pq_n
+      and st.tail > st.frontier and now >= st.pq_at + DRAW_EVERY_MS then
+    record_draw(st, now, st.pq_k + 1)
   end
+end
+
+-- room.rs RoomCore::draw_of: {from, n, k} of the draw holding seq, or nil.
+local function draw_of(st, seq)
+  if st.pq_n >= 0 and seq > st.pq_from and seq <= st.pq_from + st.pq_n then
+    return {st.pq_from, st.pq_n, st.pq_k}
+  end
+  local last = redis.call('ZREVRANGEBYSCORE', DRAWS, '(' .. int(seq), '-inf', 'LIMIT', 0, 1)[1]
+  if not last then
+    return nil
+  end
+  local from, n, k = string.match(last, '^(%d+):(%d+):(%d+):')
+  from, n, k = tonumber(from), tonumber(n), tonumber(k)
+  if seq <= from + n then
+    return {from, n, k}
+  end
+  return nil
 end
 
 local function prune_sessions(now)
@@ -435,6 +497,16 @@ local function advance(st, now)
       room = w
     end
   end
+  if st.method == 1 then
+    -- never past the current draw: the rest wait for the next one
+    local left = 0
+    if st.pq_n >= 0 then
+      left = math.max(0, st.pq_from + st.pq_n - st.frontier)
+    end
+    if room < 0 or left < room then
+      room = left
+    end
+  end
   local n = bucket_advance(st, now, room, refund)
   if n > 0 and st.ln > 0 then
     split_places(st, n)
@@ -474,14 +546,14 @@ end
 -- The snapshot reply: {1, tail, frontier, credit, rate_m, burst_u, paused,
 -- closed, epoch, active_sessions, pending, max_active, admitted, claimed,
 -- joins, refunded, late, now_ms, opens_ms, pq_from, pq_n, ended_total,
--- carry_epoch, carry_tail, settings_v, ln, then per lane: weight, tail,
--- frontier, admitted}
+-- carry_epoch, carry_tail, settings_v, pq_k, ln, then per lane: weight,
+-- tail, frontier, admitted}
 local function snapshot(st, now, active)
   local r = {1, st.tail, st.frontier, st.credit, st.rate_m, st.burst_u,
     st.paused, st.closed, st.epoch, active, st.pending, st.max_active,
     st.admitted, st.claimed, st.joins, st.refunded, st.late, now,
     st.opens_ms, st.pq_from, st.pq_n, st.ended_total, st.carry_epoch,
-    st.carry_tail, st.settings_v, st.ln}
+    st.carry_tail, st.settings_v, st.pq_k, st.ln}
   for i = 1, st.ln do
     local l = st.lanes[i]
     r[#r + 1] = l.w

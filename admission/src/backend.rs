@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::memory::MemoryQueueStore;
+use crate::prequeue::PrequeueDraw;
 use crate::redis_store::RedisQueueStore;
 use crate::settings::RoomSettings;
 use crate::store::{
@@ -98,6 +99,9 @@ impl QueueStore for QueueBackend {
 
     async fn lane_place(&self, room: &str, lane: u8, seq: u64) -> Result<Option<u64>> {
         delegate!(self, s => s.lane_place(room, lane, seq))
+    }
+    async fn draw_of(&self, room: &str, seq: u64) -> Result<Option<PrequeueDraw>> {
+        delegate!(self, s => s.draw_of(room, seq))
     }
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         delegate!(self, s => s.join_once(room, solution))

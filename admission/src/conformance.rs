@@ -872,7 +872,14 @@ pub async fn prequeue<H: Harness>(h: &mut H) {
     let snap = store.advance(room).await.unwrap();
     assert!(!snap.prequeue_open);
     let draw = snap.prequeue_draw.unwrap();
-    assert_eq!(draw, crate::PrequeueDraw { from: 0, n: 30 });
+    assert_eq!(
+        draw,
+        crate::PrequeueDraw {
+            from: 0,
+            n: 30,
+            k: 0
+        }
+    );
     // credit is earned from the opening only: at most the burst at once
     // plus the rate since the opening
     let since = (snap.store_now_ms - opens) as f64 / 1000.0;
@@ -973,7 +980,14 @@ pub async fn prequeue_lost_store<H: Harness>(h: &mut H) {
     assert_eq!(j.seq, 13);
     until_open(h, &store, room, opens).await;
     let draw = store.advance(room).await.unwrap().prequeue_draw.unwrap();
-    assert_eq!(draw, crate::PrequeueDraw { from: 0, n: 13 });
+    assert_eq!(
+        draw,
+        crate::PrequeueDraw {
+            from: 0,
+            n: 13,
+            k: 0
+        }
+    );
     // lost again after the opening: the hint restores the draw
     h.lose_state().await;
     let store = h.store();
@@ -985,9 +999,135 @@ pub async fn prequeue_lost_store<H: Harness>(h: &mut H) {
     assert_eq!(snap.prequeue_draw, Some(draw));
     assert!(!snap.prequeue_open);
     // the store's own draw wins over a different hint
-    hinted.prequeue_draw = Some(crate::PrequeueDraw { from: 0, n: 99 });
+    hinted.prequeue_draw = Some(crate::PrequeueDraw {
+        from: 0,
+        n: 99,
+        k: 0,
+    });
     let snap = store.configure(room, &hinted).await.unwrap();
     assert_eq!(snap.prequeue_draw, Some(draw));
+}
+
+/// A `random` room draws again and again ([`crate::prequeue`], "Rolling
+/// draws"): nothing is drawn while it is paused; a draw orders everyone
+/// waiting; the frontier never passes it; the next one is made once it is
+/// exhausted and a second has passed, from where it ended, with the next
+/// index; `draw_of` finds each seq's draw; a store that lost its state takes
+/// the current draw back from a gateway's hint and goes on counting.
+pub async fn method_random<H: Harness>(h: &mut H) {
+    use crate::PrequeueDraw;
+    let room = "c-random";
+    let mut s = settings(1000.0, 50.0);
+    s.method = QueueMethod::Random;
+    s.prequeue_seed = Some("11".repeat(32));
+    s.paused = true;
+    let store = setup(h, room, &s).await;
+    for seq in 1..=30 {
+        let j = store.join(room).await.unwrap();
+        assert_eq!((j.seq, j.admitted), (seq, false));
+    }
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!((snap.frontier, snap.prequeue_draw), (0, None));
+    s.paused = false;
+    store.configure(room, &s).await.unwrap();
+    let snap = store.advance(room).await.unwrap();
+    let d1 = PrequeueDraw {
+        from: 0,
+        n: 30,
+        k: 1,
+    };
+    assert_eq!(snap.prequeue_draw, Some(d1));
+    assert_eq!(snap.frontier, 30, "the burst admits the draw, not more");
+    let drawn_at = snap.store_now_ms;
+    for seq in 31..=40 {
+        let j = store.join(room).await.unwrap();
+        assert_eq!(
+            (j.seq, j.admitted),
+            (seq, false),
+            "nobody joins on the spot"
+        );
+    }
+    let snap = store.advance(room).await.unwrap();
+    if snap.store_now_ms < drawn_at + crate::room::DRAW_EVERY_MS {
+        assert_eq!(snap.prequeue_draw, Some(d1));
+        assert_eq!(snap.frontier, 30, "never past the draw");
+    }
+    h.elapse(Duration::from_millis(1_100)).await;
+    let snap = store.advance(room).await.unwrap();
+    let d2 = PrequeueDraw {
+        from: 30,
+        n: 10,
+        k: 2,
+    };
+    assert_eq!(snap.prequeue_draw, Some(d2));
+    assert_eq!(snap.frontier, 40);
+    for seq in [1, 17, 30] {
+        assert_eq!(
+            store.draw_of(room, seq).await.unwrap(),
+            Some(d1),
+            "seq {seq}"
+        );
+    }
+    for seq in [31, 40] {
+        assert_eq!(
+            store.draw_of(room, seq).await.unwrap(),
+            Some(d2),
+            "seq {seq}"
+        );
+    }
+    assert_eq!(store.draw_of(room, 41).await.unwrap(), None);
+    assert_eq!(store.draw_of(room, 0).await.unwrap(), None);
+    // places are the draws' own range: claims count them as ever
+    assert_eq!(store.claim(room, 35).await.unwrap(), ClaimOutcome::Claimed);
+    // lost: the hint brings the current draw back, and the count goes on
+    h.lose_state().await;
+    let store = h.store();
+    let mut hinted = s.clone();
+    hinted.prequeue_draw = Some(d2);
+    let snap = retry(|| store.recover(room, &hinted, floors(40, 40)))
+        .await
+        .unwrap();
+    assert_eq!(snap.prequeue_draw, Some(d2));
+    assert_eq!(store.draw_of(room, 35).await.unwrap(), Some(d2));
+    // (the recovered state does not know when d2 was made: the second join
+    // may already draw the first alone)
+    store.join(room).await.unwrap();
+    store.join(room).await.unwrap();
+    h.elapse(Duration::from_millis(1_100)).await;
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(snap.frontier, 42);
+    let d3 = store.draw_of(room, 41).await.unwrap().unwrap();
+    assert_eq!((d3.from, d3.k), (40, 3));
+    let last = store.draw_of(room, 42).await.unwrap().unwrap();
+    assert!(
+        last == d3
+            || last
+                == PrequeueDraw {
+                    from: 41,
+                    n: 1,
+                    k: 4
+                }
+    );
+    // the hinted draw is kept as one the room made
+    assert_eq!(store.draw_of(room, 35).await.unwrap(), Some(d2));
+
+    // draws older than lane_keep are forgotten (no token of them is valid)
+    let room = "c-random-keep";
+    let mut s = settings(1000.0, 50.0);
+    s.method = QueueMethod::Random;
+    s.prequeue_seed = Some("22".repeat(32));
+    s.lane_keep = Some(Duration::from_secs(1));
+    let store = setup(h, room, &s).await;
+    store.join(room).await.unwrap();
+    let first = store.advance(room).await.unwrap().prequeue_draw.unwrap();
+    assert_eq!((first.from, first.n, first.k), (0, 1, 1));
+    assert_eq!(store.draw_of(room, 1).await.unwrap(), Some(first));
+    store.join(room).await.unwrap();
+    h.elapse(Duration::from_millis(1_100)).await;
+    let second = store.advance(room).await.unwrap().prequeue_draw.unwrap();
+    assert_eq!((second.from, second.n, second.k), (1, 1, 2));
+    assert_eq!(store.draw_of(room, 1).await.unwrap(), None);
+    assert_eq!(store.draw_of(room, 2).await.unwrap(), Some(second));
 }
 
 /// One holder at a time: a lease is taken when free, renewed by its holder,
@@ -1784,7 +1924,7 @@ macro_rules! conformance_tests {
             passthrough_takes_no_place passthrough_race one_place_one_session
             admissions_at_once_never_pass_the_cap
             settings_compare_and_set reseat_is_stable_and_unshared
-            method_queue_all method_reject
+            method_queue_all method_reject method_random
             solution_buys_one_place solution_replays_race
             lanes_weighted lanes_unused_share_flows lanes_strict lanes_random
             lanes_forget_old_segments shared_rate);

@@ -16,6 +16,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{AdmissionError, validate_room_id};
+use crate::prequeue::PrequeueDraw;
 use crate::room::{Refusal, RoomCore};
 use crate::settings::RoomSettings;
 use crate::store::{
@@ -394,6 +395,10 @@ impl QueueStore for MemoryQueueStore {
 
     async fn lane_place(&self, room: &str, lane: u8, seq: u64) -> Result<Option<u64>> {
         self.with_room(room, |c, _| c.place_of(Some(usize::from(lane)), seq))
+    }
+
+    async fn draw_of(&self, room: &str, seq: u64) -> Result<Option<PrequeueDraw>> {
+        self.with_room(room, |c, _| c.draw_of(seq))
     }
 
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {

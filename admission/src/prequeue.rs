@@ -28,6 +28,20 @@
 //! before the opening: the tickets; ticket index = `seq − from − 1`). Place
 //! `from + 1 + k` belongs to the ticket `order[k]`; every other seq keeps
 //! place = seq (FIFO). A [`PlaceMap`] answers seq → place.
+//!
+//! # Rolling draws (the `random` queueing method)
+//!
+//! A `random` room draws again and again. Its frontier never passes the
+//! end of the current draw (`from + n`); the first operation that finds
+//! the draw exhausted, somebody waiting, and at least a second since the
+//! last draw records the next one, `k + 1`: from the frontier then, over
+//! everyone who joined meanwhile. So every seq is in exactly one draw (or
+//! in none, when it was admitted before the room became `random`: its
+//! place is its seq), and each draw's places are a permutation of its own
+//! seqs. Draw `k`'s order is [`shuffle_order`] with [`draw_seed`]`(room
+//! seed, k)`. The stores keep the draws made within
+//! [`RoomSettings::lane_keep`](crate::RoomSettings) (a token of an older
+//! one can no longer be presented) for [`crate::QueueStore::draw_of`].
 
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -36,15 +50,25 @@ use sha2::{Digest, Sha256};
 /// The largest pre-queue a draw covers (tickets are `u32` indices).
 pub const MAX_TICKETS: u64 = u32::MAX as u64;
 
-/// A recorded draw: seqs `from+1 ..= from+n` are the pre-queue tickets.
+/// A recorded draw: seqs `from+1 ..= from+n` are its tickets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrequeueDraw {
-    /// The frontier when the pre-queue closed (seqs up to it were admitted
+    /// The frontier when the draw was made (seqs up to it were admitted
     /// before; 0 for a room that opens for the first time).
     pub from: u64,
     /// How many tickets the draw orders.
     pub n: u64,
+    /// The draw's index: 0 for a scheduled room's pre-queue (and a room
+    /// that never drew), then 1, 2, … for the rolling draws of a `random`
+    /// room ("Rolling draws" above). Left out of the JSON while 0, so a
+    /// FIFO room's hint reads as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub k: u64,
+}
+
+fn is_zero(k: &u64) -> bool {
+    *k == 0
 }
 
 impl PrequeueDraw {
@@ -52,7 +76,26 @@ impl PrequeueDraw {
     pub fn contains(&self, seq: u64) -> bool {
         seq > self.from && seq - self.from <= self.n
     }
+
+    /// The last seq (and place) of the draw: `from + n`.
+    pub fn end(&self) -> u64 {
+        self.from.saturating_add(self.n)
+    }
 }
+
+/// The seed of draw `k` of a `random` room whose seed is `room_seed`:
+/// `SHA-256("sluice-draw-v1" ‖ room seed ‖ k as 8 bytes big-endian)`.
+/// Knowing one draw's seed tells nothing of the next; the room's seed,
+/// revealed when the room closes, lets anyone recompute them all.
+pub fn draw_seed(room_seed: &[u8], k: u64) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(DRAW_DOMAIN);
+    h.update(room_seed);
+    h.update(k.to_be_bytes());
+    h.finalize().into()
+}
+
+const DRAW_DOMAIN: &[u8] = b"sluice-draw-v1";
 
 /// 32 fresh random bytes, as lowercase hex: a room's pre-queue seed.
 pub fn new_seed_hex() -> String {
@@ -231,7 +274,7 @@ mod tests {
         /// seq keeps its own place (FIFO).
         #[test]
         fn place_map_is_the_draw(from in 0u64..1_000, n in 0u64..300, seed in proptest::collection::vec(0u8..=255, 32)) {
-            let draw = PrequeueDraw { from, n };
+            let draw = PrequeueDraw { from, n, k: 0 };
             let map = PlaceMap::new(&seed, draw);
             let order = shuffle_order(&seed, n as u32);
             let mut seen = std::collections::HashSet::new();

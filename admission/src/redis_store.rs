@@ -10,11 +10,11 @@
 //! # Key schema
 //!
 //! All keys of a room share the hash tag `{room}`, and every script gets the
-//! first eight in `KEYS[]`, so the scripts run unchanged on Redis Cluster:
+//! first nine in `KEYS[]`, so the scripts run unchanged on Redis Cluster:
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `sluice:{room}:state` | hash | tail, frontier, credit (micro-admissions), last_ms, epoch, counters (joins, admitted, claimed, refunded, late), pending, settled, the bucket parameters (rate_m, burst_u, paused, closed, max_active, claim_ms), the schedule and the pre-queue draw (opens_ms, pq_from, pq_n: see `lua/lib.lua`) and `settings` (JSON of [`RoomSettings`]) |
+//! | `sluice:{room}:state` | hash | tail, frontier, credit (micro-admissions), last_ms, epoch, counters (joins, admitted, claimed, refunded, late), pending, settled, the bucket parameters (rate_m, burst_u, paused, closed, max_active, claim_ms), the schedule and the pre-queue draw (opens_ms, pq_from, pq_n, pq_k, pq_at: see `lua/lib.lua`) and `settings` (JSON of [`RoomSettings`]) |
 //! | `sluice:{room}:claims` | string | the claim bitmap: bit `seq` set = claimed |
 //! | `sluice:{room}:batches` | list | open advance batches `from:to:at_ms`, oldest first |
 //! | `sluice:{room}:sessions` | sorted set | session id → deadline (ms, `TIME`) |
@@ -22,6 +22,7 @@
 //! | `sluice:{room}:reseats` | hash | `epoch:seq` of an old-epoch queue token → its seq in this epoch ([`QueueStore::reseat`]) |
 //! | `sluice:{room}:lanes` | sorted set | with lanes only: the lanes' segments, lane seqs → places (`crate::lanes`; member `lane:seq:place:len`, score `lane × 2⁴⁰ + seq`) |
 //! | `sluice:{room}:lanemarks` | list | with lanes and [`RoomSettings::lane_keep`] only: marks `at_ms:f1,f2,…` (when, each lane's frontier then), oldest first; a mark `lane_keep` old forgets the segments it covers (`crate::lanes`, "Forgetting") |
+//! | `sluice:{room}:draws` | sorted set | a `random` room's draws (`crate::prequeue`, "Rolling draws"): member `from:n:k:at_ms`, score `from`; those made within [`RoomSettings::lane_keep`] ([`QueueStore::draw_of`]) |
 //! | `sluice:{room}:pow:<hex id>` | string, with a TTL | a proof-of-work solution spent on a join of the room: `seq:epoch:sub` (the place it bought) or `1`; kept until the challenge can no longer be accepted ([`QueueStore::join_once`]) |
 //! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
 //! | `sluice:rate:{key}` | string, with a TTL | a shared rate limit's theoretical arrival time (ms, `TIME`), gone once passed ([`QueueStore::take_rate`], `lua/rate.lua`); not a room's |
@@ -58,6 +59,7 @@ const ADVANCE: &str = include_str!("../lua/advance.lua");
 const SNAPSHOT: &str = include_str!("../lua/snapshot.lua");
 const CLAIM: &str = include_str!("../lua/claim.lua");
 const CONFIGURE: &str = include_str!("../lua/configure.lua");
+const DRAW: &str = include_str!("../lua/draw.lua");
 const SESSION: &str = include_str!("../lua/session.lua");
 const LEASE: &str = include_str!("../lua/lease.lua");
 const ADMIT: &str = include_str!("../lua/admit.lua");
@@ -107,6 +109,7 @@ struct Scripts {
     reseat: Script,
     ended: Script,
     lane: Script,
+    draw: Script,
     rate: Script,
 }
 
@@ -126,6 +129,7 @@ impl Scripts {
             reseat: s(RESEAT),
             ended: s(ENDED),
             lane: s(LANE),
+            draw: s(DRAW),
         }
     }
 }
@@ -188,8 +192,8 @@ impl RedisQueueStore {
         )
     }
 
-    /// The eight keys of `room`, in the scripts' `KEYS[]` order.
-    pub fn keys(&self, room: &str) -> [String; 8] {
+    /// The nine keys of `room`, in the scripts' `KEYS[]` order.
+    pub fn keys(&self, room: &str) -> [String; 9] {
         // `concat`, one allocation each: `format!` costs several times as
         // much, measured on the hold path's keys (README, "A hold's side
         // in the gateway").
@@ -204,6 +208,7 @@ impl RedisQueueStore {
             key("reseats"),
             key("lanes"),
             key("lanemarks"),
+            key("draws"),
         ]
     }
 
@@ -226,7 +231,7 @@ impl RedisQueueStore {
     }
 
     /// [`Self::run`]'s call with the reply as it came, and `extra` (a key
-    /// under the room's hash tag) after the six room keys.
+    /// under the room's hash tag) after the room's nine keys.
     async fn run_raw(
         &self,
         script: &Script,
@@ -364,7 +369,7 @@ impl RedisQueueStore {
     }
 
     fn snapshot_from(room: &str, r: &[i64]) -> Result<Snapshot> {
-        if r.len() < 25 {
+        if r.len() < 27 {
             return Err(AdmissionError::Protocol(format!("snapshot reply {r:?}")));
         }
         let u = |i: usize| r[i].max(0) as u64;
@@ -393,6 +398,7 @@ impl RedisQueueStore {
                 PrequeueDraw {
                     from: u(19),
                     n: u(20),
+                    k: u(25),
                 },
             ),
             ended_total: u(21),
@@ -403,11 +409,11 @@ impl RedisQueueStore {
         })
     }
 
-    /// The lanes of a snapshot reply (after `settings_v`: the count, then
-    /// weight, tail, frontier, admitted per lane).
+    /// The lanes of a snapshot reply (after `settings_v` and `pq_k`: the
+    /// count, then weight, tail, frontier, admitted per lane).
     fn lanes_from(r: &[i64]) -> Vec<crate::store::LaneSnapshot> {
-        let n = r.get(25).copied().unwrap_or(0).max(0) as usize;
-        r.get(26..26 + 4 * n)
+        let n = r.get(26).copied().unwrap_or(0).max(0) as usize;
+        r.get(27..27 + 4 * n)
             .map(|x| {
                 x.chunks_exact(4)
                     .map(|l| crate::store::LaneSnapshot {
@@ -492,6 +498,7 @@ impl RedisQueueStore {
                 .and_then(|s| s.lane_keep)
                 .map_or(0, |k| k.as_millis() as u64)
                 .to_string(),
+            hint.map_or(0, |d| d.k).to_string(),
         ]);
         let r = self.run(&self.scripts.configure, room, &args).await?;
         if r.first() == Some(&3) {
@@ -680,6 +687,21 @@ impl QueueStore for RedisQueueStore {
             )
             .await?;
         Ok(r.get(1).copied().filter(|&p| p > 0).map(|p| p as u64))
+    }
+
+    async fn draw_of(&self, room: &str, seq: u64) -> Result<Option<PrequeueDraw>> {
+        let r = self
+            .run(&self.scripts.draw, room, &[seq.to_string()])
+            .await?;
+        match r[..] {
+            [_, from, n, k] if from >= 0 && n >= 0 && k >= 0 => Ok(Some(PrequeueDraw {
+                from: from as u64,
+                n: n as u64,
+                k: k as u64,
+            })),
+            [_, -1] => Ok(None),
+            _ => Err(AdmissionError::Protocol(format!("draw reply {r:?}"))),
+        }
     }
 
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {

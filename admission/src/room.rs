@@ -40,6 +40,12 @@ pub const ENDED_SKEW_MS: u64 = 30_000;
 /// much).
 pub const LANE_MARKS: u64 = 16;
 
+/// A `random` room draws at most this often (store clock, ms): the kept
+/// list of draws stays short (one a second at most), and a visitor who
+/// joins just after a draw waits at most this much for the next one once
+/// the draw is exhausted ([`crate::prequeue`], "Rolling draws").
+pub const DRAW_EVERY_MS: u64 = 1_000;
+
 /// Why [`RoomCore::join`] took nobody.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -158,9 +164,17 @@ pub struct RoomCore {
     reseats: HashMap<(u64, u64), (u64, u64)>,
     /// When the room opens (store clock, ms); 0: not scheduled.
     opens_ms: u64,
-    /// The pre-queue draw; `None` while the pre-queue is open (scheduled,
-    /// not yet drawn). A room never scheduled has the empty draw.
+    /// The pre-queue draw, or a `random` room's current draw; `None` while
+    /// the pre-queue is open (scheduled, not yet drawn). A room never
+    /// scheduled starts with the empty draw.
     draw: Option<PrequeueDraw>,
+    /// When the last draw was made (store clock, ms; 0: never), and its
+    /// index (kept while a new pre-queue is open).
+    draw_at_ms: u64,
+    draw_k: u64,
+    /// A `random` room's draws made within `lane_keep` (every one without
+    /// it), with when each was made; oldest first ([`RoomCore::draw_of`]).
+    draws: VecDeque<(u64, PrequeueDraw)>,
     /// The priority lanes ([`crate::lanes`]); empty without lanes.
     pub lanes: LaneBook,
     /// Marks for forgetting lane segments ([`crate::lanes`],
@@ -205,9 +219,18 @@ impl RoomCore {
             (None, 0) => Some(PrequeueDraw::default()),
             (None, _) => None,
         };
+        // a random room's hinted draw is kept as one it made, so a gateway
+        // that did not see it can still ask for it ([`RoomCore::draw_of`])
+        let draws = match settings.prequeue_draw {
+            Some(d) if settings.method == QueueMethod::Random => VecDeque::from([(now_ms, d)]),
+            _ => VecDeque::new(),
+        };
         Self {
             opens_ms,
             draw,
+            draw_at_ms: 0,
+            draw_k: draw.map_or(0, |d| d.k),
+            draws,
             settings: settings.clone(),
             params,
             max_active: settings.effective_max_active(),
@@ -293,6 +316,12 @@ impl RoomCore {
         }
         if self.draw.is_none() {
             self.draw = settings.prequeue_draw;
+            if let Some(d) = self.draw {
+                self.draw_k = d.k;
+                if settings.method == QueueMethod::Random {
+                    self.draws.push_back((now_ms, d));
+                }
+            }
         }
         let new = BucketParams::from_settings(settings);
         self.bucket.reanchor(now_ms, &self.params, &new);
@@ -341,14 +370,74 @@ impl RoomCore {
 
     /// Closes the pre-queue at the first operation at or after the opening:
     /// records the draw (once) and starts earning credit from the opening.
+    /// A `random` room also makes its next draw here: when the current one
+    /// is exhausted (the frontier at its end), somebody waits, the room is
+    /// not paused or closed (a draw orders who is there when admission can
+    /// go on), and the last draw is [`DRAW_EVERY_MS`] old ([`crate::prequeue`], "Rolling draws").
     fn draw_if_due(&mut self, now_ms: u64) {
+        let b = &self.bucket;
         if self.draw.is_none() && (self.opens_ms == 0 || now_ms >= self.opens_ms) {
-            self.draw = Some(PrequeueDraw {
-                from: self.bucket.frontier,
-                n: self.bucket.tail - self.bucket.frontier,
-            });
+            // a random room's draws go on counting (a seed per index)
+            let k = if self.settings.method == QueueMethod::Random && !self.draws.is_empty() {
+                self.draw_k + 1
+            } else {
+                0
+            };
+            self.record_draw(now_ms, k);
             self.bucket.last_ms = self.bucket.last_ms.max(self.opens_ms);
+        } else if self.settings.method == QueueMethod::Random
+            && !self.params.halted()
+            && let Some(d) = self.draw
+            && b.frontier >= d.end()
+            && b.tail > b.frontier
+            && now_ms >= self.draw_at_ms.saturating_add(DRAW_EVERY_MS)
+        {
+            self.record_draw(now_ms, d.k + 1);
         }
+    }
+
+    /// Records draw `k` of everyone waiting now (at most
+    /// [`crate::prequeue::MAX_TICKETS`]: the rest wait for the next).
+    fn record_draw(&mut self, now_ms: u64, k: u64) {
+        let b = &self.bucket;
+        let d = PrequeueDraw {
+            from: b.frontier,
+            n: (b.tail - b.frontier).min(crate::prequeue::MAX_TICKETS),
+            k,
+        };
+        self.draw = Some(d);
+        self.draw_at_ms = now_ms;
+        self.draw_k = k;
+        if self.settings.method == QueueMethod::Random {
+            self.draws.push_back((now_ms, d));
+            if let Some(keep) = self.settings.lane_keep {
+                let keep = keep.as_millis() as u64;
+                while self
+                    .draws
+                    .front()
+                    .is_some_and(|&(at, _)| at.saturating_add(keep) <= now_ms)
+                {
+                    self.draws.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The draw that holds `seq`: the current one, or one of the kept
+    /// draws of a `random` room; `None` when no kept draw does (the seq's
+    /// place is its own, or its draw is older than `lane_keep`).
+    pub fn draw_of(&self, seq: u64) -> Option<PrequeueDraw> {
+        if let Some(d) = self.draw.filter(|d| d.contains(seq)) {
+            return Some(d);
+        }
+        let i = self.draws.partition_point(|(_, d)| d.from < seq);
+        let (_, d) = self.draws.get(i.checked_sub(1)?)?;
+        d.contains(seq).then_some(*d)
+    }
+
+    /// How many draws a `random` room keeps.
+    pub fn kept_draws(&self) -> usize {
+        self.draws.len()
     }
 
     /// The bucket parameters in force: the pre-queue halts admission as a
@@ -372,6 +461,11 @@ impl RoomCore {
         let mut room = self.room_under_cap();
         if self.has_lanes() {
             room = room.min(self.lanes_waiting());
+        }
+        if self.settings.method == QueueMethod::Random {
+            // never past the current draw: the rest wait for the next one
+            let end = self.draw.map_or(0, |d| d.end());
+            room = room.min(end.saturating_sub(self.bucket.frontier));
         }
         let params = self.live_params();
         let n = self.bucket.advance(now_ms, &params, room, refund);
@@ -940,6 +1034,72 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A `random` room under any run of joins, advances and pauses: the
+        /// frontier never passes the current draw (nobody undrawn is
+        /// admitted, nobody joins on the spot); each draw starts where the
+        /// last one ended, once it was exhausted, somebody waited and a
+        /// second had passed, with the next index; so every admitted seq is
+        /// in exactly one draw, and `draw_of` finds it for as long as its
+        /// draw is younger than `lane_keep`.
+        #[test]
+        fn random_rolling_draws(
+            keep in proptest::option::of(1_000u64..8_000),
+            ops in proptest::collection::vec((0u64..1_500, 0u64..5, 0u8..8), 1..150),
+        ) {
+            let mut s = RoomSettings {
+                rate_per_sec: 4.0,
+                burst: 3.0,
+                method: QueueMethod::Random,
+                prequeue_seed: Some("00".repeat(32)),
+                lane_keep: keep.map(Duration::from_millis),
+                ..Default::default()
+            };
+            let mut r = RoomCore::new(0, &s, 1, 0, 0);
+            let mut now = 0u64;
+            let mut made: Vec<(u64, PrequeueDraw)> = Vec::new();
+            for (dt, joins, flip) in ops {
+                now += dt;
+                if flip == 0 {
+                    s.paused = !s.paused;
+                    r.configure(now, &s);
+                }
+                for _ in 0..joins {
+                    let j = r.join(now).unwrap();
+                    proptest::prop_assert!(!j.admitted, "nobody joins on the spot");
+                }
+                r.advance(now);
+                let d = r.draw.unwrap();
+                let (last_at, last) = made.last().copied().unwrap_or((0, PrequeueDraw::default()));
+                if d != last {
+                    proptest::prop_assert_eq!(d.k, last.k + 1);
+                    proptest::prop_assert_eq!(d.from, last.end(), "no gap, no overlap");
+                    proptest::prop_assert!(d.n > 0, "a draw only when somebody waits");
+                    proptest::prop_assert!(made.is_empty() || r.draw_at_ms >= last_at + DRAW_EVERY_MS);
+                    made.push((r.draw_at_ms, d));
+                }
+                let b = &r.bucket;
+                proptest::prop_assert!(b.frontier <= d.end(), "never past the draw");
+                proptest::prop_assert!(d.end() <= b.tail);
+                // every seq admitted is in exactly one draw, and draw_of finds
+                // it while its draw is kept
+                for seq in 1..=b.frontier {
+                    let holders: Vec<_> = made.iter().filter(|(_, m)| m.contains(seq)).collect();
+                    proptest::prop_assert_eq!(holders.len(), 1, "seq {}", seq);
+                    let (at, m) = *holders[0];
+                    match r.draw_of(seq) {
+                        Some(found) => proptest::prop_assert_eq!(found, m),
+                        None => proptest::prop_assert!(
+                            keep.is_some_and(|k| at + k <= now),
+                            "draw {:?} of seq {} forgotten too soon", m, seq
+                        ),
+                    }
+                }
+                proptest::prop_assert_eq!(r.draw_of(b.tail + 1), None);
+            }
+        }
+    }
+
+    proptest::proptest! {
         /// A scheduled room under any run of joins and advances: before the
         /// opening nobody is admitted (no passthrough, frontier still); the
         /// draw is recorded exactly once, at the first operation at or after
@@ -982,7 +1142,7 @@ mod tests {
                     let d = snap.prequeue_draw.unwrap();
                     match drawn {
                         None => {
-                            proptest::prop_assert_eq!(d, PrequeueDraw { from: 0, n: tail_before });
+                            proptest::prop_assert_eq!(d, PrequeueDraw { from: 0, n: tail_before, k: 0 });
                             drawn = Some(d);
                         }
                         Some(prev) => proptest::prop_assert_eq!(d, prev),

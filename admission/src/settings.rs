@@ -66,9 +66,9 @@ pub enum QueueMethod {
     #[default]
     Fifo,
     /// Everyone waiting when a draw is made is ordered by a verifiable
-    /// shuffle (see [`crate::prequeue`]); nobody passes straight through.
-    /// Named, and refused by [`RoomSettings::validate`] until the stores
-    /// make rolling draws.
+    /// shuffle; nobody passes straight through. The room draws again each
+    /// time a draw is exhausted ([`crate::prequeue`], "Rolling draws").
+    /// Needs a seed (`prequeue_seed`) and no lanes.
     Random,
     /// FIFO without passthrough: every visitor takes a place and is
     /// admitted by the bucket's next advance (a tick), never by the join.
@@ -406,14 +406,18 @@ impl RoomSettings {
             return Err(invalid("prequeue_draw", "out of range"));
         }
         if self.method == QueueMethod::Random {
-            // Named so the config and the API keep one vocabulary; refused
-            // until the stores make rolling draws (README, "Queueing
-            // methods"): a room must never claim an order it does not keep.
-            return Err(invalid(
-                "method",
-                "random is not available yet: use fifo, queue_all or reject \
-                 (a scheduled opening draws its pre-queue at random)",
-            ));
+            // a lane's places are handed out in its own FIFO order: a draw
+            // across lanes would break the order lanes promise
+            if !self.lanes.is_empty() {
+                return Err(invalid(
+                    "method",
+                    "random cannot be combined with lanes (each lane is its own FIFO line)",
+                ));
+            }
+            // the draws' seeds derive from the room's seed
+            if self.prequeue_seed.is_none() {
+                return Err(invalid("prequeue_seed", "a random room needs a seed"));
+            }
         }
         if self.method == QueueMethod::Reject && self.opens_at_ms.is_some() {
             return Err(invalid(
@@ -625,6 +629,10 @@ impl RoomPatch {
         }
         if let Some(m) = &self.method {
             s.method = QueueMethod::parse(m)?;
+            if s.method == QueueMethod::Random && s.prequeue_seed.is_none() {
+                // a fresh secret seed: its commitment is public from now on
+                s.prequeue_seed = Some(crate::prequeue::new_seed_hex());
+            }
         }
         s.validate()?;
         s.recalibrate();
@@ -777,13 +785,12 @@ mod tests {
     fn method_names_patch_and_json() {
         for m in QueueMethod::ALL {
             assert_eq!(QueueMethod::parse(m.as_str()), Ok(m));
-            if m == QueueMethod::Random {
-                continue;
-            }
             let s = RoomSettings {
                 method: m,
+                prequeue_seed: (m == QueueMethod::Random).then(|| "00".repeat(32)),
                 ..Default::default()
             };
+            s.validate().unwrap();
             let j = s.to_stored().unwrap();
             assert_eq!(j.contains("\"method\""), m != QueueMethod::Fifo);
             assert_eq!(RoomSettings::from_stored(&j).unwrap(), s);
@@ -806,15 +813,43 @@ mod tests {
         .apply(&mut s)
         .unwrap();
         assert_eq!(s.method, QueueMethod::QueueAll);
-        // named, but refused until the stores draw in rounds
+        // random takes a fresh seed when the room has none, and keeps one
+        let mut r = s.clone();
+        RoomPatch {
+            method: Some("random".into()),
+            ..Default::default()
+        }
+        .apply(&mut r)
+        .unwrap();
+        assert_eq!(r.method, QueueMethod::Random);
+        let seed = r.prequeue_seed.clone().unwrap();
+        assert_eq!(seed.len(), 64);
+        RoomPatch {
+            method: Some("random".into()),
+            ..Default::default()
+        }
+        .apply(&mut r)
+        .unwrap();
+        assert_eq!(r.prequeue_seed, Some(seed));
+        // random with lanes is refused, and changes nothing
+        let mut laned = RoomSettings {
+            lanes: ["a", "b"]
+                .map(|id| crate::lanes::Lane {
+                    id: id.into(),
+                    weight: 1,
+                })
+                .to_vec(),
+            ..Default::default()
+        };
+        let before = laned.clone();
         let err = RoomPatch {
             method: Some("random".into()),
             ..Default::default()
         }
-        .apply(&mut s)
+        .apply(&mut laned)
         .unwrap_err();
         assert_eq!(err.field, "method");
-        assert_eq!(s.method, QueueMethod::QueueAll);
+        assert_eq!(laned, before);
         // a JSON value of another type is refused by the settings' parser
         assert!(RoomSettings::from_stored(r#"{"method":3}"#).is_err());
         // reject takes nobody in line: it cannot hold a pre-queue

@@ -382,6 +382,16 @@ pub trait QueueStore: Send + Sync {
         seq: u64,
     ) -> impl Future<Output = Result<Option<u64>>> + Send;
 
+    /// The draw that holds `seq` ([`crate::prequeue`], "Rolling draws"):
+    /// the current one or one the store keeps; `None` when none does (the
+    /// seq's place is its own). What a gateway asks when a queue token names
+    /// a seq of a draw it did not see being made.
+    fn draw_of(
+        &self,
+        room: &str,
+        seq: u64,
+    ) -> impl Future<Output = Result<Option<PrequeueDraw>>> + Send;
+
     /// The replay guard and [`QueueStore::join`] in one atomic step: a
     /// solution recorded before (and not `spent` by this caller) changes
     /// nothing and returns its note; otherwise the join, and when it hands

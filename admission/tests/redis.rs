@@ -148,6 +148,7 @@ async fn keys_share_the_hash_tag() {
             "sluice:{room-1}:reseats",
             "sluice:{room-1}:lanes",
             "sluice:{room-1}:lanemarks",
+            "sluice:{room-1}:draws",
         ]
     );
     assert!(matches!(

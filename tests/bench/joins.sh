@@ -100,16 +100,16 @@ echo "== redis-benchmark: join.lua directly" >&2
 SHA=$(python3 -c 'import sys; sys.stdout.write(open(sys.argv[1]).read() + "\n" + open(sys.argv[2]).read())' \
   "$ROOT/admission/lua/lib.lua" "$ROOT/admission/lua/join.lua" | redis-cli -p "$RPORT" -x SCRIPT LOAD)
 K=()
-# the eight keys of RedisQueueStore::keys, in order
-for k in state claims batches sessions ended reseats lanes lanemarks; do K+=("sluice:{direct}:$k"); done
+# the nine keys of RedisQueueStore::keys, in order
+for k in state claims batches sessions ended reseats lanes lanemarks draws; do K+=("sluice:{direct}:$k"); done
 # spend the direct room's one credit too
-redis-cli -p "$RPORT" EVALSHA "$SHA" 8 "${K[@]}" join >/dev/null
+redis-cli -p "$RPORT" EVALSHA "$SHA" 9 "${K[@]}" join >/dev/null
 D_BEFORE=$(redis-cli -p "$RPORT" HGET "sluice:{direct}:state" tail)
 N_DIRECT=$((JOINS > 200000 ? JOINS : 200000))
 # a solution key as long as a real one (32 hex digits), a visitor id as
 # long as new_visitor_id's, a ttl of 10 minutes
 DIRECT_CSV=$(timeout 300 redis-benchmark -p "$RPORT" -n "$N_DIRECT" -c "$CONNS" -r 100000000000 --csv \
-  EVALSHA "$SHA" 9 "${K[@]}" "sluice:{direct}:pow:00000000000000000000__rand_int__" \
+  EVALSHA "$SHA" 10 "${K[@]}" "sluice:{direct}:pow:00000000000000000000__rand_int__" \
   once 600000 v-0123456789abcdef0123456789ab new 2>/dev/null)
 DIRECT_RPS=$(python3 -c 'import csv,sys; rows=list(csv.reader(sys.stdin.read().splitlines())); print(rows[-1][1])' <<<"$DIRECT_CSV")
 D_AFTER=$(redis-cli -p "$RPORT" HGET "sluice:{direct}:state" tail)

@@ -164,7 +164,6 @@ async fn bad_values(gws: &[TestGateway]) {
         json!({"method": "FIFO"}),
         json!({"method": 3}),
         json!({"method": null}),
-        json!({"method": "random"}),
         json!({"method": "reject", "opens_at": "2999-01-01T00:00:00Z"}),
         json!({"method": "queue_all", "burst": 0.5}),
     ] {

@@ -493,8 +493,16 @@ mod tests {
             .to_string();
         assert!(err.contains("rooms[0].method"), "{err}");
         let random = Config::from_toml(&room("method = \"random\"")).unwrap();
-        let err = random.validate().unwrap_err().to_string();
-        assert!(err.contains("method"), "{err}");
+        random.validate().unwrap();
+        // a random draw across lanes would break each lane's FIFO order
+        let laned = room("method = \"random\"\nlanes = [{ id = \"a\" }, { id = \"b\" }]");
+        let err = Config::from_toml(&laned)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rooms[0].method"), "{err}");
+        assert!(err.contains("lanes"), "{err}");
     }
 
     #[test]

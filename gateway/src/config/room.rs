@@ -162,6 +162,10 @@ impl RoomConfig {
             requests_per_visitor_per_sec: self.requests_per_visitor_per_sec,
             session_length: self.session_length,
             method: self.method,
+            // a random room's seed is derived in `Room::new` (it needs the
+            // pow secret); this stands in for it in the checks
+            prequeue_seed: (self.method == sluice_admission::QueueMethod::Random)
+                .then(|| "00".repeat(32)),
             lanes: self.lanes.clone(),
             lane_mode: self.lane_mode,
             lane_keep: self.lane_keep(),
@@ -173,23 +177,29 @@ impl RoomConfig {
         }
     }
 
-    /// How long the store keeps a lane's segments (`RoomSettings::lane_keep`,
-    /// `None` without lanes): as long as a queue token of an admitted lane
-    /// seq can be presented. A token lives `queue_token_ttl` from its
+    /// How long the store keeps a lane's segments and a `random` room's
+    /// draws (`RoomSettings::lane_keep`, `None` for a FIFO room without
+    /// lanes): as long as a queue token of an admitted seq can be presented. A token lives `queue_token_ttl` from its
     /// signing, and an account's second device is handed one for the
     /// account's place as long as the binding lasts; plus a minute for
     /// clock skew between the gateways and the store.
     fn lane_keep(&self) -> Option<Duration> {
-        if self.lanes.is_empty() {
+        if self.lanes.is_empty() && self.method != sluice_admission::QueueMethod::Random {
             return None;
         }
+        Some(self.token_keep())
+    }
+
+    /// How long a queue token of this room may come back after its seq was
+    /// handed out ([`RoomConfig::lane_keep`]'s measure).
+    pub fn token_keep(&self) -> Duration {
         let e = &self.enqueue;
         let binding = if e.hmac_secret.is_some() || e.jwks_file.is_some() || e.jwks_url.is_some() {
             crate::visitor::enqueue::BINDING
         } else {
             Duration::ZERO
         };
-        Some(self.queue_token_ttl + binding + Duration::from_secs(60))
+        self.queue_token_ttl + binding + Duration::from_secs(60)
     }
 
     /// The settings of the room's proof-of-work difficulty policy: what

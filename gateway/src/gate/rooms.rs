@@ -16,7 +16,7 @@
 //! stock: while every event the room sells has nothing available, the
 //! store halts the room's bucket as a pause does, on every gateway.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -46,6 +46,38 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// How often the ticker forgets rate-limit state of networks whose budget
 /// has refilled ([`Room::prune_rate_limits`]).
 pub const LIMITER_PRUNE_EVERY: Duration = Duration::from_secs(10);
+
+/// How many place maps of older draws a `random` room keeps, and how many
+/// tickets they may hold together (4 bytes each): beyond either, the
+/// oldest go, and a seq of theirs is placed from the store's record again.
+const OLD_MAPS: usize = 64;
+const OLD_MAP_TICKETS: u64 = 16 << 20;
+
+/// Where a queue token's seq stands in its room's line ([`Room::placement`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Its place (the frontier position that admits it).
+    At(u64),
+    /// Not known yet: the pre-queue is open, or this gateway is building
+    /// the draw's place map.
+    Pending,
+    /// A `random` room's seq that joined after the current draw was made:
+    /// its place comes with the next draw.
+    NextDraw,
+}
+
+/// The position shown to a `random` room's visitor of `seq` waiting for
+/// the next draw: those left in the current draw, plus the middle of
+/// everyone waiting for the next (the draw puts each of them anywhere among
+/// them alike, so that is the expected place).
+pub fn next_draw_position(snap: &Snapshot, seq: u64) -> u64 {
+    let end = snap
+        .prequeue_draw
+        .map_or(snap.frontier, |d| d.end().max(snap.frontier));
+    let left = end - snap.frontier;
+    let next = snap.tail.max(seq).saturating_sub(end);
+    (left + next.div_ceil(2)).max(1)
+}
 
 /// One room: its configuration and live state in this gateway.
 pub struct Room {
@@ -77,9 +109,12 @@ pub struct Room {
     pub enqueue_jwks: Option<Arc<Fetched<JwksKeys>>>,
     /// The settings this gateway creates the room with in an empty store.
     initial: RoomSettings,
-    /// seq → place of the latest pre-queue draw, once built.
+    /// seq → place of the latest draw, once built.
     place_map: ArcSwap<Option<Arc<PlaceMap>>>,
     building_map: AtomicBool,
+    /// A `random` room's maps of older draws, by their `from` (see
+    /// [`OLD_MAPS`]).
+    old_maps: Mutex<BTreeMap<u64, Arc<PlaceMap>>>,
     /// The last draw seen from the store, written back if the store loses it.
     seen_draw: ArcSwap<Option<PrequeueDraw>>,
     /// The origin's latency and errors on this room's traffic since the
@@ -128,10 +163,17 @@ impl Room {
         ended_cap: usize,
     ) -> anyhow::Result<Room> {
         let mut settings = config.settings();
+        let mut seeded_at = None;
         if let Some(t) = &config.opens_at {
             let ms = crate::gate::schedule::parse_rfc3339_ms(t)
                 .map_err(|e| anyhow::anyhow!("room {}: opens_at {e}", config.id))?;
             settings.opens_at_ms = Some(ms);
+            seeded_at = Some(ms);
+        }
+        if config.method == sluice_admission::QueueMethod::Random {
+            seeded_at = seeded_at.or(Some(0));
+        }
+        if let Some(ms) = seeded_at {
             settings.prequeue_seed = Some(crate::gate::schedule::config_seed(
                 pow_secret, &config.id, ms,
             ));
@@ -154,6 +196,7 @@ impl Room {
             initial: settings.clone(),
             place_map: ArcSwap::from_pointee(None),
             building_map: AtomicBool::new(false),
+            old_maps: Mutex::new(BTreeMap::new()),
             seen_draw: ArcSwap::from_pointee(None),
             settings: ArcSwap::from_pointee(settings),
             store_ok: AtomicBool::new(false),
@@ -422,35 +465,118 @@ impl Room {
         self.limiter.load().as_ref().as_ref().map_or(0, |l| l.len())
     }
 
-    /// The place (frontier position) of `seq`: its seq, unless it holds a
-    /// ticket of the pre-queue draw; `None` while the pre-queue is open or
-    /// this gateway is still building the draw's place map.
-    pub fn place(&self, snap: &Snapshot, seq: u64) -> Option<u64> {
+    /// Where `seq` stands: its seq is its place, unless it holds a ticket
+    /// of a draw (the pre-queue's, or one of a `random` room's rolling
+    /// draws), whose place map says. A `random` room's seq after the
+    /// current draw waits for the next one. A seq of an older draw is
+    /// placed from the maps this gateway kept, else from the store's record
+    /// of its draw ([`QueueStore::draw_of`], one call, the map built then):
+    /// a gateway started after the draw places it as the others do.
+    pub async fn placement(
+        &self,
+        store: &QueueBackend,
+        snap: &Snapshot,
+        seq: u64,
+    ) -> Result<Placement, AdmissionError> {
         if snap.prequeue_open && seq > snap.frontier {
-            return None;
+            return Ok(Placement::Pending);
         }
+        let random = self.settings().method == sluice_admission::QueueMethod::Random;
         // read on every status poll: a lock-free load
         let draw = snap.prequeue_draw.or(**self.seen_draw.load());
-        match draw {
-            Some(d) if d.contains(seq) => match self.place_map.load().as_ref() {
-                Some(m) if m.draw() == d => Some(m.place(seq)),
-                _ => None,
-            },
-            _ => Some(seq),
+        let after = |end: u64| {
+            if random && seq > end && seq > snap.frontier {
+                Placement::NextDraw
+            } else {
+                Placement::At(seq)
+            }
+        };
+        let Some(d) = draw else {
+            return Ok(after(0));
+        };
+        if d.contains(seq) {
+            return Ok(match self.place_map.load().as_ref() {
+                Some(m) if m.draw() == d => Placement::At(m.place(seq)),
+                _ => Placement::Pending,
+            });
         }
+        if seq > d.from || d.k == 0 {
+            // after the draw, or before a pre-queue's (its only draw)
+            return Ok(after(d.end()));
+        }
+        if let Some(p) = self.old_place(seq) {
+            return Ok(Placement::At(p));
+        }
+        let Some(old) = store.draw_of(self.id(), seq).await? else {
+            return Ok(Placement::At(seq));
+        };
+        let Some(seed) = self.seed_of(old) else {
+            return Ok(Placement::At(seq));
+        };
+        let map = tokio::task::spawn_blocking(move || PlaceMap::new(&seed, old))
+            .await
+            .map_err(|e| AdmissionError::Protocol(format!("place map: {e}")))?;
+        let place = map.place(seq);
+        tracing::info!(
+            room = self.id(),
+            draw = old.k,
+            tickets = old.n,
+            "place map of an older draw built from the store's record"
+        );
+        self.keep_old_map(Arc::new(map));
+        Ok(Placement::At(place))
+    }
+
+    /// The place of `seq` from a kept map of an older draw.
+    fn old_place(&self, seq: u64) -> Option<u64> {
+        let maps = self.old_maps.lock();
+        let (_, m) = maps.range(..seq).next_back()?;
+        m.draw().contains(seq).then(|| m.place(seq))
+    }
+
+    /// Keeps the map of an older draw, the oldest going beyond [`OLD_MAPS`]
+    /// maps or [`OLD_MAP_TICKETS`] tickets.
+    fn keep_old_map(&self, map: Arc<PlaceMap>) {
+        let mut maps = self.old_maps.lock();
+        maps.insert(map.draw().from, map);
+        while maps.len() > 1
+            && (maps.len() > OLD_MAPS
+                || maps.values().map(|m| m.draw().n).sum::<u64>() > OLD_MAP_TICKETS)
+        {
+            maps.pop_first();
+        }
+    }
+
+    /// The seed draw `d` was ordered with: the room's seed for the
+    /// pre-queue draw (index 0), else that draw's own
+    /// (`sluice_admission::prequeue::draw_seed`).
+    fn seed_of(&self, d: PrequeueDraw) -> Option<Vec<u8>> {
+        let seed = self
+            .settings()
+            .prequeue_seed
+            .as_deref()
+            .and_then(sluice_admission::prequeue::from_hex)?;
+        Some(match d.k {
+            0 => seed,
+            k => sluice_admission::prequeue::draw_seed(&seed, k).to_vec(),
+        })
     }
 
     /// The pre-queue fields of the public and admin room state: before the
     /// opening `opens_at`, `prequeue_commitment` and `prequeue_tickets` (so
     /// far); after it also `prequeue_seed` and `prequeue_first_seq`, and
     /// `prequeue_tickets` is the draw's count. Nothing for a room never
-    /// scheduled.
+    /// scheduled. A `random` room has the draw fields instead
+    /// ([`Room::draw_fields`]).
     pub fn prequeue_fields(&self, snap: &Snapshot) -> serde_json::Map<String, Value> {
         let mut m = serde_json::Map::new();
         let settings = self.settings();
         let Some(seed) = settings.prequeue_seed.as_deref() else {
             return m;
         };
+        if settings.method == sluice_admission::QueueMethod::Random {
+            return self.draw_fields(snap, seed);
+        }
         if let Some(t) = snap.opens_at_ms {
             m.insert(
                 "opens_at".into(),
@@ -477,6 +603,39 @@ impl Room {
         m
     }
 
+    /// A `random` room's draw fields: `prequeue_commitment` (the hex SHA-256
+    /// of the room's seed) always, and `opens_at` and `prequeue_open` when
+    /// scheduled; the current draw as `draw_index`, `draw_first_seq` and
+    /// `draw_tickets`; the seed itself, `prequeue_seed`, only once the room
+    /// is closed: every draw's seed derives from it, so revealing it sooner
+    /// would tell the order of draws not yet made.
+    fn draw_fields(&self, snap: &Snapshot, seed: &str) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        m.insert(
+            "prequeue_commitment".into(),
+            json!(crate::gate::schedule::commitment_of(seed)),
+        );
+        if let Some(t) = snap.opens_at_ms {
+            m.insert(
+                "opens_at".into(),
+                json!(crate::gate::schedule::format_rfc3339(t)),
+            );
+            m.insert("prequeue_open".into(), json!(snap.prequeue_open));
+            if snap.prequeue_open {
+                m.insert("prequeue_tickets".into(), json!(snap.queue_length()));
+            }
+        }
+        if let Some(d) = snap.prequeue_draw.filter(|d| d.n > 0) {
+            m.insert("draw_index".into(), json!(d.k));
+            m.insert("draw_first_seq".into(), json!(d.from + 1));
+            m.insert("draw_tickets".into(), json!(d.n));
+        }
+        if snap.closed {
+            m.insert("prequeue_seed".into(), json!(seed));
+        }
+        m
+    }
+
     /// The settings to write to a store that lost them: this gateway's, with
     /// the draw it saw (a store still in its pre-queue adopts it).
     fn settings_for_store(&self) -> RoomSettings {
@@ -488,7 +647,9 @@ impl Room {
     }
 
     /// Builds the place map of the latest draw off the async threads (a
-    /// shuffle of N tickets: about 60 ns each), once per draw.
+    /// shuffle of N tickets: about 60 ns each), once per draw. The map it
+    /// replaces is kept when it was a rolling draw's (its seqs may still
+    /// claim their places).
     fn ensure_place_map(self: &Arc<Self>, snap: &Snapshot) {
         let Some(draw) = snap.prequeue_draw.filter(|d| d.n > 0) else {
             return;
@@ -502,12 +663,7 @@ impl Room {
         {
             return;
         }
-        let Some(seed) = self
-            .settings()
-            .prequeue_seed
-            .as_deref()
-            .and_then(sluice_admission::prequeue::from_hex)
-        else {
+        let Some(seed) = self.seed_of(draw) else {
             return;
         };
         if self.building_map.swap(true, Ordering::AcqRel) {
@@ -516,12 +672,18 @@ impl Room {
         let room = self.clone();
         tokio::task::spawn_blocking(move || {
             let map = PlaceMap::new(&seed, draw);
-            tracing::info!(
+            tracing::debug!(
                 room = room.id(),
+                draw = draw.k,
                 tickets = draw.n,
-                "pre-queue draw: place map built"
+                "draw: place map built"
             );
-            room.place_map.store(Arc::new(Some(Arc::new(map))));
+            let old = room.place_map.swap(Arc::new(Some(Arc::new(map))));
+            if let Some(old) = old.as_ref()
+                && (draw.k > 0 || old.draw().k > 0)
+            {
+                room.keep_old_map(old.clone());
+            }
             room.building_map.store(false, Ordering::Release);
         });
     }
@@ -1581,6 +1743,16 @@ impl AdminPatch {
         }
         if let Some(m) = self.method {
             settings.method = m;
+            if m == sluice_admission::QueueMethod::Random {
+                // the draws' seeds derive from the room's; its draws are
+                // kept as long as a token of theirs may come back
+                settings
+                    .prequeue_seed
+                    .get_or_insert_with(sluice_admission::prequeue::new_seed_hex);
+                if settings.lane_keep.is_none() {
+                    settings.lane_keep = Some(room.config.token_keep());
+                }
+            }
         }
         settings
             .to_stored()
@@ -1613,7 +1785,11 @@ fn schedule(room: &Room, settings: &mut RoomSettings, opens: Option<u64>) -> Res
         ));
     }
     settings.opens_at_ms = Some(ms);
-    settings.prequeue_seed = Some(sluice_admission::prequeue::new_seed_hex());
+    // a random room keeps its seed: its draws so far were ordered with it
+    // (and it is revealed only when the room closes)
+    if settings.method != sluice_admission::QueueMethod::Random {
+        settings.prequeue_seed = Some(sluice_admission::prequeue::new_seed_hex());
+    }
     settings.prequeue_draw = None;
     Ok(())
 }

@@ -87,6 +87,13 @@ pub struct VerifyArgs {
     /// Print only the place of this seq (from your queue token or status).
     #[arg(long)]
     pub seq: Option<u64>,
+    /// A `random` room's draw: its index (`draw_index` of the room's
+    /// state). `--seed` is then the room's seed, revealed when the room
+    /// closes, and the draw's order comes from its seed for this index;
+    /// `--first-seq` and `--tickets` are the draw's (`draw_first_seq`,
+    /// `draw_tickets`).
+    #[arg(long)]
+    pub draw: Option<u64>,
 }
 
 /// Runs `sluice prequeue-verify`: exit 0 when the seed matches the
@@ -117,6 +124,15 @@ pub fn run_verify(a: VerifyArgs) -> ExitCode {
     let draw = PrequeueDraw {
         from: a.first_seq - 1,
         n: a.tickets,
+        k: a.draw.unwrap_or(0),
+    };
+    let seed = match a.draw {
+        Some(k) => {
+            let s = sluice_admission::prequeue::draw_seed(&seed, k);
+            println!("draw {k}: seed {}", to_hex(&s));
+            s.to_vec()
+        }
+        None => seed,
     };
     match a.seq {
         Some(seq) => {

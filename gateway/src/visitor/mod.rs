@@ -32,7 +32,7 @@ use crate::app::problem::Problem;
 use crate::app::state::AppState;
 use crate::edge::client_ip::ClientInfo;
 use crate::gate::cookies;
-use crate::gate::rooms::{self, Room};
+use crate::gate::rooms::{self, Placement, Room};
 
 /// Longest `invite` a challenge or a join takes (the OpenAPI document's).
 const MAX_INVITE_LEN: usize = 128;
@@ -763,10 +763,17 @@ fn waiting_join_body(room: &Room, outcome: &JoinOutcome, token: &str) -> Value {
         b["prequeue_tickets"] = json!(tickets);
         b
     } else {
-        let position = outcome
-            .seq
-            .saturating_sub(snap.frontier.max(outcome.frontier))
-            .max(1);
+        // a random room's new seq waits for the next draw: the middle of
+        // those waiting for it is its expected place
+        let random = room.settings().method == sluice_admission::QueueMethod::Random;
+        let position = if random {
+            rooms::next_draw_position(&snap, outcome.seq)
+        } else {
+            outcome
+                .seq
+                .saturating_sub(snap.frontier.max(outcome.frontier))
+                .max(1)
+        };
         // A paused room keeps taking joins and says so (API.md: status
         // `paused`), rather than promising a wait it cannot estimate.
         // (An operator's pause: a sold-out halt is told by the status poll.)
@@ -783,6 +790,9 @@ fn waiting_join_body(room: &Room, outcome: &JoinOutcome, token: &str) -> Value {
             b["poll_after_ms"] = json!(poll_after(room, &snap, position).max(5_000));
         } else {
             b["eta_seconds"] = json!(room.eta_for_position(&snap, position));
+        }
+        if random {
+            b["awaiting_draw"] = json!(true);
         }
         b
     }
@@ -1010,10 +1020,12 @@ pub(crate) async fn status_of(
     let echo_token = reissued.as_deref().or(echo_token);
     let snap = room.snapshot();
     let return_to = claims.ret.clone().unwrap_or_else(|| "/".to_owned());
-    // The place is the seq, unless the seq holds a ticket of the pre-queue
-    // draw: unknown while the pre-queue is open (or the draw's place map is
-    // being built).
+    // The place is the seq, unless the seq holds a ticket of a draw (the
+    // pre-queue's, or a random room's): unknown while the pre-queue is open
+    // (or the draw's place map is being built), and for a random room's
+    // seq that waits for the next draw.
     let lane = token_lane(room, &snap, claims);
+    let mut next_draw = false;
     let (place, admitted, position) = match lane {
         Some(i) => {
             // the lane's own frontier says whether it is admitted; its
@@ -1031,12 +1043,19 @@ pub(crate) async fn status_of(
             (place, place.is_some(), l.position(claims.seq).max(1))
         }
         None => {
-            let place = room.place(&snap, claims.seq);
-            let admitted = place.is_some_and(|p| snap.is_admitted(p));
-            let position = match place {
-                Some(p) => snap.position(p).max(1),
-                None => snap.queue_length().max(1),
+            let placement = room
+                .placement(state.queue(), &snap, claims.seq)
+                .await
+                .map_err(|e| Problem::store_unavailable().log_cause(&e))?;
+            let (place, position) = match placement {
+                Placement::At(p) => (Some(p), snap.position(p).max(1)),
+                Placement::Pending => (None, snap.queue_length().max(1)),
+                Placement::NextDraw => {
+                    next_draw = true;
+                    (None, rooms::next_draw_position(&snap, claims.seq))
+                }
             };
+            let admitted = place.is_some_and(|p| snap.is_admitted(p));
             (place, admitted, position)
         }
     };
@@ -1106,7 +1125,7 @@ pub(crate) async fn status_of(
             Some(i) => lane_eta(room, &snap, i, position),
             None => room.eta_for_position(&snap, position),
         };
-        let poll = if place.is_none() && lane.is_none() {
+        let poll = if place.is_none() && lane.is_none() && !next_draw {
             // the draw was just made: this gateway is building its places
             500 + rand::random_range(0..500)
         } else {
@@ -1123,6 +1142,9 @@ pub(crate) async fn status_of(
     };
     if let Some(t) = echo_token {
         body["queue_token"] = json!(t);
+    }
+    if next_draw {
+        body["awaiting_draw"] = json!(true);
     }
     if let Some(i) = lane {
         body["lane"] = json!(room.settings().lanes.get(i).map(|l| l.id.clone()));

@@ -269,7 +269,8 @@ pub(crate) fn texts(lang: Lang) -> Map<String, Value> {
             "prequeue_position": "In the draw",
             "prequeue_tickets_label": "In the draw so far",
             "prequeue_countdown": "opens in {countdown}",
-            "prequeue_opening": "opening now: drawing places…"
+            "prequeue_opening": "opening now: drawing places…",
+            "draw_waiting": "You are in the next draw: when the people ahead have gone in, places are drawn at random among everyone waiting, you included. Your place in the draw is kept."
         }),
         Lang::Fr => json!({
             "lang": "fr",
@@ -304,7 +305,8 @@ pub(crate) fn texts(lang: Lang) -> Map<String, Value> {
             "prequeue_position": "Dans le tirage",
             "prequeue_tickets_label": "Inscrits au tirage",
             "prequeue_countdown": "ouverture dans {countdown}",
-            "prequeue_opening": "ouverture : tirage des places…"
+            "prequeue_opening": "ouverture : tirage des places…",
+            "draw_waiting": "Vous êtes dans le prochain tirage : quand les personnes devant vous seront entrées, les places seront tirées au sort entre tous ceux qui attendent, vous compris. Votre place dans le tirage est gardée."
         }),
     };
     let mut all = match v {

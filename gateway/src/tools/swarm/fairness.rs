@@ -65,6 +65,7 @@ pub(super) fn draw_of(public_room: &Value) -> Option<PlaceMap> {
         PrequeueDraw {
             from: first.checked_sub(1)?,
             n,
+            k: 0,
         },
     ))
 }
