@@ -435,6 +435,11 @@ impl RoomCore {
         d.contains(seq).then_some(*d)
     }
 
+    /// The current draw (`None` while a pre-queue is open).
+    pub fn current_draw(&self) -> Option<PrequeueDraw> {
+        self.draw
+    }
+
     /// How many draws a `random` room keeps.
     pub fn kept_draws(&self) -> usize {
         self.draws.len()

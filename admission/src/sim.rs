@@ -102,8 +102,9 @@ use crate::error::AdmissionError;
 use crate::lanes::LaneMode;
 use crate::memory::MemoryQueueStore;
 use crate::poll::{MAX_POLL_MS, MIN_POLL_MS, RateMeter, poll_after_ms_eta};
+use crate::prequeue::{PlaceMap, PrequeueDraw};
 use crate::room::RoomCore;
-use crate::settings::RoomSettings;
+use crate::settings::{QueueMethod, RoomSettings};
 use crate::store::{LaneSnapshot, QueueStore, Snapshot};
 use sluice_clock::ManualClock;
 
@@ -319,10 +320,25 @@ pub enum SimError {
 }
 
 impl SimConfig {
+    /// The room's settings as the run configures them: a `random` room
+    /// without a seed gets one of the run's own (from `seed`), so a run is
+    /// repeatable.
+    pub fn room_settings(&self) -> RoomSettings {
+        let mut room = self.room.clone();
+        if room.method == QueueMethod::Random && room.prequeue_seed.is_none() {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&self.seed.to_be_bytes());
+            room.prequeue_seed = Some(crate::prequeue::to_hex(&bytes));
+        }
+        room
+    }
+
     /// Checks every field; the first bad one is reported.
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::Invalid(m));
-        self.room.validate().map_err(AdmissionError::from)?;
+        self.room_settings()
+            .validate()
+            .map_err(AdmissionError::from)?;
         if !(self.tick_ms >= 1 && self.tick_ms <= 1000 && 1000 % self.tick_ms == 0) {
             return bad(format!("tick_ms must divide 1000, got {}", self.tick_ms));
         }
@@ -648,8 +664,48 @@ fn bump(v: &mut Vec<u64>, i: usize) {
 }
 
 /// The mutable state of a run, apart from the store.
+/// A `random` room's places, as a gateway finds them: the draw that holds
+/// a seq ([`RoomCore::draw_of`]) and that draw's place map, built once.
+struct DrawPlaces {
+    seed: Vec<u8>,
+    maps: std::collections::HashMap<u64, PlaceMap>,
+}
+
+impl DrawPlaces {
+    /// The place of `seq`; `None` while it waits for its draw.
+    fn place(&mut self, core: &RoomCore, seq: u64, frontier: u64) -> Option<u64> {
+        match core.draw_of(seq) {
+            Some(d) => {
+                let seed = &self.seed;
+                let map = self.maps.entry(d.from).or_insert_with(|| {
+                    let s = match d.k {
+                        0 => seed.clone(),
+                        k => crate::prequeue::draw_seed(seed, k).to_vec(),
+                    };
+                    PlaceMap::new(&s, d)
+                });
+                Some(map.place(seq))
+            }
+            None => (seq <= frontier).then_some(seq),
+        }
+    }
+}
+
+/// The position a `random` room shows a seq waiting for its draw (as the
+/// gateway's `next_draw_position`): those left in the current draw plus
+/// half of those waiting for the next.
+fn next_draw_position(core: &RoomCore, frontier: u64) -> u64 {
+    let end = core
+        .current_draw()
+        .map_or(frontier, |d: PrequeueDraw| d.end().max(frontier));
+    let next = core.bucket.tail.saturating_sub(end);
+    ((end - frontier) + next.div_ceil(2)).max(1)
+}
+
 struct Engine {
     rng: ChaCha8Rng,
+    /// A `random` room's places ([`DrawPlaces`]); `None` for any other.
+    draws: Option<DrawPlaces>,
     visitors: Vec<Visitor>,
     next_join: usize,
     /// Polls due, by bucket of [`BUCKET_MS`].
@@ -910,13 +966,23 @@ impl Engine {
             }
             return;
         }
-        if seq <= self.frontier && core.claim(seq).is_admitted() {
-            // Pushed, the admission comes on the stream and one poll
-            // fetches its cookie.
-            bump(&mut self.push_requests_per_sec, (t / 1000) as usize);
-            self.reach_origin(core, t, seq, w.arrival, (PLACE, seq));
-        } else {
-            self.schedule_poll(t, w, seq.saturating_sub(self.frontier));
+        // a random room's seq is admitted by its place in its draw
+        let place = match &mut self.draws {
+            Some(d) if w.lane != PLACE => d.place(core, seq, self.frontier),
+            _ => Some(seq),
+        };
+        match place {
+            Some(p) if p <= self.frontier && core.claim(p).is_admitted() => {
+                // Pushed, the admission comes on the stream and one poll
+                // fetches its cookie.
+                bump(&mut self.push_requests_per_sec, (t / 1000) as usize);
+                self.reach_origin(core, t, p, w.arrival, (PLACE, seq));
+            }
+            Some(p) => self.schedule_poll(t, w, p.saturating_sub(self.frontier)),
+            None => {
+                let position = next_draw_position(core, self.frontier);
+                self.schedule_poll(t, w, position);
+            }
         }
     }
 
@@ -1042,7 +1108,8 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
 
     let clock = ManualClock::new(0);
     let store = MemoryQueueStore::new(Arc::new(clock.clone()));
-    let snap = now_or_never(store.configure(ROOM, &cfg.room))
+    let room = cfg.room_settings();
+    let snap = now_or_never(store.configure(ROOM, &room))
         .ok_or_else(|| SimError::Invalid("the memory store did not answer at once".into()))??;
     if cfg.initial_queue > 0 {
         store.inspect(ROOM, |core, _| core.bucket.credit_micro = 0)?;
@@ -1050,10 +1117,22 @@ pub fn run(cfg: &SimConfig, mut progress: impl FnMut(f64)) -> Result<SimReport, 
     let settings = now_or_never(store.settings(ROOM))
         .and_then(Result::ok)
         .flatten()
-        .unwrap_or_else(|| cfg.room.clone());
+        .unwrap_or_else(|| room.clone());
 
     let mut e = Engine {
         rng,
+        draws: (settings.method == QueueMethod::Random)
+            .then(|| {
+                settings
+                    .prequeue_seed
+                    .as_deref()
+                    .and_then(crate::prequeue::from_hex)
+            })
+            .flatten()
+            .map(|seed| DrawPlaces {
+                seed,
+                maps: std::collections::HashMap::new(),
+            }),
         visitors,
         next_join: 0,
         wheel: vec![Vec::new(); WHEEL],
@@ -1431,6 +1510,49 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A `random` room in the simulator: everyone admitted once, each on
+    /// a place of its own. A crowd arriving at once is one draw: an order
+    /// unrelated to arrival (tau near 0), where a FIFO room admits it in
+    /// arrival order. A crowd arriving over a while is drawn in rounds:
+    /// random within each, earlier rounds first (tau between the two).
+    #[test]
+    fn random_rooms_admit_everyone_in_drawn_order() {
+        let run_with = |method, arrivals| {
+            let cfg = SimConfig {
+                visitors: 3_000,
+                arrivals,
+                room: RoomSettings {
+                    rate_per_sec: 50.0,
+                    burst: 10.0,
+                    method,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            run(&cfg, |_| {}).unwrap()
+        };
+        let ramp = Arrivals::Ramp { seconds: 20.0 };
+        // (arrival times must differ for a tau: half a second is before
+        // the room's first draw, a second in)
+        let fifo = run_with(QueueMethod::Fifo, ramp.clone());
+        let once = run_with(QueueMethod::Random, Arrivals::Ramp { seconds: 0.5 });
+        let rounds = run_with(QueueMethod::Random, ramp);
+        for r in [&fifo, &once, &rounds] {
+            assert_eq!(r.admitted + r.abandoned + r.unfinished, 3_000);
+            assert_eq!(r.abandoned + r.unfinished, 0, "everyone admitted");
+        }
+        let f = fifo.kendall_tau.unwrap();
+        let (t1, t2) = (once.kendall_tau.unwrap(), rounds.kendall_tau.unwrap());
+        assert!(f > 0.999, "fifo {f}");
+        assert!(t1.abs() < 0.1, "one draw {t1}");
+        assert!(t2 > 0.2 && t2 < 0.95, "rounds {t2}");
+        assert_eq!(
+            once.passthrough + rounds.passthrough,
+            0,
+            "nobody straight through"
+        );
+    }
+
     #[test]
     fn csv_times() {
         let t = parse_arrival_times("time,who\n# c\n10.5,a\n\n12,b\n11\n").unwrap();
@@ -1454,6 +1576,7 @@ mod tests {
     fn origin_overlap_is_split_by_second() {
         let mut e = Engine {
             rng: ChaCha8Rng::seed_from_u64(1),
+            draws: None,
             visitors: Vec::new(),
             next_join: 0,
             wheel: Vec::new(),

@@ -170,9 +170,10 @@ pub struct SimulateArgs {
     /// places) [default: none].
     #[arg(long)]
     pub max_active: Option<u64>,
-    /// The room's queueing method: fifo, queue_all or reject [default:
-    /// fifo, or the live room's with --from]. A visitor a full reject room
-    /// refuses counts as abandoned.
+    /// The room's queueing method: fifo, random, queue_all or reject
+    /// [default: fifo, or the live room's with --from]. A visitor a full
+    /// reject room refuses counts as abandoned; a random room's draws are
+    /// seeded from --seed.
     #[arg(long)]
     pub method: Option<String>,
     /// Priority lanes, `ID:WEIGHT,…` (the last is the default lane)
@@ -412,7 +413,14 @@ fn build_config(args: &SimulateArgs) -> Result<(SimConfig, Option<Live>), Failur
     if args.little_cap {
         room.session_length = Some(secs(args.session_length, "--session-length")?);
     }
-    room.validate().map_err(|e| usage(e.to_string()))?;
+    // (a random room's seed is the run's own: `SimConfig::room_settings`)
+    sluice_admission::sim::SimConfig {
+        room: room.clone(),
+        ..Default::default()
+    }
+    .room_settings()
+    .validate()
+    .map_err(|e| usage(e.to_string()))?;
 
     let arrivals = match &args.arrivals {
         ArrivalSpec::Spike => Arrivals::Spike,
