@@ -50,8 +50,16 @@
     if (reason === 'exhausted' || reason === 'revoked' || reason === 'expired') return 'invite_used';
     return 'invite_unknown';
   }
+  // The words for a waiting status: the text's key and its values. A
+  // random room's visitor not yet drawn has no place to tell, only the
+  // draw (its position is the expected one).
+  function waitingText(s) {
+    if (s.awaiting_draw === true) return ['draw_waiting', {}];
+    if (s.position <= 1) return ['next', {}];
+    return ['waiting', { position: s.position.toLocaleString() }];
+  }
   if (typeof module !== 'undefined' && module.exports) {
-    module.exports = { takeFragment: takeFragment, inviteText: inviteText };
+    module.exports = { takeFragment: takeFragment, inviteText: inviteText, waitingText: waitingText };
     return;
   }
 
@@ -242,10 +250,8 @@
     }
     if (s.state === 'waiting') {
       etaEl.textContent = etaRange(s.eta_seconds);
-      // a random room's visitor not yet drawn: no place to tell, only the
-      // draw (the position is the expected one)
-      say(s.awaiting_draw === true ? t('draw_waiting')
-        : s.position <= 1 ? t('next') : t('waiting', { position: s.position.toLocaleString() }));
+      var words = waitingText(s);
+      say(t(words[0], words[1]));
     } else if (s.state === 'paused') {
       say(t('paused')); etaEl.textContent = '–';
     } else if (s.state === 'sold_out') {

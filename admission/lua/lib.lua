@@ -372,7 +372,7 @@ end
 local function draw_if_due(st, now)
   if st.pq_n < 0 and (st.opens_ms == 0 or now >= st.opens_ms) then
     local k = 0
-    if st.method == 1 and redis.call('EXISTS', DRAWS) == 1 then
+    if redis.call('EXISTS', DRAWS) == 1 then
       k = st.pq_k + 1
     end
     record_draw(st, now, k)

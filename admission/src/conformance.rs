@@ -1110,6 +1110,28 @@ pub async fn method_random<H: Harness>(h: &mut H) {
     );
     // the hinted draw is kept as one the room made
     assert_eq!(store.draw_of(room, 35).await.unwrap(), Some(d2));
+    // switched to FIFO and scheduled: the pre-queue's draw goes on counting
+    // (a gateway places seqs before a draw of index 0 as their own)
+    let k = last.k;
+    let mut fifo = s.clone();
+    fifo.method = QueueMethod::Fifo;
+    fifo.opens_at_ms = Some(snap.store_now_ms + 1_500);
+    let snap = store.configure(room, &fifo).await.unwrap();
+    assert!(snap.prequeue_open, "{snap:?}");
+    for _ in 0..3 {
+        assert!(store.join(room).await.unwrap().prequeue);
+    }
+    until_open(h, &store, room, fifo.opens_at_ms.unwrap()).await;
+    let snap = store.advance(room).await.unwrap();
+    assert_eq!(
+        snap.prequeue_draw,
+        Some(PrequeueDraw {
+            from: 42,
+            n: 3,
+            k: k + 1
+        })
+    );
+    assert_eq!(store.draw_of(room, 41).await.unwrap(), Some(d3));
 
     // draws older than lane_keep are forgotten (no token of them is valid)
     let room = "c-random-keep";

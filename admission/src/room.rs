@@ -377,11 +377,12 @@ impl RoomCore {
     fn draw_if_due(&mut self, now_ms: u64) {
         let b = &self.bucket;
         if self.draw.is_none() && (self.opens_ms == 0 || now_ms >= self.opens_ms) {
-            // a random room's draws go on counting (a seed per index)
-            let k = if self.settings.method == QueueMethod::Random && !self.draws.is_empty() {
-                self.draw_k + 1
-            } else {
+            // after rolling draws the count goes on (a seed per index; a
+            // gateway places seqs before a draw of index 0 as their own)
+            let k = if self.draws.is_empty() {
                 0
+            } else {
+                self.draw_k + 1
             };
             self.record_draw(now_ms, k);
             self.bucket.last_ms = self.bucket.last_ms.max(self.opens_ms);

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-const { takeFragment, inviteText } = require('../waiting.js');
+const { takeFragment, inviteText, waitingText } = require('../waiting.js');
 
 const JWT = 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl';
 
@@ -57,4 +57,11 @@ test('each refusal of a code has its plain words', () => {
   for (const r of ['unknown', 'malformed']) assert.equal(inviteText(r), 'invite_unknown');
   for (const r of ['exhausted', 'revoked', 'expired']) assert.equal(inviteText(r), 'invite_used');
   assert.equal(inviteText(undefined), 'invite_unknown');
+});
+
+test('a visitor waiting for a random room\'s next draw is told so, not a place', () => {
+  assert.deepEqual(waitingText({ state: 'waiting', position: 7, awaiting_draw: true }), ['draw_waiting', {}]);
+  assert.deepEqual(waitingText({ state: 'waiting', position: 1, awaiting_draw: true }), ['draw_waiting', {}]);
+  assert.deepEqual(waitingText({ state: 'waiting', position: 1 }), ['next', {}]);
+  assert.deepEqual(waitingText({ state: 'waiting', position: 12 }), ['waiting', { position: (12).toLocaleString() }]);
 });

@@ -1785,9 +1785,11 @@ fn schedule(room: &Room, settings: &mut RoomSettings, opens: Option<u64>) -> Res
         ));
     }
     settings.opens_at_ms = Some(ms);
-    // a random room keeps its seed: its draws so far were ordered with it
-    // (and it is revealed only when the room closes)
-    if settings.method != sluice_admission::QueueMethod::Random {
+    // a random room keeps its seed, and so does one that made rolling
+    // draws: they were ordered with it (and it is revealed only when the
+    // room closes)
+    let rolled = snap.prequeue_draw.is_some_and(|d| d.k > 0);
+    if settings.method != sluice_admission::QueueMethod::Random && !rolled {
         settings.prequeue_seed = Some(sluice_admission::prequeue::new_seed_hex());
     }
     settings.prequeue_draw = None;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::Settings;
 use super::client::{Endpoint, Http, Stats};
-use super::fairness::{Admission, draw_of, fairness_json};
+use super::fairness::{Admission, RANDOM_NOT_MEASURED, draw_of, fairness_json};
 use super::ledger::Ledger;
 use super::report::{Report, progress_bar};
 use super::visitor::{EventInfo, Outcome, Stop, visit};
@@ -190,7 +190,14 @@ pub(super) async fn run(s: Settings, counters: Arc<Counters>) -> Result<Report, 
         _ => None,
     };
     let draw = public.as_ref().and_then(draw_of);
-    let fairness = fairness_json(&sh.admissions.lock(), draw.as_ref());
+    let mut fairness = fairness_json(&sh.admissions.lock(), draw.as_ref());
+    if public.as_ref().is_some_and(|p| p["method"] == "random") {
+        // an admission token names the seq, not the place a draw gave it,
+        // and the draws' seeds stay secret until the room closes: ranking
+        // by seq would report FIFO order for a room that is not FIFO
+        fairness["kendall_tau"] = Value::Null;
+        fairness["admission"] = json!(RANDOM_NOT_MEASURED);
+    }
     let event = sh.event.get().cloned();
     let stats = std::mem::take(&mut *sh.http.stats.lock());
     let ledger = std::mem::take(&mut *sh.ledger.lock());

@@ -70,6 +70,10 @@ pub(super) fn draw_of(public_room: &Value) -> Option<PlaceMap> {
     ))
 }
 
+/// The report's `fairness.admission` for a `random` room, whose tau the
+/// swarm does not report (`sluice simulate --method random` models it).
+pub(super) const RANDOM_NOT_MEASURED: &str = "not measured: a random room's places are its draws', which the admission token does not name (sluice simulate --method random models them)";
+
 /// (arrival µs, (epoch, place)): what the fairness measure ranks.
 type Ranked = (u64, (u64, u64));
 

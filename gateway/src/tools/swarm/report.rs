@@ -280,7 +280,10 @@ impl Report {
                     "{t:.6} over {} admitted (join order against place)",
                     self.fairness["visitors"]
                 ),
-                None => "n/a (fewer than two admitted)".into(),
+                None => match self.fairness["admission"].as_str() {
+                    Some(why) if why.starts_with("not measured") => format!("n/a ({why})"),
+                    _ => "n/a (fewer than two admitted)".into(),
+                },
             },
         );
         if let Some(lanes) = self.fairness["lanes"].as_object() {
