@@ -610,3 +610,17 @@ pub fn admitted_visitor(keys_dir: &Path, base: &str, room: &str) -> visitor::Vis
     v.admission_token = Some(ring.sign_admit(&claims).expect("a signed admission"));
     v
 }
+
+/// Runs `sluice prequeue-verify` with `args` and returns what it printed,
+/// after checking it exited 0 and found the seed matching its commitment.
+pub fn prequeue_verify(args: &[&str]) -> String {
+    let out = std::process::Command::new(sluice_bin())
+        .arg("prequeue-verify")
+        .args(args)
+        .output()
+        .expect("sluice prequeue-verify runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("commitment matches"), "{text}");
+    text
+}

@@ -17,8 +17,7 @@ use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;
 use sluice_tests::visitor::Visitor;
 use sluice_tests::{
-    GatewayProcess, TestGateway, admin_patch, admin_room, easy_room, sluice_bin, temp_file,
-    temp_keys,
+    GatewayProcess, TestGateway, admin_patch, admin_room, easy_room, temp_file, temp_keys,
 };
 
 const POW_SECRET: &str = "shared-pow-secret-for-the-prequeue-test";
@@ -283,23 +282,16 @@ async fn fifty_early_visitors_on_two_gateways_are_admitted_in_the_published_draw
 
     // Anyone can check the draw with the CLI.
     let probe = *place.iter().find(|(_, p)| **p == 1).unwrap().0;
-    let out = std::process::Command::new(sluice_bin())
-        .args([
-            "prequeue-verify",
-            "--seed",
-            &seed_hex,
-            "--commitment",
-            &commitment,
-            "--tickets",
-            "50",
-            "--seq",
-            &probe.to_string(),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("commitment matches"), "{text}");
+    let text = sluice_tests::prequeue_verify(&[
+        "--seed",
+        &seed_hex,
+        "--commitment",
+        &commitment,
+        "--tickets",
+        "50",
+        "--seq",
+        &probe.to_string(),
+    ]);
     assert!(text.contains(&format!("seq {probe}: place 1 ")), "{text}");
 }
 

@@ -301,27 +301,20 @@ async fn run(redis: Option<&RedisServer>) {
     }
     // and anyone can check it with the CLI
     let (probe, place) = places[7];
-    let out = std::process::Command::new(sluice_tests::sluice_bin())
-        .args([
-            "prequeue-verify",
-            "--seed",
-            &to_hex(&seed),
-            "--commitment",
-            &commitment,
-            "--draw",
-            "1",
-            "--first-seq",
-            "1",
-            "--tickets",
-            &FIRST.to_string(),
-            "--seq",
-            &probe.to_string(),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("commitment matches"), "{text}");
+    let text = sluice_tests::prequeue_verify(&[
+        "--seed",
+        &to_hex(&seed),
+        "--commitment",
+        &commitment,
+        "--draw",
+        "1",
+        "--first-seq",
+        "1",
+        "--tickets",
+        &FIRST.to_string(),
+        "--seq",
+        &probe.to_string(),
+    ]);
     assert!(
         text.contains(&format!("seq {probe}: place {place} ")),
         "{text}"
