@@ -103,6 +103,9 @@ impl QueueStore for QueueBackend {
     async fn draw_of(&self, room: &str, seq: u64) -> Result<Option<PrequeueDraw>> {
         delegate!(self, s => s.draw_of(room, seq))
     }
+    async fn keep_draws(&self, room: &str, draws: &[PrequeueDraw]) -> Result<()> {
+        delegate!(self, s => s.keep_draws(room, draws))
+    }
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         delegate!(self, s => s.join_once(room, solution))
     }

@@ -1152,6 +1152,57 @@ pub async fn method_random<H: Harness>(h: &mut H) {
     assert_eq!(store.draw_of(room, 2).await.unwrap(), Some(second));
 }
 
+/// A `random` room that lost its state takes back the draws the gateways
+/// kept ([`QueueStore::keep_draws`]): each once (by its first seq), beside
+/// the hinted current draw, so `draw_of` finds them again; a room of
+/// another method keeps none.
+pub async fn random_draws_handed_back<H: Harness>(h: &mut H) {
+    use crate::PrequeueDraw;
+    let room = "c-random-back";
+    let mut s = settings(1000.0, 50.0);
+    s.method = QueueMethod::Random;
+    s.prequeue_seed = Some("33".repeat(32));
+    let store = setup(h, room, &s).await;
+    let d = |from, n, k| PrequeueDraw { from, n, k };
+    h.lose_state().await;
+    let store2 = h.store();
+    let mut hinted = s.clone();
+    hinted.prequeue_draw = Some(d(40, 10, 3));
+    retry(|| store2.recover(room, &hinted, floors(50, 50)))
+        .await
+        .unwrap();
+    drop(store);
+    let store = store2;
+    assert_eq!(
+        store.draw_of(room, 5).await.unwrap(),
+        None,
+        "lost with the state"
+    );
+    let kept = [d(0, 30, 1), d(30, 10, 2), d(40, 10, 3), d(50, 0, 4)];
+    store.keep_draws(room, &kept).await.unwrap();
+    store.keep_draws(room, &kept[..2]).await.unwrap();
+    for (seq, want) in [(1, kept[0]), (30, kept[0]), (31, kept[1]), (45, kept[2])] {
+        assert_eq!(
+            store.draw_of(room, seq).await.unwrap(),
+            Some(want),
+            "seq {seq}"
+        );
+    }
+    assert_eq!(store.draw_of(room, 51).await.unwrap(), None);
+    // the count goes on from the hinted draw
+    store.join(room).await.unwrap();
+    store.join(room).await.unwrap();
+    h.elapse(Duration::from_millis(1_100)).await;
+    store.advance(room).await.unwrap();
+    assert_eq!(store.draw_of(room, 51).await.unwrap().map(|x| x.k), Some(4));
+    assert_eq!(store.draw_of(room, 31).await.unwrap(), Some(kept[1]));
+    // a FIFO room keeps no draws
+    let fifo = "c-random-back-fifo";
+    setup(h, fifo, &settings(10.0, 1.0)).await;
+    store.keep_draws(fifo, &kept).await.unwrap();
+    assert_eq!(store.draw_of(fifo, 5).await.unwrap(), None);
+}
+
 /// One holder at a time: a lease is taken when free, renewed by its holder,
 /// refused to others while it runs, and free again once it expired.
 pub async fn steering_lease<H: Harness>(h: &mut H) {
@@ -1946,7 +1997,7 @@ macro_rules! conformance_tests {
             passthrough_takes_no_place passthrough_race one_place_one_session
             admissions_at_once_never_pass_the_cap
             settings_compare_and_set reseat_is_stable_and_unshared
-            method_queue_all method_reject method_random
+            method_queue_all method_reject method_random random_draws_handed_back
             solution_buys_one_place solution_replays_race
             lanes_weighted lanes_unused_share_flows lanes_strict lanes_random
             lanes_forget_old_segments shared_rate);

@@ -401,6 +401,10 @@ impl QueueStore for MemoryQueueStore {
         self.with_room(room, |c, _| c.draw_of(seq))
     }
 
+    async fn keep_draws(&self, room: &str, draws: &[PrequeueDraw]) -> Result<()> {
+        self.with_room(room, |c, now| c.keep_draws(now, draws))
+    }
+
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         self.join_once_now(room, solution)
     }

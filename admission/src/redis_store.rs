@@ -22,7 +22,7 @@
 //! | `sluice:{room}:reseats` | hash | `epoch:seq` of an old-epoch queue token → its seq in this epoch ([`QueueStore::reseat`]) |
 //! | `sluice:{room}:lanes` | sorted set | with lanes only: the lanes' segments, lane seqs → places (`crate::lanes`; member `lane:seq:place:len`, score `lane × 2⁴⁰ + seq`) |
 //! | `sluice:{room}:lanemarks` | list | with lanes and [`RoomSettings::lane_keep`] only: marks `at_ms:f1,f2,…` (when, each lane's frontier then), oldest first; a mark `lane_keep` old forgets the segments it covers (`crate::lanes`, "Forgetting") |
-//! | `sluice:{room}:draws` | sorted set | a `random` room's draws (`crate::prequeue`, "Rolling draws"): member `from:n:k:at_ms`, score `from`; those made within [`RoomSettings::lane_keep`] ([`QueueStore::draw_of`]) |
+//! | `sluice:{room}:draws` | sorted set | a `random` room's draws (`crate::prequeue`, "Rolling draws"): member `from:n:k:at_ms`, score `from`; those made within [`RoomSettings::lane_keep`], and those handed back after a loss ([`QueueStore::draw_of`], [`QueueStore::keep_draws`]) |
 //! | `sluice:{room}:pow:<hex id>` | string, with a TTL | a proof-of-work solution spent on a join of the room: `seq:epoch:sub` (the place it bought) or `1`; kept until the challenge can no longer be accepted ([`QueueStore::join_once`]) |
 //! | `sluice:{room}:lease` | string, with a TTL | the gateway steering the room's rate (adaptive admission), see [`QueueStore::lease`] |
 //! | `sluice:rate:{key}` | string, with a TTL | a shared rate limit's theoretical arrival time (ms, `TIME`), gone once passed ([`QueueStore::take_rate`], `lua/rate.lua`); not a room's |
@@ -60,6 +60,7 @@ const SNAPSHOT: &str = include_str!("../lua/snapshot.lua");
 const CLAIM: &str = include_str!("../lua/claim.lua");
 const CONFIGURE: &str = include_str!("../lua/configure.lua");
 const DRAW: &str = include_str!("../lua/draw.lua");
+const KEEP: &str = include_str!("../lua/keep.lua");
 const SESSION: &str = include_str!("../lua/session.lua");
 const LEASE: &str = include_str!("../lua/lease.lua");
 const ADMIT: &str = include_str!("../lua/admit.lua");
@@ -110,6 +111,7 @@ struct Scripts {
     ended: Script,
     lane: Script,
     draw: Script,
+    keep: Script,
     rate: Script,
 }
 
@@ -130,6 +132,7 @@ impl Scripts {
             ended: s(ENDED),
             lane: s(LANE),
             draw: s(DRAW),
+            keep: s(KEEP),
         }
     }
 }
@@ -702,6 +705,16 @@ impl QueueStore for RedisQueueStore {
             [_, -1] => Ok(None),
             _ => Err(AdmissionError::Protocol(format!("draw reply {r:?}"))),
         }
+    }
+
+    async fn keep_draws(&self, room: &str, draws: &[PrequeueDraw]) -> Result<()> {
+        let args: Vec<String> = draws
+            .iter()
+            .filter(|d| d.n > 0)
+            .map(|d| format!("{}:{}:{}", d.from, d.n, d.k))
+            .collect();
+        self.run(&self.scripts.keep, room, &args).await?;
+        Ok(())
     }
 
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {

@@ -436,6 +436,21 @@ impl RoomCore {
         d.contains(seq).then_some(*d)
     }
 
+    /// [`crate::QueueStore::keep_draws`]: each draw of `draws` (with
+    /// tickets) whose first seq no kept draw has is kept, as made at
+    /// `now_ms`, in order. Nothing unless the room is `random`.
+    pub fn keep_draws(&mut self, now_ms: u64, draws: &[PrequeueDraw]) {
+        if self.settings.method != QueueMethod::Random {
+            return;
+        }
+        for &d in draws.iter().filter(|d| d.n > 0) {
+            let i = self.draws.partition_point(|(_, k)| k.from < d.from);
+            if self.draws.get(i).is_none_or(|(_, k)| k.from != d.from) {
+                self.draws.insert(i, (now_ms, d));
+            }
+        }
+    }
+
     /// The current draw (`None` while a pre-queue is open).
     pub fn current_draw(&self) -> Option<PrequeueDraw> {
         self.draw

@@ -392,6 +392,17 @@ pub trait QueueStore: Send + Sync {
         seq: u64,
     ) -> impl Future<Output = Result<Option<PrequeueDraw>>> + Send;
 
+    /// Adds to a `random` room's kept draws those of `draws` it does not
+    /// hold (by their first seq), as made now: what a gateway that saw them
+    /// hands a store that lost its state, after [`QueueStore::recover`], so
+    /// a gateway that did not see them can still ask [`QueueStore::draw_of`].
+    /// Nothing for a room of another method.
+    fn keep_draws(
+        &self,
+        room: &str,
+        draws: &[PrequeueDraw],
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// The replay guard and [`QueueStore::join`] in one atomic step: a
     /// solution recorded before (and not `spent` by this caller) changes
     /// nothing and returns its note; otherwise the join, and when it hands

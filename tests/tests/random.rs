@@ -15,7 +15,9 @@
 //!   first draw's seqs from the store's record of that draw);
 //! - on Redis, a FLUSHALL in the middle of the first draw loses nothing:
 //!   the gateways hand the store the draw back, every place stands (the
-//!   same on both gateways), and the late gateway still finds that draw.
+//!   same on both gateways); a second FLUSHALL after the second draw, and
+//!   the late gateway still finds the first one (the gateways handed back
+//!   the draws they kept).
 //!
 //! The store's side (the frontier never passes a draw, draws follow each
 //! other without gap or overlap) is the conformance check
@@ -253,8 +255,18 @@ async fn run(redis: Option<&RedisServer>) {
         p["draw_index"] == 2 && p["draw_first_seq"] == FIRST + 1 && p["draw_tickets"] == LATE
     })
     .await;
-    if redis.is_some() {
-        // a gateway that saw neither draw being made
+    if let Some(r) = redis {
+        // the store loses everything again, the first draw with it: the
+        // gateways hand it back the draws they kept…
+        let epoch = admin_room(&a, ROOM).await["epoch"].clone();
+        r.command("FLUSHALL");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while admin_room(&a, ROOM).await["epoch"] == epoch {
+            assert!(Instant::now() < deadline, "not recovered");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        until(&bases, "the second draw back", |p| p["draw_index"] == 2).await;
+        // …and a gateway that saw neither draw being made finds them there
         let old = gws.pop().unwrap();
         drop(old);
         gws.push(gateway(&origin, redis, &keys).await);

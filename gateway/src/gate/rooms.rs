@@ -636,12 +636,47 @@ impl Room {
         m
     }
 
+    /// Recovers the room in a store that lost it ([`QueueStore::recover`]
+    /// with [`Room::settings_for_store`]); a `random` room's store then
+    /// takes back the draws this gateway kept the maps of
+    /// ([`QueueStore::keep_draws`]), so a gateway that did not see them
+    /// still places their seqs. That second step is best effort: a store
+    /// that fails it has its state back, and is told again at the next
+    /// loss.
+    async fn recover(
+        &self,
+        store: &QueueBackend,
+        floors: Floors,
+    ) -> Result<Snapshot, AdmissionError> {
+        let snap = store
+            .recover(self.id(), &self.settings_for_store(), floors)
+            .await?;
+        if self.settings().method == sluice_admission::QueueMethod::Random {
+            let mut draws: Vec<PrequeueDraw> =
+                self.old_maps.lock().values().map(|m| m.draw()).collect();
+            draws.extend(self.place_map.load().as_ref().as_ref().map(|m| m.draw()));
+            if !draws.is_empty()
+                && let Err(e) = store.keep_draws(self.id(), &draws).await
+            {
+                tracing::warn!(room = self.id(), error = %e, "the draws this gateway kept were not handed back");
+            }
+        }
+        Ok(snap)
+    }
+
     /// The settings to write to a store that lost them: this gateway's, with
     /// the draw it saw (a store still in its pre-queue adopts it).
+    ///
+    /// The settings read back from the store may carry the hint of an
+    /// earlier loss: a `random` room's later draw (a higher index) wins.
     fn settings_for_store(&self) -> RoomSettings {
         let mut s = (*self.settings()).clone();
-        if s.prequeue_seed.is_some() && s.prequeue_draw.is_none() {
-            s.prequeue_draw = **self.seen_draw.load();
+        if s.prequeue_seed.is_some() {
+            let seen = **self.seen_draw.load();
+            s.prequeue_draw = match (s.prequeue_draw, seen) {
+                (Some(a), Some(b)) if b.k > a.k => Some(b),
+                (a, b) => a.or(b),
+            };
         }
         s
     }
@@ -1287,9 +1322,7 @@ async fn recover_above_seen(
         seen_tail = seen,
         "store {did} a seq already seen: recovering from the highest values seen"
     );
-    let snap = store
-        .recover(room.id(), &room.settings_for_store(), room.floors())
-        .await?;
+    let snap = room.recover(store, room.floors()).await?;
     room.record(snap);
     Ok(())
 }
@@ -1339,8 +1372,7 @@ async fn tick_room(
                 seen_epoch = floors.epoch,
                 "store has no state for the room: recovering from the highest values seen"
             );
-            let settings = room.settings_for_store();
-            let snap = store.recover(room.id(), &settings, floors).await?;
+            let snap = room.recover(store, floors).await?;
             room.record(snap);
             return Ok(());
         }
@@ -1354,8 +1386,7 @@ async fn tick_room(
             seen_tail,
             "store lost the room's state: recovering from the highest values seen"
         );
-        let settings = room.settings_for_store();
-        store.recover(room.id(), &settings, room.floors()).await?
+        room.recover(store, room.floors()).await?
     } else {
         snap
     };
