@@ -440,7 +440,16 @@
     set("claimed_per_sec", num(s.claimed_per_sec));
     set("active_sessions", num(s.active_sessions) + (s.max_active != null ? " / " + num(s.max_active) : ""));
     set("rate_per_sec", num(s.rate_per_sec) + "/s");
-    set("method", { fifo: "FIFO", queue_all: "queue all (no passthrough)", reject: "reject when full (no line)", random: "random" }[s.method] || "FIFO");
+    set("method", { fifo: "FIFO", queue_all: "queue all (no passthrough)", reject: "reject when full (no line)", random: "random draws" }[s.method] || "FIFO");
+    // A random room's current draw, and whether its seed is out yet.
+    const draw = r.el.querySelector(".draw");
+    if (draw) {
+      draw.hidden = s.method !== "random";
+      set("draw", s.draw_index == null
+        ? "none yet"
+        : "#" + num(s.draw_index) + " · " + num(s.draw_tickets) + " drawn from seq " + num(s.draw_first_seq) +
+          (s.prequeue_seed ? " · seed revealed" : " · seed secret until closed"));
+    }
     set(
       "lanes",
       Array.isArray(s.lanes) && s.lanes.length
@@ -465,7 +474,7 @@
     // A scheduled room: its opening, and the pre-queue draw.
     const sched = r.el.querySelector(".schedule");
     if (sched) {
-      sched.hidden = !s.opens_at && !s.prequeue_seed;
+      sched.hidden = !s.opens_at && (!s.prequeue_seed || s.method === "random");
       const when = s.opens_at ? new Date(s.opens_at).toLocaleString() : "";
       if (s.prequeue_open) {
         set("opens", when + " · " + num(s.prequeue_tickets) + " in the draw so far");

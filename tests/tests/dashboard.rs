@@ -578,3 +578,66 @@ async fn a_room_with_crawlers_shows_their_passes() {
     b.shot("crawlers").await;
     gw.shutdown().await;
 }
+
+/// A random room shows its current draw (issue 22): none before anyone
+/// waits; once a visitor has joined, the draw that took it, its seed still
+/// secret; after closing, the seed revealed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_random_room_shows_its_draw() {
+    let Some(mut b) = Browser::start("dashboard-random", WINDOW).await else {
+        return;
+    };
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            c.rooms = vec![RoomConfig {
+                method: sluice_admission::QueueMethod::Random,
+                ..sluice_tests::easy_room("default", 1000.0, 10.0, &["/"])
+            }];
+        })
+        .spawn()
+        .await;
+    b.c()
+        .goto(&format!("{}/_sluice/admin/", gw.url()))
+        .await
+        .expect("open the dashboard");
+    wait_for(Duration::from_secs(10), "the token prompt", || async {
+        b.c()
+            .find(Locator::Css("#login-token"))
+            .await
+            .ok()?
+            .is_displayed()
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await;
+    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
+        .await;
+    wait_for(Duration::from_secs(10), "no draw yet", || async {
+        (b.text_content("#default-draw").await == "none yet").then_some(())
+    })
+    .await;
+    assert_eq!(b.text_content("#default-method").await, "random draws");
+    let mut v = sluice_tests::visitor::Visitor::new(&gw.url(), "default");
+    assert_eq!(v.join("/").await.status, 201);
+    wait_for(Duration::from_secs(10), "the first draw", || async {
+        (b.text_content("#default-draw").await
+            == "#1 · 1 drawn from seq 1 · seed secret until closed")
+            .then_some(())
+    })
+    .await;
+    b.shot("random").await;
+    let res =
+        sluice_tests::admin_patch(&gw.url(), "default", serde_json::json!({"closed": true})).await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    wait_for(Duration::from_secs(10), "the seed revealed", || async {
+        b.text_content("#default-draw")
+            .await
+            .ends_with("seed revealed")
+            .then_some(())
+    })
+    .await;
+    gw.shutdown().await;
+}
