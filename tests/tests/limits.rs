@@ -417,3 +417,64 @@ async fn requests_past_max_origin_requests_get_503_overloaded_not_the_origin() {
     assert_eq!(res.status, 200, "{}", res.text());
     assert_eq!(shed_total(&base, "origin").await, 5);
 }
+
+/// A client that stops reading (a slow-read attack) loses its connection
+/// after `timeouts.write_stall`, and its `max_connections` slot with it:
+/// two connections that ask for 64 MiB and read nothing hold both slots
+/// (a third is refused) only until then; then both slots serve others at
+/// once, and what the stalled ones get when they finally read ends well
+/// short of the body.
+#[tokio::test]
+async fn a_client_that_stops_reading_loses_its_connection_and_its_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: usize = 64 << 20;
+    let origin = TestOrigin::start().await;
+    let gw = TestGateway::builder()
+        .origin(origin.url())
+        .config(|c| {
+            c.limits.max_connections = 2;
+            c.timeouts.write_stall = Duration::from_secs(2);
+        })
+        .spawn()
+        .await;
+    let addr = gw.url().trim_start_matches("http://").to_owned();
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut s = served_connection(&addr).await;
+        let req = format!("GET /bytes/{BODY} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        stalled.push(s);
+    }
+    let started = std::time::Instant::now();
+    let refused = raw_get(&addr, "/_sluice/healthz").await;
+    if started.elapsed() < Duration::from_secs(1) {
+        assert_eq!(refused, "", "both slots are held while the readers stall");
+    }
+    // the stalls end them: both slots serve two other connections at once
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (_a, _b) = loop {
+        let a = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let b = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let (mut a, mut b) = (a, b);
+        if healthz_on(&mut a).await && healthz_on(&mut b).await {
+            break (a, b);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slots did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "not before the stall limit"
+    );
+    for mut s in stalled {
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+            .await
+            .expect("the connection was closed, not left open");
+        // closed (or reset) well short of the body
+        assert!(read.is_err() || got.len() < BODY, "{} bytes", got.len());
+    }
+}

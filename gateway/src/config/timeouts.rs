@@ -36,6 +36,11 @@ pub struct Timeouts {
     /// way).
     #[serde(with = "humantime_serde")]
     pub tunnel_idle: Duration,
+    /// Longest a write to a client may wait without progress (it stopped
+    /// reading: a slow-read attack, a status stream nobody reads); past
+    /// it the connection is closed, giving its slot back. `0s`: never.
+    #[serde(with = "humantime_serde")]
+    pub write_stall: Duration,
 }
 
 impl Default for Timeouts {
@@ -48,6 +53,7 @@ impl Default for Timeouts {
             upstream_idle: Duration::from_secs(90),
             body_read: Duration::from_secs(10),
             tunnel_idle: Duration::from_secs(300),
+            write_stall: Duration::from_secs(30),
         }
     }
 }

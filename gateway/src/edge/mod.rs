@@ -16,4 +16,5 @@
 pub mod canonical;
 pub mod client_ip;
 pub mod server;
+pub mod stall;
 pub mod tls;

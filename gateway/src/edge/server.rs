@@ -186,6 +186,7 @@ pub async fn serve_with_plain(
         trusted: Arc::new(config.trusted_proxies.clone()),
         header_timeout: config.timeouts.header_read,
         upstream_response: config.timeouts.upstream_response,
+        write_stall: config.timeouts.write_stall,
         native_http1: config.server.native_http1,
         tls,
         https_port: listener.local_addr()?.port(),
@@ -297,6 +298,8 @@ struct Shared {
     trusted: Arc<Vec<ipnet::IpNet>>,
     header_timeout: Duration,
     upstream_response: Duration,
+    /// `timeouts.write_stall` ([`crate::edge::stall`]).
+    write_stall: Duration,
     /// Plain HTTP/1.1 requests read and answered by [`sluice_wire::front`].
     native_http1: bool,
     /// The TLS side of the HTTPS listener, when `[server.tls]` is set.
@@ -462,6 +465,9 @@ fn serve_stream<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // a client that stops reading loses its connection (and slot) after
+    // `timeouts.write_stall`, whatever was being written to it
+    let stream = crate::edge::stall::WriteStall::new(stream, shared.write_stall);
     let (header_timeout, upstream_response) = (shared.header_timeout, shared.upstream_response);
     let watch = (version == Version::Http1).then(|| Arc::new(ConnWatch::default()));
     let ctx = Arc::new(ConnCtx {
