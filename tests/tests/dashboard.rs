@@ -73,6 +73,28 @@ async fn gateway(origin: &TestOrigin) -> TestGateway {
         .await
 }
 
+/// Opens the dashboard of the gateway at `base` and signs in with the
+/// admin token.
+async fn sign_in(b: &mut Browser, base: &str) {
+    b.c()
+        .goto(&format!("{base}/_sluice/admin/"))
+        .await
+        .expect("open the dashboard");
+    wait_for(Duration::from_secs(10), "the token prompt", || async {
+        b.c()
+            .find(Locator::Css("#login-token"))
+            .await
+            .ok()?
+            .is_displayed()
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await;
+    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
+        .await;
+}
+
 /// Background traffic until `stop`: one visitor admitted at once (the
 /// bucket's credit) who holds 2 units and then browses the origin every
 /// 100 ms (one request in twenty answered 503), and a new visitor joining every ~40 ms.
@@ -463,23 +485,7 @@ async fn an_invite_only_room_shows_its_codes() {
         .await;
     assert_eq!(res.status, 200, "{}", res.text());
 
-    b.c()
-        .goto(&format!("{}/_sluice/admin/", gw.url()))
-        .await
-        .expect("open the dashboard");
-    wait_for(Duration::from_secs(10), "the token prompt", || async {
-        b.c()
-            .find(Locator::Css("#login-token"))
-            .await
-            .ok()?
-            .is_displayed()
-            .await
-            .ok()?
-            .then_some(())
-    })
-    .await;
-    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
-        .await;
+    sign_in(&mut b, &gw.url()).await;
     wait_for(Duration::from_secs(10), "the invites line", || async {
         (b.text_content("#vip-invites").await == "3 issued · 0 redeemed · 1 revoked").then_some(())
     })
@@ -552,23 +558,7 @@ async fn a_room_with_crawlers_shows_their_passes() {
             .await;
         assert_eq!(res.status, status, "{ip}: {}", res.text());
     }
-    b.c()
-        .goto(&format!("{}/_sluice/admin/", gw.url()))
-        .await
-        .expect("open the dashboard");
-    wait_for(Duration::from_secs(10), "the token prompt", || async {
-        b.c()
-            .find(Locator::Css("#login-token"))
-            .await
-            .ok()?
-            .is_displayed()
-            .await
-            .ok()?
-            .then_some(())
-    })
-    .await;
-    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
-        .await;
+    sign_in(&mut b, &gw.url()).await;
     wait_for(Duration::from_secs(10), "the crawlers line", || async {
         (b.text_content("#default-crawlers").await
             == "1 passed · 0 over their limit · 1 not verified (googlebot 1)")
@@ -598,23 +588,7 @@ async fn a_random_room_shows_its_draw() {
         })
         .spawn()
         .await;
-    b.c()
-        .goto(&format!("{}/_sluice/admin/", gw.url()))
-        .await
-        .expect("open the dashboard");
-    wait_for(Duration::from_secs(10), "the token prompt", || async {
-        b.c()
-            .find(Locator::Css("#login-token"))
-            .await
-            .ok()?
-            .is_displayed()
-            .await
-            .ok()?
-            .then_some(())
-    })
-    .await;
-    b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
-        .await;
+    sign_in(&mut b, &gw.url()).await;
     wait_for(Duration::from_secs(10), "no draw yet", || async {
         (b.text_content("#default-draw").await == "none yet").then_some(())
     })

@@ -83,6 +83,18 @@ async fn until(bases: &[String], what: &str, f: impl Fn(&Value) -> bool) {
     panic!("{what}: {}", public(&bases[0]).await);
 }
 
+/// Redis loses everything: waits until the gateway at `base` has recovered
+/// the room (a new epoch).
+async fn flush_and_recover(r: &RedisServer, base: &str) {
+    let epoch = admin_room(base, ROOM).await["epoch"].clone();
+    r.command("FLUSHALL");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while admin_room(base, ROOM).await["epoch"] == epoch {
+        assert!(Instant::now() < deadline, "not recovered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The same visitor, calling through another gateway.
 fn through(v: &Visitor, base: &str) -> Visitor {
     let mut o = Visitor::new(base, ROOM);
@@ -202,13 +214,7 @@ async fn run(redis: Option<&RedisServer>) {
     if let Some(r) = redis {
         // the store loses everything mid-draw: the gateways give it the
         // draw back, and every place stands
-        let epoch = admin_room(&a, ROOM).await["epoch"].clone();
-        r.command("FLUSHALL");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while admin_room(&a, ROOM).await["epoch"] == epoch {
-            assert!(Instant::now() < deadline, "not recovered");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        flush_and_recover(r, &a).await;
         until(&bases, "the draw back", |p| p["draw_index"] == 1).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         // (the recovered bucket starts full: its burst admits one more)
@@ -258,13 +264,7 @@ async fn run(redis: Option<&RedisServer>) {
     if let Some(r) = redis {
         // the store loses everything again, the first draw with it: the
         // gateways hand it back the draws they kept…
-        let epoch = admin_room(&a, ROOM).await["epoch"].clone();
-        r.command("FLUSHALL");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while admin_room(&a, ROOM).await["epoch"] == epoch {
-            assert!(Instant::now() < deadline, "not recovered");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        flush_and_recover(r, &a).await;
         until(&bases, "the second draw back", |p| p["draw_index"] == 2).await;
         // …and a gateway that saw neither draw being made finds them there
         let old = gws.pop().unwrap();
