@@ -85,6 +85,19 @@ async fn lane(base: &str, event: &str) -> Value {
     res.json()
 }
 
+/// [`lane`], or `None` while the gateway does not answer 200 (a 503 while
+/// it reaches a restarted Redis again).
+async fn lane_if_up(base: &str, event: &str) -> Option<Value> {
+    let res = call(
+        base,
+        Method::GET,
+        &format!("/_sluice/admin/events/{event}/feed"),
+        String::new(),
+    )
+    .await;
+    (res.status == 200).then(|| res.json())
+}
+
 async fn view(base: &str, event: &str) -> Value {
     let res = call(
         base,
@@ -740,14 +753,9 @@ async fn redis_killed_mid_pipeline_loses_no_row_and_applies_none_twice() {
         // (after the first restart the gateway may answer 503 for a moment
         // while it reaches Redis again: not yet, rather than a failure)
         wait_for("rows being applied", Duration::from_secs(30), async || {
-            let res = call(
-                &ua,
-                Method::GET,
-                "/_sluice/admin/events/sync/feed",
-                String::new(),
-            )
-            .await;
-            res.status == 200 && res.json()["applied"].as_u64().unwrap_or(0) >= at
+            lane_if_up(&ua, "sync")
+                .await
+                .is_some_and(|s| s["applied"].as_u64().unwrap_or(0) >= at)
         })
         .await;
         redis.kill();
@@ -756,15 +764,9 @@ async fn redis_killed_mid_pipeline_loses_no_row_and_applies_none_twice() {
     }
     // (the gateway answers 503 until it reaches Redis again)
     wait_for("the lane to drain", Duration::from_secs(90), async || {
-        let res = call(
-            &ua,
-            Method::GET,
-            "/_sluice/admin/events/sync/feed",
-            String::new(),
-        )
-        .await;
-        let s = res.json();
-        res.status == 200 && s["depth"] == 0 && s["pending"] == 0
+        lane_if_up(&ua, "sync")
+            .await
+            .is_some_and(|s| s["depth"] == 0 && s["pending"] == 0)
     })
     .await;
     let s = lane(&ua, "sync").await;
