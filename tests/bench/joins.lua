@@ -9,6 +9,11 @@
 
 local path = "/_sluice/rooms/" .. os.getenv("ROOM") .. "/join"
 local headers = { ["Content-Type"] = "application/json" }
+-- ACCEPT_ENCODING set: every join asks for it, as a browser's fetch() does
+-- ("gzip, deflate, br, zstd").
+if os.getenv("ACCEPT_ENCODING") then
+  headers["Accept-Encoding"] = os.getenv("ACCEPT_ENCODING")
+end
 
 local threads = {}
 local next_id = 0

@@ -7,6 +7,8 @@
 # Usage: tests/bench/joins.sh [joins=150000] [connections=64] [wrk-threads=2] [seconds=5]
 #   SLUICE_BIN=path/to/sluice TOOLS_BIN=path/to/bench_tools: run those
 #   builds, building nothing
+#   ACCEPT_ENCODING="gzip, deflate, br, zstd": every join asks for it, as a
+#   browser's fetch() does
 #
 # Loopback only, bounded: starts redis-server on a free port and `sluice
 # serve` (release; SLUICE_BIN to run another build of it) on it, with a room

@@ -107,18 +107,112 @@ async fn own_text_answers_are_compressed_as_asked() {
     assert_eq!(origin.requests(), 0);
 }
 
+/// The waiting page is kept per room, language and return URL (module
+/// `visitor::page`, `PageCache`): what a hostile client would try against
+/// such a cache is to get another visitor its page. Pages for 80 URLs
+/// (more than the room keeps, so the kept pages are dropped several times
+/// over), one too long to be kept, in two languages and three encodings,
+/// asked in an interleaved order twice over: each answer, decoded, is the
+/// page of its own URL and language, byte for byte the same every time.
+#[tokio::test]
+async fn every_visitor_gets_the_waiting_page_of_its_own_url_and_language() {
+    let origin = TestOrigin::start().await;
+    let gw = gateway(&origin, 0.0).await;
+    let mut first = Visitor::new(&gw.url(), "default");
+    assert!(first.join("/").await.status.is_success());
+    let c = TestClient::new();
+    let long = format!("/tickets/long?{}", "y".repeat(600));
+    let mut paths: Vec<String> = (0..80).map(|i| format!("/tickets/{i}?a={i}&b=2")).collect();
+    paths.push(long);
+    let mut seen: std::collections::HashMap<(String, &str), Vec<u8>> = Default::default();
+    for round in 0..2 {
+        for (i, path) in paths.iter().enumerate() {
+            for (j, lang) in ["en", "fr"].into_iter().enumerate() {
+                let coding = ["br", "gzip", "identity"][(i + j + round) % 3];
+                let res = c
+                    .get(
+                        &format!("{}{path}", gw.url()),
+                        &[
+                            ("accept", "text/html"),
+                            ("accept-language", lang),
+                            ("accept-encoding", coding),
+                        ],
+                    )
+                    .await;
+                assert_eq!(res.status, 200, "{path}");
+                let want = (coding != "identity").then_some(coding);
+                assert_eq!(res.header("content-encoding"), want, "{path} {coding}");
+                assert_eq!(res.header("cache-control"), Some("no-store"));
+                let vary = res.header("vary").unwrap_or_default().to_ascii_lowercase();
+                assert!(vary.contains("accept-language"), "{vary}");
+                assert!(varies_on_encoding(&res), "{vary}");
+                let body = decoded(&res);
+                let html = String::from_utf8_lossy(&body);
+                let escaped = path.replace('&', "&amp;");
+                assert!(
+                    html.contains(&format!("data-return-to=\"{escaped}\"")),
+                    "{path}: the page returns to its own URL"
+                );
+                assert!(
+                    html.contains(&format!("<html lang=\"{lang}\">")),
+                    "{path} {lang}"
+                );
+                match seen.entry((path.clone(), lang)) {
+                    std::collections::hash_map::Entry::Occupied(e) => {
+                        assert_eq!(e.get(), &body, "{path} {lang}: the same page each time")
+                    }
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(body);
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(origin.requests(), 0);
+}
+
+/// Answers of up to a kilobyte fit one packet with their head: sent as
+/// they are, whatever the client asks (compressing a join's answer cost
+/// more than making it: README, "The opening surge"). The visitor's JSON
+/// calls, asked as a browser's fetch() asks them.
 #[tokio::test]
 async fn small_answers_are_sent_as_they_are() {
     let origin = TestOrigin::start().await;
     let gw = gateway(&origin, 0.0).await;
-    let res = TestClient::new()
-        .get(
-            &format!("{}/_sluice/healthz", gw.url()),
-            &[("accept-encoding", "br, gzip")],
-        )
+    let c = TestClient::new();
+    let browser = [("accept-encoding", "gzip, deflate, br, zstd")];
+    let res = c
+        .get(&format!("{}/_sluice/healthz", gw.url()), &browser)
         .await;
     assert_eq!(res.status, 200);
     assert_eq!(res.header("content-encoding"), None);
+    // The one credit spent, then a join that waits (a queue token).
+    let mut first = Visitor::new(&gw.url(), "default");
+    assert!(first.join("/").await.status.is_success());
+    let room = format!("{}/_sluice/rooms/default", gw.url());
+    let challenge = c
+        .post_json(
+            &format!("{room}/challenge"),
+            &browser,
+            &serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(challenge.header("content-encoding"), None);
+    let body = sluice_tests::visitor::join_body(&challenge, "/").await;
+    let join = c.post_json(&format!("{room}/join"), &browser, &body).await;
+    assert_eq!(join.status, 201, "{}", join.text());
+    assert_eq!(join.header("content-encoding"), None, "a join's answer");
+    assert!(join.body.len() > 256, "bigger than the old threshold");
+    let token = join.json()["queue_token"].as_str().unwrap().to_owned();
+    let auth = format!("Bearer {token}");
+    let status = c
+        .get(
+            &format!("{room}/status"),
+            &[browser[0], ("authorization", auth.as_str())],
+        )
+        .await;
+    assert_eq!(status.status, 200, "{}", status.text());
+    assert_eq!(status.header("content-encoding"), None);
 }
 
 #[tokio::test]

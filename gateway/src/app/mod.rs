@@ -176,8 +176,16 @@ fn request_span(req: &Request) -> tracing::Span {
 /// CPU, as CDNs do for dynamic content.
 const COMPRESSION_QUALITY: i32 = 4;
 
+/// Answers of ours up to this many bytes are sent as they are: with its
+/// head such an answer fits one packet, so compressing it saves no round
+/// trip, and br's encoder zeroes a table of about half a megabyte for each
+/// answer (page faults, TLB shootdowns across the I/O threads): a join's
+/// answer (a queue token, some 600 bytes) cost more to compress than to
+/// make. README, "The opening surge".
+const COMPRESS_ABOVE: u64 = 1024;
+
 /// Which answers [`CompressionLayer`] compresses: text of ours of more than
-/// a few hundred bytes (tower-http's default predicate: not already
+/// [`COMPRESS_ABOVE`] bytes (tower-http's default predicate: not already
 /// encoded, not an image, a gRPC or an event stream), and never an answer
 /// relayed from the origin ([`gate::FromOrigin`]): compressing the
 /// origin's content is the origin's (or its CDN's) choice, and doing it on
@@ -185,12 +193,14 @@ const COMPRESSION_QUALITY: i32 = 4;
 /// Nor a static file's, whose form was picked from the ones stored
 /// compressed at start ([`visitor::assets::Precompressed`]).
 fn compressible() -> impl Predicate {
-    DefaultPredicate::new().and(SizeAbove::new(256)).and(
-        |_: StatusCode, _: http::Version, _: &http::HeaderMap, ext: &http::Extensions| {
-            ext.get::<gate::FromOrigin>().is_none()
-                && ext.get::<visitor::assets::Precompressed>().is_none()
-        },
-    )
+    DefaultPredicate::new()
+        .and(SizeAbove::new(COMPRESS_ABOVE))
+        .and(
+            |_: StatusCode, _: http::Version, _: &http::HeaderMap, ext: &http::Extensions| {
+                ext.get::<gate::FromOrigin>().is_none()
+                    && ext.get::<visitor::assets::Precompressed>().is_none()
+            },
+        )
 }
 
 /// The trace layer's word on a 5xx answer. A 503 is an expected answer

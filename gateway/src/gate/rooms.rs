@@ -117,6 +117,8 @@ pub struct Room {
     old_maps: Mutex<BTreeMap<u64, Arc<PlaceMap>>>,
     /// The last draw seen from the store, written back if the store loses it.
     seen_draw: ArcSwap<Option<PrequeueDraw>>,
+    /// The room's waiting pages as rendered, with their compressed forms.
+    pub page_cache: crate::visitor::page::PageCache,
     /// The origin's latency and errors on this room's traffic since the
     /// last adaptive decision.
     window: crate::gate::window::Window,
@@ -198,6 +200,7 @@ impl Room {
             building_map: AtomicBool::new(false),
             old_maps: Mutex::new(BTreeMap::new()),
             seen_draw: ArcSwap::from_pointee(None),
+            page_cache: Default::default(),
             settings: ArcSwap::from_pointee(settings),
             store_ok: AtomicBool::new(false),
             store_seen: AtomicBool::new(false),

@@ -64,7 +64,7 @@ const HASH_DIGITS: usize = 16;
 
 /// Bodies shorter than this are stored plain (the per-request
 /// compression's threshold too: the framing would eat the gain).
-const MIN_COMPRESSED: usize = 256;
+pub const MIN_COMPRESSED: usize = 256;
 
 /// Marks an answer whose `Cache-Control` is a hashed file's
 /// ([`IMMUTABLE`]): the control plane's no-store layer keeps it, unless
@@ -122,7 +122,10 @@ impl Asset {
         let smaller =
             |form: Option<Vec<u8>>| form.filter(|f| f.len() < identity.len()).map(Bytes::from);
         let (br, gzip) = if compressible {
-            (smaller(brotli(&identity)), smaller(gzip(&identity)))
+            (
+                smaller(brotli(&identity, BEST)),
+                smaller(gzip(&identity, BEST)),
+            )
         } else {
             (None, None)
         };
@@ -201,24 +204,16 @@ impl Asset {
     /// The form to send: br or gzip when the client takes it (by its q,
     /// br at a tie), else the bytes as they are.
     fn pick(&self, headers: &HeaderMap) -> Form<'_> {
-        let accept = headers
-            .get_all(header::ACCEPT_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect::<Vec<_>>()
-            .join(",");
-        let q_br = self.br.as_ref().map_or(0.0, |_| quality(&accept, "br"));
-        let q_gzip = self.gzip.as_ref().map_or(0.0, |_| quality(&accept, "gzip"));
-        match (&self.br, &self.gzip) {
-            (Some(body), _) if q_br > 0.0 && q_br >= q_gzip => Form {
+        match coding_for(headers, self.br.is_some(), self.gzip.is_some()) {
+            Some(Coding::Br) => Form {
                 coding: Some("br"),
-                body,
+                body: self.br.as_ref().unwrap_or(&self.identity),
             },
-            (_, Some(body)) if q_gzip > 0.0 => Form {
+            Some(Coding::Gzip) => Form {
                 coding: Some("gzip"),
-                body,
+                body: self.gzip.as_ref().unwrap_or(&self.identity),
             },
-            _ => Form {
+            None => Form {
                 coding: None,
                 body: &self.identity,
             },
@@ -265,6 +260,70 @@ pub fn stale(name: &str) -> Response {
     res
 }
 
+/// A compressed form an answer can take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coding {
+    /// `br`.
+    Br,
+    /// `gzip`.
+    Gzip,
+}
+
+impl Coding {
+    /// Its `Content-Encoding` token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Coding::Br => "br",
+            Coding::Gzip => "gzip",
+        }
+    }
+
+    /// `bytes` in this coding at `quality` (br 0–11, gzip 0–9), `None`
+    /// when the encoder fails.
+    pub fn encode(self, bytes: &[u8], quality: u32) -> Option<Vec<u8>> {
+        match self {
+            Coding::Br => brotli(bytes, quality),
+            Coding::Gzip => gzip(bytes, quality),
+        }
+    }
+}
+
+/// The coding to answer `headers`' `Accept-Encoding` with, among the forms
+/// there are (`br`, `gzip`): the one the client gives the higher q, br at a
+/// tie; `None` for the bytes as they are.
+pub fn coding_for(headers: &HeaderMap, br: bool, gzip: bool) -> Option<Coding> {
+    if !br && !gzip {
+        return None;
+    }
+    let mut fields = headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    // One field is the usual case: read in place, not joined.
+    let first = fields.next()?;
+    let joined;
+    let accept = match fields.next() {
+        None => first,
+        Some(second) => {
+            joined = [first, second]
+                .into_iter()
+                .chain(fields)
+                .collect::<Vec<_>>()
+                .join(",");
+            joined.as_str()
+        }
+    };
+    let q_br = if br { quality(accept, "br") } else { 0.0 };
+    let q_gzip = if gzip { quality(accept, "gzip") } else { 0.0 };
+    if q_br > 0.0 && q_br >= q_gzip {
+        Some(Coding::Br)
+    } else if q_gzip > 0.0 {
+        Some(Coding::Gzip)
+    } else {
+        None
+    }
+}
+
 /// The q a client gives `coding` in `Accept-Encoding` (RFC 9110 §12.5.3):
 /// its own entry's, else `*`'s, else 0.
 fn quality(accept: &str, coding: &str) -> f32 {
@@ -303,15 +362,20 @@ fn if_none_match(headers: &HeaderMap, tag: &str) -> bool {
         .any(|t| t == "*" || t.strip_prefix("W/").unwrap_or(t) == tag)
 }
 
-fn brotli(bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut w = ::brotli::CompressorWriter::new(Vec::new(), 4096, 11, 22);
+/// The best quality: br 11, gzip 9 (the encoders clamp what is above
+/// their range).
+const BEST: u32 = 11;
+
+fn brotli(bytes: &[u8], quality: u32) -> Option<Vec<u8>> {
+    let mut w = ::brotli::CompressorWriter::new(Vec::new(), 4096, quality.min(11), 22);
     w.write_all(bytes).ok()?;
     w.flush().ok()?;
     Some(w.into_inner())
 }
 
-fn gzip(bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut w = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+fn gzip(bytes: &[u8], level: u32) -> Option<Vec<u8>> {
+    let level = flate2::Compression::new(level.min(9));
+    let mut w = flate2::write::GzEncoder::new(Vec::new(), level);
     w.write_all(bytes).ok()?;
     w.finish().ok()
 }

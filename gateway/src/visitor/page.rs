@@ -17,18 +17,20 @@
 //! ([`crate::visitor::assets`]), so a reload moves the page alone.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use crate::app::problem::Problem;
 use crate::app::state::AppState;
 use crate::gate::rooms::Room;
-use crate::visitor::assets::{self, Asset, Caching, split_hashed};
-use crate::visitor::template::{PageConfig, html_escape, pick_lang, render, template, texts};
+use crate::visitor::assets::{self, Asset, Caching, Coding, split_hashed};
+use crate::visitor::template::{Lang, PageConfig, html_escape, pick_lang, render, template, texts};
 
 const PAGE: &str = include_str!("../../../static/waiting.html");
 
@@ -100,7 +102,8 @@ fn theme(page: &PageConfig) -> Arc<Asset> {
 }
 
 /// The waiting page for `room`, in the visitor's language, returning to
-/// the URL it asked for.
+/// the URL it asked for: from the room's [`PageCache`], in the form the
+/// visitor's `Accept-Encoding` picks.
 pub fn waiting_page(
     _state: &AppState,
     room: &Room,
@@ -108,6 +111,51 @@ pub fn waiting_page(
     return_to: &str,
 ) -> Response {
     let lang = pick_lang(headers);
+    let page = room
+        .page_cache
+        .get_or_render(lang, return_to, || render_page(room, lang, return_to));
+    let coding = assets::coding_for(headers, page.compressible(), page.compressible());
+    let (body, coding) = match coding.and_then(|c| page.form(c).map(|b| (b, c))) {
+        Some((body, c)) => (body, Some(c)),
+        None => (page.html.clone(), None),
+    };
+    let mut res = Body::from(body).into_response();
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    if let Some(c) = coding {
+        h.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static(c.token()),
+        );
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("content-security-policy", HeaderValue::from_static(CSP));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+    h.insert(
+        header::VARY,
+        HeaderValue::from_static(if page.compressible() {
+            "Accept-Language, Accept-Encoding"
+        } else {
+            "Accept-Language"
+        }),
+    );
+    // Encoded here from the kept forms: the per-request compression
+    // leaves it alone.
+    res.extensions_mut().insert(assets::Precompressed);
+    res
+}
+
+/// The waiting page's HTML for `room` in `lang`, returning to `return_to`,
+/// and whether it may be kept: not when the room's template directory
+/// could not be read (the embedded page stands in until it can).
+fn render_page(room: &Room, lang: Lang, return_to: &str) -> (String, bool) {
     let t = texts(lang);
     let page = &room.config.page;
     let custom = page.template_dir.as_deref().and_then(template);
@@ -171,21 +219,131 @@ pub fn waiting_page(
     };
     values.insert("sign_in_url", sign_in);
     let html = render(custom.as_ref().map_or(PAGE, |c| c.html.as_str()), &values);
-    let mut res = html.into_response();
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert("content-security-policy", HeaderValue::from_static(CSP));
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
-    h.insert(header::VARY, HeaderValue::from_static("Accept-Language"));
-    res
+    (html, page.template_dir.is_none() || custom.is_some())
+}
+
+// === the rendered pages, kept ===
+
+/// br and gzip quality of a kept page's forms: made once per page kept,
+/// but also once per page an attacker makes up (a new return URL each
+/// time), so the per-request compression's quality, not the best.
+const PAGE_QUALITY: u32 = 4;
+
+/// Pages kept per room (return URLs × languages): the few URLs a sale's
+/// visitors arrive at, with room to spare. Past it the room's pages are
+/// all dropped and kept again as they are asked for.
+const KEPT_PAGES: usize = 32;
+
+/// Return URLs longer than this are rendered for their request only.
+const KEPT_URL_LEN: usize = 512;
+
+/// A room's waiting pages as rendered, by language and return URL, each
+/// with its br and gzip forms made when first asked for.
+///
+/// A cookie-less visitor's first request is the waiting page, so the
+/// opening surge of a sale is pages: rendered and compressed per request,
+/// they were most of the gateway's CPU in `tests/bench/surge.sh` (br's
+/// encoder zeroes a large table for each answer: page faults and TLB
+/// shootdowns across the I/O threads). A room's configuration does not
+/// change while the room lives (a reload makes a new [`Room`]), so its
+/// page for a (language, return URL) never changes either.
+///
+/// Bounded: [`KEPT_PAGES`] pages of URLs up to [`KEPT_URL_LEN`] bytes; a
+/// client that makes up a new URL per request gets its page rendered and
+/// compressed as before the cache, and drops the kept pages at worst once
+/// per [`KEPT_PAGES`] requests.
+#[derive(Debug, Default)]
+pub struct PageCache {
+    pages: Mutex<KeptPages>,
+}
+
+/// Kept pages by (language, return URL).
+type KeptPages = HashMap<(Lang, Box<str>), Arc<KeptPage>>;
+
+/// One rendered page and its compressed forms (`None`: not smaller, or the
+/// encoder failed: the page is sent as it is).
+#[derive(Debug)]
+pub struct KeptPage {
+    html: Bytes,
+    br: OnceLock<Option<Bytes>>,
+    gzip: OnceLock<Option<Bytes>>,
+}
+
+impl KeptPage {
+    fn new(html: String) -> KeptPage {
+        KeptPage {
+            html: Bytes::from(html),
+            br: OnceLock::new(),
+            gzip: OnceLock::new(),
+        }
+    }
+
+    /// Whether compressed forms are worth making (the per-request
+    /// compression's threshold).
+    fn compressible(&self) -> bool {
+        self.html.len() >= assets::MIN_COMPRESSED
+    }
+
+    /// The page in `coding`, made the first time it is asked for.
+    fn form(&self, coding: Coding) -> Option<Bytes> {
+        let cell = match coding {
+            Coding::Br => &self.br,
+            Coding::Gzip => &self.gzip,
+        };
+        cell.get_or_init(|| {
+            coding
+                .encode(&self.html, PAGE_QUALITY)
+                .filter(|f| f.len() < self.html.len())
+                .map(Bytes::from)
+        })
+        .clone()
+    }
+}
+
+impl PageCache {
+    /// The page for (`lang`, `return_to`), rendered by `render` when not
+    /// kept; `render` says whether its page may be kept.
+    pub fn get_or_render(
+        &self,
+        lang: Lang,
+        return_to: &str,
+        render: impl FnOnce() -> (String, bool),
+    ) -> Arc<KeptPage> {
+        let kept = |(html, keep): (String, bool)| (Arc::new(KeptPage::new(html)), keep);
+        if return_to.len() > KEPT_URL_LEN {
+            return kept(render()).0;
+        }
+        let key = (lang, Box::<str>::from(return_to));
+        if let Some(page) = self.lock().get(&key) {
+            return page.clone();
+        }
+        // Rendered outside the lock: a miss does not hold up the hits.
+        let (page, keep) = kept(render());
+        if !keep {
+            return page;
+        }
+        let mut pages = self.lock();
+        if pages.len() >= KEPT_PAGES {
+            pages.clear();
+        }
+        pages.entry(key).or_insert(page).clone()
+    }
+
+    /// Pages kept now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no page is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KeptPages> {
+        // A panic while the map was held left it whole (inserts and clears
+        // only): keep using it.
+        self.pages.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[cfg(test)]
@@ -193,6 +351,80 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::visitor::template::*;
+
+    /// A page of `n` bytes naming its key, counting its renders.
+    fn page_of(lang: Lang, url: &str, renders: &std::cell::Cell<u32>) -> (String, bool) {
+        renders.set(renders.get() + 1);
+        let mut html = format!("<p>{lang:?} {url}</p>");
+        html.push_str(&"waiting ".repeat(100));
+        (html, true)
+    }
+
+    #[test]
+    fn kept_pages_are_their_own_keys_and_bounded() {
+        let cache = PageCache::default();
+        let renders = std::cell::Cell::new(0);
+        let get = |lang, url: &str| cache.get_or_render(lang, url, || page_of(lang, url, &renders));
+        let a = get(Lang::En, "/a");
+        assert!(Arc::ptr_eq(&a, &get(Lang::En, "/a")), "kept");
+        assert_eq!(renders.get(), 1);
+        let fr = get(Lang::Fr, "/a");
+        assert!(!Arc::ptr_eq(&a, &fr));
+        assert!(
+            std::str::from_utf8(&fr.html)
+                .unwrap()
+                .starts_with("<p>Fr /a</p>")
+        );
+        // A new URL per request: never more than KEPT_PAGES kept, and each
+        // answer is its own URL's page.
+        for i in 0..1000 {
+            let url = format!("/x/{i}");
+            let page = get(Lang::En, &url);
+            assert!(
+                std::str::from_utf8(&page.html)
+                    .unwrap()
+                    .starts_with(&format!("<p>En {url}</p>"))
+            );
+            assert!(cache.len() <= KEPT_PAGES);
+        }
+        // Too long to keep: rendered each time, kept never.
+        let long = format!("/{}", "l".repeat(KEPT_URL_LEN));
+        let before = renders.get();
+        let n = cache.len();
+        get(Lang::En, &long);
+        get(Lang::En, &long);
+        assert_eq!(renders.get(), before + 2);
+        assert_eq!(cache.len(), n);
+        // A page its renderer says not to keep (an unreadable template).
+        let c2 = PageCache::default();
+        c2.get_or_render(Lang::En, "/t", || ("<p>embedded</p>".into(), false));
+        assert!(c2.is_empty());
+    }
+
+    #[test]
+    fn kept_forms_decode_to_the_page() {
+        use std::io::Read;
+        let renders = std::cell::Cell::new(0);
+        let page = KeptPage::new(page_of(Lang::En, "/a", &renders).0);
+        assert!(page.compressible());
+        let br = page.form(Coding::Br).unwrap();
+        let mut out = Vec::new();
+        brotli::Decompressor::new(&br[..], 4096)
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, page.html);
+        let gz = page.form(Coding::Gzip).unwrap();
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, page.html);
+        assert!(br.len() < page.html.len() && gz.len() < page.html.len());
+        // made once: the same bytes again
+        assert_eq!(page.form(Coding::Br).unwrap().as_ptr(), br.as_ptr());
+        // A page too small to gain is sent as it is.
+        assert!(!KeptPage::new("<p>hi</p>".into()).compressible());
+    }
 
     #[test]
     fn language_by_quality() {

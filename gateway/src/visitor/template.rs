@@ -191,7 +191,7 @@ pub(crate) fn render(html: &str, values: &HashMap<&str, String>) -> String {
 }
 
 /// A language the page speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Lang {
     /// English (the default).
     En,
