@@ -139,5 +139,7 @@ else
   redis.call('HSET', S, 'settings', ARGV[8])
 end
 reseed(st, tonumber(ARGV[9]), tonumber(ARGV[10]))
+-- every field written, moved or not: configure leaves a whole state
+st.was = nil
 save(st)
 return snapshot(st, now, live_sessions(now))

@@ -106,9 +106,17 @@ local function load()
     return nil
   end
   local st = {}
+  -- the fields as stored, so save() writes back only those that moved
+  -- (an absent one is written whatever its value)
+  local was = {}
   for i, f in ipairs(FIELDS) do
-    st[f] = tonumber(v[i + 4]) or 0
+    local x = tonumber(v[i + 4]) or 0
+    st[f] = x
+    if v[i + 4] then
+      was[f] = x
+    end
   end
+  st.was = was
   st.lkeep = tonumber(v[4]) or 0
   st.had_lanes = v[1] ~= false and v[1] ~= nil
   st.ln = tonumber(v[1]) or 0
@@ -121,12 +129,22 @@ local function load()
   return st
 end
 
+-- Writes the fields that differ from st.was (as load() read them; every
+-- field when st.was is nil: a state made anew, or configure's full write).
+-- A join moves five or six of the 29: writing them all was a fifth of
+-- join.lua's instructions in Redis (admission/bench/join_compare.sh).
 local function save(st)
   local args = {}
+  local was = st.was or {}
   for _, f in ipairs(FIELDS) do
-    args[#args + 1] = f
-    args[#args + 1] = int(st[f])
+    local x = st[f]
+    if x ~= was[f] then
+      args[#args + 1] = f
+      args[#args + 1] = int(x)
+      was[f] = x
+    end
   end
+  st.was = was
   if st.ln > 0 or st.had_lanes then
     for _, f in ipairs({'ln', 'lmode', 'lmask', 'lkeep'}) do
       args[#args + 1] = f
@@ -143,7 +161,9 @@ local function save(st)
     args[#args + 1] = 'lkeep'
     args[#args + 1] = int(st.lkeep)
   end
-  redis.call('HSET', S, unpack(args))
+  if #args > 0 then
+    redis.call('HSET', S, unpack(args))
+  end
 end
 
 -- Waiting in all lanes.
