@@ -28,22 +28,11 @@ set -euo pipefail
 BASE=${1:-HEAD}
 N=${2:-60000}
 ROUNDS=${3:-3}
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-WORK="$(mktemp -d -t sluice-join-compare.XXXXXX)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/../../tests/bench/lib.sh"
+bench_init join-compare
 for tool in git redis-server redis-cli redis-benchmark valgrind python3; do
   command -v "$tool" >/dev/null || { echo "$tool missing" >&2; exit 2; }
 done
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 build() { # REV|worktree OUT: lib.lua, a newline, join.lua
   local lib join
@@ -59,21 +48,6 @@ build() { # REV|worktree OUT: lib.lua, a newline, join.lua
 build "$BASE" "$WORK/before.lua"
 build worktree "$WORK/after.lua"
 
-# redis-server [valgrind prefix…]: starts one on a free port -> PORT, PID
-start() {
-  PORT=$(free_port)
-  "$@" redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$WORK" --protected-mode no >"$WORK/redis-$PORT.log" 2>&1 &
-  PID=$!
-  PIDS+=("$PID")
-  for _ in $(seq 300); do
-    redis-cli -p "$PORT" PING 2>/dev/null | grep -q PONG && return 0
-    sleep 0.1
-  done
-  echo "redis-server did not start" >&2
-  exit 1
-}
-
 KEYS=()
 for k in state claims batches sessions ended reseats lanes lanemarks draws; do
   KEYS+=("sluice:{r}:$k")
@@ -81,10 +55,10 @@ done
 
 # The room's state as configure.lua writes it (every field, '%d').
 reset_room() {
-  redis-cli -p "$PORT" FLUSHALL >/dev/null
+  redis-cli -p "$RPORT" FLUSHALL >/dev/null
   local now
-  now=$(redis-cli -p "$PORT" TIME | head -1)000
-  redis-cli -p "$PORT" HSET "sluice:{r}:state" tail 0 frontier 0 credit 0 last_ms "$now" \
+  now=$(redis-cli -p "$RPORT" TIME | head -1)000
+  redis-cli -p "$RPORT" HSET "sluice:{r}:state" tail 0 frontier 0 credit 0 last_ms "$now" \
     epoch 1 joins 0 admitted 0 claimed 0 refunded 0 late 0 pending 0 settled 0 \
     rate_m 0 burst_u 1000000 paused 0 closed 0 max_active -1 claim_ms 60000 opens_ms 0 \
     pq_from 0 pq_n 0 ended_total 0 carry_epoch 0 carry_tail 0 settings_v 1 ttl_ms 300000 \
@@ -94,19 +68,19 @@ reset_room() {
 # run VARIANT CALLS CLIENTS -> redis-benchmark's CSV; checks the tail
 run() {
   local sha out tail fields
-  sha=$(redis-cli -p "$PORT" -x SCRIPT LOAD <"$WORK/$1.lua")
+  sha=$(redis-cli -p "$RPORT" -x SCRIPT LOAD <"$WORK/$1.lua")
   reset_room
-  fields=$(redis-cli -p "$PORT" HLEN "sluice:{r}:state")
-  out=$(redis-benchmark -p "$PORT" -n "$2" -c "$3" -r 100000000000 --csv \
+  fields=$(redis-cli -p "$RPORT" HLEN "sluice:{r}:state")
+  out=$(redis-benchmark -p "$RPORT" -n "$2" -c "$3" -r 100000000000 --csv \
     EVALSHA "$sha" 10 "${KEYS[@]}" "sluice:{r}:pow:00000000000000000000__rand_int__" \
     once 600000 v-0123456789abcdef0123456789ab new 2>/dev/null)
-  tail=$(redis-cli -p "$PORT" HGET "sluice:{r}:state" tail)
+  tail=$(redis-cli -p "$RPORT" HGET "sluice:{r}:state" tail)
   # -r: a repeated random id is a replay ({5}), no seq: allow a handful
   if [ "$tail" -lt $(($2 - 50)) ] || [ "$tail" -gt "$2" ]; then
     echo "FAIL: $1: $2 calls, tail $tail" >&2
     exit 1
   fi
-  if [ "$(redis-cli -p "$PORT" HLEN "sluice:{r}:state")" != "$fields" ]; then
+  if [ "$(redis-cli -p "$RPORT" HLEN "sluice:{r}:state")" != "$fields" ]; then
     echo "FAIL: $1: the state hash lost or gained fields" >&2
     exit 1
   fi
@@ -116,10 +90,10 @@ run() {
 # instructions VARIANT CALLS -> total instructions of a redis-server that
 # ran CALLS joins
 instructions() {
-  start valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out"
+  start_redis valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" 2>/dev/null
   run "$1" "$2" 10 >/dev/null
-  redis-cli -p "$PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
-  wait "$PID" 2>/dev/null || true
+  redis-cli -p "$RPORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  wait "$REDIS_PID" 2>/dev/null || true
   sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$WORK/cg.out" | head -1
   rm -f "$WORK/cg.out"
 }
@@ -137,16 +111,16 @@ python3 -c "import sys; b,a=int(sys.argv[1]),int(sys.argv[2]); print(f'  before 
   "${IR[before]}" "${IR[after]}"
 
 echo "== redis-benchmark, $N calls, 50 clients, alternating ($ROUNDS rounds)"
-start
+start_redis 2>/dev/null
 for round in $(seq "$ROUNDS"); do
   for v in before after; do
-    redis-cli -p "$PORT" CONFIG RESETSTAT >/dev/null
+    redis-cli -p "$RPORT" CONFIG RESETSTAT >/dev/null
     out=$(run "$v" "$N" 50)
     rps=$(tail -1 <<<"$out" | cut -d, -f2 | tr -d '"')
-    usec=$(redis-cli -p "$PORT" INFO commandstats | tr -d '\r' |
+    usec=$(redis-cli -p "$RPORT" INFO commandstats | tr -d '\r' |
       sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
     printf '  round %s %-6s %9s calls/s  %6s usec/call in Redis\n' "$round" "$v" "$rps" "$usec"
   done
 done
-redis-cli -p "$PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+redis-cli -p "$RPORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

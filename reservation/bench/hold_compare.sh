@@ -24,21 +24,11 @@ BASE=${1:-HEAD}
 N=${2:-60000}
 ROUNDS=${3:-3}
 HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-WORK="$(mktemp -d -t sluice-hold-compare.XXXXXX)"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$HERE/../../tests/bench/lib.sh"
+bench_init hold-compare
 for tool in git redis-server redis-cli redis-benchmark valgrind python3; do
   command -v "$tool" >/dev/null || { echo "$tool missing" >&2; exit 2; }
 done
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 mkdir -p "$WORK/before" "$WORK/after"
 for f in "$ROOT"/reservation/lua/*.lua; do
@@ -47,19 +37,11 @@ for f in "$ROOT"/reservation/lua/*.lua; do
   cp "$f" "$WORK/after/$name"
 done
 
-# redis-server [valgrind prefix…]: starts one on a free port -> PORT, PID
+# redis-server [valgrind prefix…] on a free port -> PORT, PID
 start() {
-  PORT=$(free_port)
-  "$@" redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$WORK" --protected-mode no >"$WORK/redis-$PORT.log" 2>&1 &
-  PID=$!
-  PIDS+=("$PID")
-  for _ in $(seq 300); do
-    redis-cli -p "$PORT" PING 2>/dev/null | grep -q PONG && return 0
-    sleep 0.1
-  done
-  echo "redis-server did not start" >&2
-  exit 1
+  start_redis "$@" 2>/dev/null
+  PORT=$RPORT
+  PID=$REDIS_PID
 }
 
 # instructions VARIANT CALLS STOCK -> total instructions of a redis-server

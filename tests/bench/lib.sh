@@ -4,7 +4,8 @@
 # removed, on exit.
 #
 # After `bench_init NAME`: ROOT, BENCH, WORK, TARGET; then
-#   start_redis              -> RPORT (its pid in REDIS_PID)
+#   start_redis [PREFIX…]    -> RPORT (its pid in REDIS_PID), run under
+#                               PREFIX if given (valgrind …)
 #   start_sluice CONFIG      -> GPORT, BASE (its pid in SLUICE_PID), with the
 #                               admin token ADMIN, on that Redis, --load-stock
 #   admin CURL-ARGS…         -> curl with the admin token and JSON
@@ -53,14 +54,15 @@ build_release() {
   done
 }
 
-start_redis() {
+start_redis() { # [command prefix…, e.g. valgrind --tool=callgrind …]
   echo "== redis-server" >&2
   RPORT=$(free_port)
-  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$WORK" --protected-mode no >"$WORK/redis.log" 2>&1 &
+  "$@" redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$WORK" --protected-mode no >"$WORK/redis-$RPORT.log" 2>&1 &
   REDIS_PID=$!
   PIDS+=("$REDIS_PID")
-  for _ in $(seq 100); do
+  # under valgrind a start takes seconds
+  for _ in $(seq 300); do
     redis-cli -p "$RPORT" PING 2>/dev/null | grep -q PONG && break
     sleep 0.05
   done
