@@ -107,13 +107,65 @@ async fn own_text_answers_are_compressed_as_asked() {
     assert_eq!(origin.requests(), 0);
 }
 
+/// One waiting page asked for `path` in `lang` with `Accept-Encoding:
+/// coding`, checked as every answer must be (200, no-store, varying on
+/// language and encoding, compressed as asked or not at all) and to be
+/// the page of its own URL and language: its encoding and decoded body.
+async fn waiting_page(
+    c: &TestClient,
+    gw: &TestGateway,
+    path: &str,
+    lang: &str,
+    coding: &str,
+) -> (Option<String>, Vec<u8>) {
+    let res = c
+        .get(
+            &format!("{}{path}", gw.url()),
+            &[
+                ("accept", "text/html"),
+                ("accept-language", lang),
+                ("accept-encoding", coding),
+            ],
+        )
+        .await;
+    assert_eq!(res.status, 200, "{path}");
+    let got = res.header("content-encoding").map(str::to_owned);
+    let want = (coding != "identity").then_some(coding);
+    assert!(
+        got.is_none() || got.as_deref() == want,
+        "{path} {coding}: {got:?}"
+    );
+    assert_eq!(res.header("cache-control"), Some("no-store"));
+    let vary = res.header("vary").unwrap_or_default().to_ascii_lowercase();
+    assert!(vary.contains("accept-language"), "{vary}");
+    assert!(varies_on_encoding(&res), "{vary}");
+    let body = decoded(&res);
+    let html = String::from_utf8_lossy(&body);
+    let escaped = path.replace('&', "&amp;");
+    assert!(
+        html.contains(&format!("data-return-to=\"{escaped}\"")),
+        "{path}: the page returns to its own URL"
+    );
+    assert!(
+        html.contains(&format!("<html lang=\"{lang}\">")),
+        "{path} {lang}"
+    );
+    (got, body)
+}
+
 /// The waiting page is kept per room, language and return URL (module
 /// `visitor::page`, `PageCache`): what a hostile client would try against
-/// such a cache is to get another visitor its page. Pages for 80 URLs
-/// (more than the room keeps, so the kept pages are dropped several times
-/// over), one too long to be kept, in two languages and three encodings,
-/// asked in an interleaved order twice over: each answer, decoded, is the
-/// page of its own URL and language, byte for byte the same every time.
+/// such a cache is to get another visitor its page, or to have the
+/// gateway compress a page per request. Each answer below, decoded, is
+/// the page of its own URL and language, byte for byte the same every
+/// time:
+/// - 80 URLs and one too long to keep, in two languages and three
+///   encodings, interleaved, three times over: more than the room keeps,
+///   so the kept pages are dropped over and over;
+/// - 10 URLs in two languages (fewer than the room keeps), three times
+///   over: from the second round on, each is kept and compressed as asked;
+/// - 100 URLs made up one after the other, asked with br: each rendered
+///   for its request and sent as it is, never compressed.
 #[tokio::test]
 async fn every_visitor_gets_the_waiting_page_of_its_own_url_and_language() {
     let origin = TestOrigin::start().await;
@@ -121,54 +173,75 @@ async fn every_visitor_gets_the_waiting_page_of_its_own_url_and_language() {
     let mut first = Visitor::new(&gw.url(), "default");
     assert!(first.join("/").await.status.is_success());
     let c = TestClient::new();
-    let long = format!("/tickets/long?{}", "y".repeat(600));
-    let mut paths: Vec<String> = (0..80).map(|i| format!("/tickets/{i}?a={i}&b=2")).collect();
-    paths.push(long);
     let mut seen: std::collections::HashMap<(String, &str), Vec<u8>> = Default::default();
-    for round in 0..2 {
-        for (i, path) in paths.iter().enumerate() {
+    let mut same_page = |path: &str, lang: &'static str, body: Vec<u8>| {
+        let kept = seen.entry((path.to_owned(), lang)).or_insert(body.clone());
+        assert_eq!(kept, &body, "{path} {lang}: the same page each time");
+    };
+    let codings = ["br", "gzip", "identity"];
+    let mut many: Vec<String> = (0..80).map(|i| format!("/tickets/{i}?a={i}&b=2")).collect();
+    many.push(format!("/tickets/long?{}", "y".repeat(600)));
+    for round in 0..3 {
+        for (i, path) in many.iter().enumerate() {
             for (j, lang) in ["en", "fr"].into_iter().enumerate() {
-                let coding = ["br", "gzip", "identity"][(i + j + round) % 3];
-                let res = c
-                    .get(
-                        &format!("{}{path}", gw.url()),
-                        &[
-                            ("accept", "text/html"),
-                            ("accept-language", lang),
-                            ("accept-encoding", coding),
-                        ],
-                    )
-                    .await;
-                assert_eq!(res.status, 200, "{path}");
-                let want = (coding != "identity").then_some(coding);
-                assert_eq!(res.header("content-encoding"), want, "{path} {coding}");
-                assert_eq!(res.header("cache-control"), Some("no-store"));
-                let vary = res.header("vary").unwrap_or_default().to_ascii_lowercase();
-                assert!(vary.contains("accept-language"), "{vary}");
-                assert!(varies_on_encoding(&res), "{vary}");
-                let body = decoded(&res);
-                let html = String::from_utf8_lossy(&body);
-                let escaped = path.replace('&', "&amp;");
-                assert!(
-                    html.contains(&format!("data-return-to=\"{escaped}\"")),
-                    "{path}: the page returns to its own URL"
-                );
-                assert!(
-                    html.contains(&format!("<html lang=\"{lang}\">")),
-                    "{path} {lang}"
-                );
-                match seen.entry((path.clone(), lang)) {
-                    std::collections::hash_map::Entry::Occupied(e) => {
-                        assert_eq!(e.get(), &body, "{path} {lang}: the same page each time")
-                    }
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(body);
-                    }
-                }
+                let coding = codings[(i + j + round) % 3];
+                let (_, body) = waiting_page(&c, &gw, path, lang, coding).await;
+                same_page(path, lang, body);
             }
         }
     }
+    for round in 0..3 {
+        for i in 0..10 {
+            let path = format!("/hot/{i}?a=1&b=2");
+            for lang in ["en", "fr"] {
+                let coding = codings[(i + round) % 2];
+                let (got, body) = waiting_page(&c, &gw, &path, lang, coding).await;
+                if round > 0 {
+                    assert_eq!(got.as_deref(), Some(coding), "{path} {lang}: kept");
+                }
+                same_page(&path, lang, body);
+            }
+        }
+    }
+    for i in 0..100 {
+        let (got, _) = waiting_page(&c, &gw, &format!("/made/up/{i}"), "en", "br").await;
+        assert_eq!(got, None, "made-up URL {i}: never compressed");
+    }
     assert_eq!(origin.requests(), 0);
+}
+
+/// The constant documents (the OpenAPI document, the dashboard's page)
+/// come from forms stored compressed once, as the static files do: each
+/// form has its own `ETag` (which per-request compression never gives),
+/// and `If-None-Match` with it answers 304. Compressed per request, the
+/// 200 KB OpenAPI document cost about 7 ms of br a request, for anyone.
+#[tokio::test]
+async fn constant_documents_are_compressed_once() {
+    let origin = TestOrigin::start().await;
+    let gw = gateway(&origin, 0.0).await;
+    let c = TestClient::new();
+    for path in ["/_sluice/openapi.json", "/_sluice/admin/"] {
+        let url = format!("{}{path}", gw.url());
+        let plain = c.get(&url, &[]).await;
+        assert_eq!(plain.status, 200, "{path}");
+        for coding in ["br", "gzip"] {
+            let res = c.get(&url, &[("accept-encoding", coding)]).await;
+            assert_eq!(res.status, 200, "{path}");
+            assert_eq!(res.header("content-encoding"), Some(coding), "{path}");
+            assert_eq!(decoded(&res), plain.body, "{path} {coding}");
+            assert_eq!(res.header("cache-control"), Some("no-store"), "{path}");
+            let tag = res.header("etag").expect("a stored form's ETag").to_owned();
+            assert!(tag.ends_with(&format!("-{coding}\"")), "{path}: {tag}");
+            let again = c
+                .get(
+                    &url,
+                    &[("accept-encoding", coding), ("if-none-match", &tag)],
+                )
+                .await;
+            assert_eq!(again.status, 304, "{path} {coding}");
+            assert!(again.body.is_empty());
+        }
+    }
 }
 
 /// Answers of up to a kilobyte fit one packet with their head: sent as

@@ -65,22 +65,28 @@ pub fn routes() -> Router<AppState> {
 /// Where the page says whether the gateway has an admin token.
 const TOKEN_MARK: &str = r#"data-admin-token="configured""#;
 
+/// The page as served, with its br and gzip forms, made once (at start,
+/// by [`assets::warm`]): for a gateway with an admin token, and without
+/// one. Compressed per request, anyone could make the gateway spend br's
+/// setup on every load of a public page.
+pub(crate) static PAGES: LazyLock<[assets::Asset; 2]> = LazyLock::new(|| {
+    let html = "text/html; charset=utf-8";
+    [
+        assets::Asset::document(html, PAGE_HTML.clone()),
+        assets::Asset::document(
+            html,
+            PAGE_HTML.replacen(TOKEN_MARK, r#"data-admin-token="none""#, 1),
+        ),
+    ]
+});
+
 /// `GET /_sluice/admin/`: the page, under the same strict policy as the
 /// waiting page (no inline code, same-origin everything, no framing);
 /// `<body data-admin-token="none">` when the gateway has no admin token.
-async fn page(State(state): State<AppState>) -> Response {
-    let mut res = if state.config().admin_token.is_some() {
-        PAGE_HTML.as_str().into_response()
-    } else {
-        PAGE_HTML
-            .replacen(TOKEN_MARK, r#"data-admin-token="none""#, 1)
-            .into_response()
-    };
+async fn page(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let which = usize::from(state.config().admin_token.is_none());
+    let mut res = PAGES[which].answer(&headers, assets::Caching::NoStore);
     let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(crate::visitor::page::CSP),

@@ -53,14 +53,14 @@ pub mod state;
 pub mod stores;
 pub mod telemetry;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::json;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -337,13 +337,16 @@ fn admitted_pass_without_store(policy: crate::config::FailurePolicy) -> bool {
 /// The gateway's own reference of its HTTP contract.
 const OPENAPI: &str = include_str!("../../api/openapi.json");
 
-async fn openapi() -> Response {
-    let mut res = OPENAPI.into_response();
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+/// [`OPENAPI`] with its br and gzip forms, made once (at start, by
+/// [`visitor::assets::warm`]): compressed per request, its 200 KB cost
+/// about 7 ms of br each, so anyone could keep the gateway's cores busy
+/// with a few hundred requests a second (`compression.rs`,
+/// `constant_documents_are_compressed_once`).
+pub(crate) static OPENAPI_DOCUMENT: LazyLock<visitor::assets::Asset> =
+    LazyLock::new(|| visitor::assets::Asset::document("application/json", OPENAPI.as_bytes()));
+
+async fn openapi(headers: HeaderMap) -> Response {
+    OPENAPI_DOCUMENT.answer(&headers, visitor::assets::Caching::NoStore)
 }
 
 async fn unknown_endpoint() -> Problem {

@@ -111,10 +111,14 @@ pub fn waiting_page(
     return_to: &str,
 ) -> Response {
     let lang = pick_lang(headers);
-    let page = room
+    let (page, rendered) = room
         .page_cache
         .get_or_render(lang, return_to, || render_page(room, lang, return_to));
-    let coding = assets::coding_for(headers, page.compressible(), page.compressible());
+    // A page rendered for this request is sent as it is: compressed from
+    // its second request on, so a client making up a new URL each time
+    // never has the gateway compress anything.
+    let compress = page.compressible() && !rendered;
+    let coding = assets::coding_for(headers, compress, compress);
     let (body, coding) = match coding.and_then(|c| page.form(c).map(|b| (b, c))) {
         Some((body, c)) => (body, Some(c)),
         None => (page.html.clone(), None),
@@ -302,31 +306,34 @@ impl KeptPage {
 
 impl PageCache {
     /// The page for (`lang`, `return_to`), rendered by `render` when not
-    /// kept; `render` says whether its page may be kept.
+    /// kept (`render` says whether its page may be kept), and whether it
+    /// was rendered for this call.
     pub fn get_or_render(
         &self,
         lang: Lang,
         return_to: &str,
         render: impl FnOnce() -> (String, bool),
-    ) -> Arc<KeptPage> {
+    ) -> (Arc<KeptPage>, bool) {
         let kept = |(html, keep): (String, bool)| (Arc::new(KeptPage::new(html)), keep);
         if return_to.len() > KEPT_URL_LEN {
-            return kept(render()).0;
+            return (kept(render()).0, true);
         }
         let key = (lang, Box::<str>::from(return_to));
         if let Some(page) = self.lock().get(&key) {
-            return page.clone();
+            return (page.clone(), false);
         }
         // Rendered outside the lock: a miss does not hold up the hits.
         let (page, keep) = kept(render());
         if !keep {
-            return page;
+            return (page, true);
         }
         let mut pages = self.lock();
         if pages.len() >= KEPT_PAGES {
             pages.clear();
         }
-        pages.entry(key).or_insert(page).clone()
+        // Another request may have kept the same page meanwhile: that one
+        // is answered, as rendered for this call all the same.
+        (pages.entry(key).or_insert(page).clone(), true)
     }
 
     /// Pages kept now.
@@ -364,9 +371,16 @@ mod tests {
     fn kept_pages_are_their_own_keys_and_bounded() {
         let cache = PageCache::default();
         let renders = std::cell::Cell::new(0);
-        let get = |lang, url: &str| cache.get_or_render(lang, url, || page_of(lang, url, &renders));
-        let a = get(Lang::En, "/a");
-        assert!(Arc::ptr_eq(&a, &get(Lang::En, "/a")), "kept");
+        let get = |lang, url: &str| {
+            cache
+                .get_or_render(lang, url, || page_of(lang, url, &renders))
+                .0
+        };
+        let (a, rendered) =
+            cache.get_or_render(Lang::En, "/a", || page_of(Lang::En, "/a", &renders));
+        assert!(rendered);
+        let (again, rendered) = cache.get_or_render(Lang::En, "/a", || unreachable!("kept"));
+        assert!(Arc::ptr_eq(&a, &again) && !rendered, "kept");
         assert_eq!(renders.get(), 1);
         let fr = get(Lang::Fr, "/a");
         assert!(!Arc::ptr_eq(&a, &fr));
