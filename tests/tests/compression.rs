@@ -37,6 +37,20 @@ async fn gateway(origin: &TestOrigin, rate: f64) -> TestGateway {
         .await
 }
 
+/// Spends the room's one credit (rate 0): every later visitor waits, and
+/// every page is the waiting room's.
+async fn spend_the_credit(gw: &TestGateway) {
+    let mut first = Visitor::new(&gw.url(), "default");
+    assert!(first.join("/").await.status.is_success());
+}
+
+/// A gateway in front of `origin` whose room admits nobody more.
+async fn waiting_room(origin: &TestOrigin) -> TestGateway {
+    let gw = gateway(origin, 0.0).await;
+    spend_the_credit(&gw).await;
+    gw
+}
+
 /// The body of `res` decoded as its `Content-Encoding` says.
 fn decoded(res: &Answer) -> Vec<u8> {
     let mut out = Vec::new();
@@ -69,10 +83,7 @@ fn varies_on_encoding(res: &Answer) -> bool {
 #[tokio::test]
 async fn own_text_answers_are_compressed_as_asked() {
     let origin = TestOrigin::start().await;
-    let gw = gateway(&origin, 0.0).await;
-    // Spend the one credit, so the page below is the waiting room's.
-    let mut first = Visitor::new(&gw.url(), "default");
-    assert!(first.join("/").await.status.is_success());
+    let gw = waiting_room(&origin).await;
     let c = TestClient::new();
     let page = format!("{}/tickets/1", gw.url());
     let spec = format!("{}/_sluice/openapi.json", gw.url());
@@ -169,9 +180,7 @@ async fn waiting_page(
 #[tokio::test]
 async fn every_visitor_gets_the_waiting_page_of_its_own_url_and_language() {
     let origin = TestOrigin::start().await;
-    let gw = gateway(&origin, 0.0).await;
-    let mut first = Visitor::new(&gw.url(), "default");
-    assert!(first.join("/").await.status.is_success());
+    let gw = waiting_room(&origin).await;
     let c = TestClient::new();
     let mut seen: std::collections::HashMap<(String, &str), Vec<u8>> = Default::default();
     let mut same_page = |path: &str, lang: &'static str, body: Vec<u8>| {
@@ -260,8 +269,7 @@ async fn small_answers_are_sent_as_they_are() {
     assert_eq!(res.status, 200);
     assert_eq!(res.header("content-encoding"), None);
     // The one credit spent, then a join that waits (a queue token).
-    let mut first = Visitor::new(&gw.url(), "default");
-    assert!(first.join("/").await.status.is_success());
+    spend_the_credit(&gw).await;
     let room = format!("{}/_sluice/rooms/default", gw.url());
     let challenge = c
         .post_json(
