@@ -228,9 +228,10 @@ fn render_page(room: &Room, lang: Lang, return_to: &str) -> (String, bool) {
 
 // === the rendered pages, kept ===
 
-/// br and gzip quality of a kept page's forms: made once per page kept,
-/// but also once per page an attacker makes up (a new return URL each
-/// time), so the per-request compression's quality, not the best.
+/// br and gzip quality of a kept page's forms: made once per page kept
+/// and asked again, which a flood of made-up URLs can make often (each
+/// drop of the kept pages), so the per-request compression's quality,
+/// not the best.
 const PAGE_QUALITY: u32 = 4;
 
 /// Pages kept per room (return URLs × languages): the few URLs a sale's
@@ -248,14 +249,14 @@ const KEPT_URL_LEN: usize = 512;
 /// opening surge of a sale is pages: rendered and compressed per request,
 /// they were most of the gateway's CPU in `tests/bench/surge.sh` (br's
 /// encoder zeroes a large table for each answer: page faults and TLB
-/// shootdowns across the I/O threads). A room's configuration does not
-/// change while the room lives (a reload makes a new [`Room`]), so its
-/// page for a (language, return URL) never changes either.
+/// shootdowns across the I/O threads). A room's configuration
+/// (`Room::config`) does not change while the room lives, so its page
+/// for a (language, return URL) never changes either.
 ///
-/// Bounded: [`KEPT_PAGES`] pages of URLs up to [`KEPT_URL_LEN`] bytes; a
-/// client that makes up a new URL per request gets its page rendered and
-/// compressed as before the cache, and drops the kept pages at worst once
-/// per [`KEPT_PAGES`] requests.
+/// Bounded: [`KEPT_PAGES`] pages of URLs up to [`KEPT_URL_LEN`] bytes. A
+/// page is compressed from its second request on: a client that makes up
+/// a new URL per request gets its page rendered and sent as it is, and
+/// drops the kept pages at worst once per [`KEPT_PAGES`] requests.
 #[derive(Debug, Default)]
 pub struct PageCache {
     pages: Mutex<KeptPages>,
