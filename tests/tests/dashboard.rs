@@ -73,9 +73,9 @@ async fn gateway(origin: &TestOrigin) -> TestGateway {
         .await
 }
 
-/// Opens the dashboard of the gateway at `base` and signs in with the
-/// admin token.
-async fn sign_in(b: &mut Browser, base: &str) {
+/// Opens the dashboard of the gateway at `base` and waits for its token
+/// prompt.
+async fn open_to_prompt(b: &mut Browser, base: &str) {
     b.c()
         .goto(&format!("{base}/_sluice/admin/"))
         .await
@@ -91,6 +91,12 @@ async fn sign_in(b: &mut Browser, base: &str) {
             .then_some(())
     })
     .await;
+}
+
+/// Opens the dashboard of the gateway at `base` and signs in with the
+/// admin token.
+async fn sign_in(b: &mut Browser, base: &str) {
+    open_to_prompt(b, base).await;
     b.type_into("#login-token", &format!("{ADMIN_TOKEN}\u{e007}"))
         .await;
 }
@@ -154,21 +160,7 @@ async fn the_operator_watches_the_sale_and_raises_the_rate() {
 
     // The page loads without a token and asks for one; a wrong one is
     // refused in plain words.
-    b.c()
-        .goto(&format!("{}/_sluice/admin/", gw.url()))
-        .await
-        .expect("open the dashboard");
-    wait_for(Duration::from_secs(10), "the token prompt", || async {
-        b.c()
-            .find(Locator::Css("#login-token"))
-            .await
-            .ok()?
-            .is_displayed()
-            .await
-            .ok()?
-            .then_some(())
-    })
-    .await;
+    open_to_prompt(&mut b, &gw.url()).await;
     b.type_into("#login-token", "not-the-admin-token-000").await;
     b.click("#login-form button[type=submit]").await;
     wait_for(Duration::from_secs(10), "the refusal", || async {

@@ -73,14 +73,19 @@ async fn feed(base: &str, event: &str, rows: &[Value]) -> Answer {
     .await
 }
 
-async fn lane(base: &str, event: &str) -> Value {
-    let res = call(
+/// The answer to a read of the event's feed lane.
+async fn lane_answer(base: &str, event: &str) -> Answer {
+    call(
         base,
         Method::GET,
         &format!("/_sluice/admin/events/{event}/feed"),
         String::new(),
     )
-    .await;
+    .await
+}
+
+async fn lane(base: &str, event: &str) -> Value {
+    let res = lane_answer(base, event).await;
     assert_eq!(res.status, 200, "{}", res.text());
     res.json()
 }
@@ -88,13 +93,7 @@ async fn lane(base: &str, event: &str) -> Value {
 /// [`lane`], or `None` while the gateway does not answer 200 (a 503 while
 /// it reaches a restarted Redis again).
 async fn lane_if_up(base: &str, event: &str) -> Option<Value> {
-    let res = call(
-        base,
-        Method::GET,
-        &format!("/_sluice/admin/events/{event}/feed"),
-        String::new(),
-    )
-    .await;
+    let res = lane_answer(base, event).await;
     (res.status == 200).then(|| res.json())
 }
 
