@@ -26,7 +26,11 @@
 # id per call (`__rand_int__`), as many clients as wrk's connections.
 # Prints joins/s over HTTP with p50/p99, the direct figure, their ratio,
 # and ed25519-dalek's `SigningKey::sign` per second against the gateway's
-# whole queue token signing per second (`bench_tools sign`). Checks: every
+# whole queue token signing per second (`bench_tools sign`); and the CPU
+# each join cost over wrk's run: the gateway's (beside one signature's
+# share of it), Redis's and the rest (wrk, the kernel), with how busy the
+# machine was: where a join's time goes when all three share the cores.
+# Checks: every
 # join answered 201, the room's tail moved by exactly the joins answered.
 # Everything it started is stopped on exit.
 # Needs: cargo, redis-server, redis-cli, redis-benchmark, wrk, curl, python3.
@@ -50,9 +54,6 @@ TOOLS="${TOOLS_BIN:-$TARGET/release/examples/bench_tools}"
 
 start_redis
 
-echo "== sluice serve ($SLUICE)" >&2
-GPORT=$(free_port)
-BASE="http://127.0.0.1:$GPORT"
 # `bench` takes the HTTP joins, `direct` the script's: same settings. Rate
 # 0 with a burst of 1: the first join passes (spent below), every later
 # one waits. The challenges live long enough for the pre-solving.
@@ -71,15 +72,7 @@ challenge_ttl = "10m"
 TOML
 }
 { room bench; room direct; } >"$WORK/sluice.toml"
-SLUICE_LOG=warn "$SLUICE" serve --config "$WORK/sluice.toml" --listen "127.0.0.1:$GPORT" \
-  --redis "redis://127.0.0.1:$RPORT/" --admin-token "$ADMIN" >"$WORK/sluice.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 200); do
-  curl -fs "$BASE/_sluice/readyz" >/dev/null 2>&1 && break
-  sleep 0.05
-done
-curl -fs "$BASE/_sluice/readyz" >/dev/null
-admin() { curl -s -H "Authorization: Bearer $ADMIN" "$@"; }
+start_sluice "$WORK/sluice.toml"
 tail_of() { admin "$BASE/_sluice/admin/rooms/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tail"])'; }
 
 # spend the one credit: every measured join waits
@@ -91,8 +84,18 @@ echo "   $JOINS challenges fetched and solved in ${SOLVE_S}s (at most $BITS bits
 TAIL_BEFORE=$(tail_of bench)
 
 echo "== wrk: ${DUR}s, $JOINS bodies, $CONNS connections, $THREADS threads" >&2
+# CPU over the timed phase: the gateway's, Redis's, the whole machine's
+# (busy and idle ticks of /proc/stat's first line)
+machine() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }
+read -r M_BUSY0 M_IDLE0 < <(machine)
+G_CPU0=$(cpu_ticks "$SLUICE_PID")
+R_CPU0=$(cpu_ticks "$REDIS_PID")
 BODIES="$WORK/bodies.txt" ROOM=bench THREADS="$THREADS" timeout 300 wrk -t"$THREADS" \
   -c"$CONNS" -d"${DUR}s" --latency -s "$BENCH/joins.lua" "$BASE" | tee "$WORK/wrk.txt" >&2
+G_CPU1=$(cpu_ticks "$SLUICE_PID")
+R_CPU1=$(cpu_ticks "$REDIS_PID")
+read -r M_BUSY1 M_IDLE1 < <(machine)
+CPU="$((G_CPU1 - G_CPU0)) $((R_CPU1 - R_CPU0)) $((M_BUSY1 - M_BUSY0)) $((M_IDLE1 - M_IDLE0)) $(getconf CLK_TCK)"
 WRK=$(grep '^WRK ' "$WORK/wrk.txt")
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$WRK"; }
 TAIL_AFTER=$(tail_of bench)
@@ -122,9 +125,9 @@ read -r RAW_SIGN TOKEN_SIGN < <("$TOOLS" sign 3)
 
 echo "== checks" >&2
 python3 - "$WRK" "$TAIL_BEFORE" "$TAIL_AFTER" "$DIRECT_RPS" "$D_BEFORE" "$D_AFTER" "$N_DIRECT" \
-  "$RAW_SIGN" "$TOKEN_SIGN" "$SOLVE_S" "$JOINS" "$CONNS" <<'PY'
+  "$RAW_SIGN" "$TOKEN_SIGN" "$SOLVE_S" "$JOINS" "$CONNS" "$CPU" <<'PY'
 import sys
-wrk, t0, t1, direct, d0, d1, n_direct, raw, tok, solve_s, joins, conns = sys.argv[1:]
+wrk, t0, t1, direct, d0, d1, n_direct, raw, tok, solve_s, joins, conns, cpu = sys.argv[1:]
 f = dict(kv.split("=", 1) for kv in wrk.split()[1:])
 jps, p50, p99 = float(f["joins_per_s"]), float(f["p50_ms"]), float(f["p99_ms"])
 created, statuses = int(f["created"]), f["statuses"]
@@ -140,6 +143,14 @@ print(f"ratio HTTP/direct   : {jps / direct:.2f}")
 print(f"ed25519 raw sign    : {raw:,.0f}/s  (ed25519-dalek SigningKey::sign, 1 thread)")
 print(f"queue token signing : {tok:,.0f}/s  (Keyring::sign_queue with its claims, 1 thread)"
       f"  ratio {tok / raw:.2f}")
+# CPU per join over wrk's run (ticks of the gateway, Redis, the machine's
+# busy and idle; the rest of busy is the load generator and the kernel's
+# work for nobody in particular)
+g, r, busy, idle, hz = (int(x) for x in cpu.split())
+us = lambda ticks: ticks / hz * 1e6 / max(created, 1)
+print(f"CPU per join        : gateway {us(g):.0f} µs (signing its token: {1e6 / raw:.0f} µs), "
+      f"Redis {us(r):.0f} µs, the rest {us(busy - g - r):.0f} µs (wrk and the kernel); "
+      f"machine {busy / (busy + idle):.0%} busy")
 ok = True
 def fail(why):
     global ok
