@@ -109,6 +109,13 @@ impl QueueStore for QueueBackend {
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         delegate!(self, s => s.join_once(room, solution))
     }
+    async fn join_once_many(
+        &self,
+        room: &str,
+        solutions: &[Solution<'_>],
+    ) -> Result<Vec<Result<JoinOnce>>> {
+        delegate!(self, s => s.join_once_many(room, solutions))
+    }
     async fn spend_solution(&self, room: &str, id: &[u8; 16], ttl: Duration) -> Result<Spend> {
         delegate!(self, s => s.spend_solution(room, id, ttl))
     }

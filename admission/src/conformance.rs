@@ -397,6 +397,171 @@ pub async fn solution_replays_race<H: Harness>(h: &mut H) {
     assert_eq!((snap.tail, snap.joins_total), (n, n));
 }
 
+/// `join_once_many`: each solution of a batch as its own `join_once` would
+/// be, in order: places handed out one after another, a solution sent
+/// twice in one batch a replay of itself, a spent one joined with its note
+/// written over, a lane the room lacks refused for that join alone; a
+/// closed room refuses each and records none; a room without state
+/// refuses the whole.
+pub async fn joins_sent_together<H: Harness>(h: &mut H) {
+    let room = "c-many";
+    let mut s = settings(0.0, 1.0);
+    let store = setup(h, room, &s).await;
+    assert!(store.join_once_many(room, &[]).await.unwrap().is_empty());
+    let (a, b, c, d) = ([11u8; 16], [12u8; 16], [13u8; 16], [14u8; 16]);
+    let lane0 = Solution {
+        lane: Some(0),
+        ..solution(&d, "v-d", false)
+    };
+    let got = store
+        .join_once_many(
+            room,
+            &[
+                solution(&a, "v-a", false),
+                solution(&b, "v-b", false),
+                solution(&a, "v-a2", false),
+                solution(&b, "v-b2", false),
+                lane0,
+                solution(&c, "v-c", true),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 6);
+    let mut got = got.into_iter();
+    let j = joined(got.next().unwrap());
+    assert_eq!((j.seq, j.admitted), (1, true), "the one credit");
+    let epoch = j.epoch;
+    let j = joined(got.next().unwrap());
+    assert_eq!((j.seq, j.admitted), (2, false));
+    assert_eq!(
+        got.next().unwrap().unwrap(),
+        JoinOnce::Replayed { note: None },
+        "a, again in the same batch"
+    );
+    assert_eq!(
+        got.next().unwrap().unwrap(),
+        JoinOnce::Replayed {
+            note: Some(format!("2:{epoch}:v-b"))
+        },
+        "b, again in the same batch"
+    );
+    assert!(matches!(
+        got.next().unwrap(),
+        Err(AdmissionError::LaneNotFound(_))
+    ));
+    let j = joined(got.next().unwrap());
+    assert_eq!((j.seq, j.admitted), (3, false), "c, spent by its caller");
+    // what the batch recorded, every later replay sees
+    assert_eq!(
+        store
+            .join_once(room, solution(&c, "v-x", false))
+            .await
+            .unwrap(),
+        JoinOnce::Replayed {
+            note: Some(format!("3:{epoch}:v-c"))
+        }
+    );
+    // the lane's refusal recorded nothing: d still pays, once
+    let j = joined(store.join_once(room, solution(&d, "v-d", false)).await);
+    assert_eq!(j.seq, 4);
+    let snap = store.snapshot(room).await.unwrap();
+    assert_eq!((snap.tail, snap.joins_total), (4, 4));
+
+    // closed: each refused, none recorded
+    s.closed = true;
+    store.configure(room, &s).await.unwrap();
+    let e = [15u8; 16];
+    let got = store
+        .join_once_many(
+            room,
+            &[solution(&e, "v-e", false), solution(&e, "v-e", false)],
+        )
+        .await
+        .unwrap();
+    assert!(
+        got.iter()
+            .all(|r| matches!(r, Err(AdmissionError::Closed(_)))),
+        "{got:?}"
+    );
+    s.closed = false;
+    store.configure(room, &s).await.unwrap();
+    let j = joined(store.join_once(room, solution(&e, "v-e", false)).await);
+    assert_eq!(j.seq, 5, "the closed room recorded nothing");
+
+    assert!(matches!(
+        h.store()
+            .join_once_many("c-many-none", &[solution(&a, "v-a", false)])
+            .await,
+        Err(AdmissionError::RoomNotFound(_))
+    ));
+}
+
+/// `join_once_many` against `join_once` one call at a time, on two rooms
+/// of the same settings: the same sequence of solutions (drawn from a
+/// small pool, so replays, replays within a batch and spent ones are
+/// common), cut into batches of 1 to 8, gets the same answer for every
+/// solution and leaves the same room.
+pub async fn batches_are_joins_one_after_another<H: Harness>(h: &mut H) {
+    let (one, many) = ("c-many-one", "c-many-batch");
+    let s = settings(0.0, 3.0);
+    let store = setup(h, one, &s).await;
+    store.configure(many, &s).await.unwrap();
+    // a small LCG: the same sequence every run, no dependency
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |n: u64| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) % n
+    };
+    // the answer with the epoch left out (the rooms' epochs may differ)
+    let plain = |r: crate::store::Result<JoinOnce>| match r {
+        Ok(JoinOnce::Joined(j)) => format!("joined {} {} {}", j.seq, j.admitted, j.place),
+        Ok(JoinOnce::Replayed { note }) => format!(
+            "replayed {:?}",
+            note.map(|n| {
+                let p: Vec<&str> = n.split(':').collect();
+                format!("{}:{}", p[0], p[2])
+            })
+        ),
+        Err(e) => format!("refused {e:?}")
+            .replace(one, "R")
+            .replace(many, "R"),
+    };
+    let mut done = 0;
+    while done < 120 {
+        let n = 1 + next(8) as usize;
+        let ids: Vec<[u8; 16]> = (0..n).map(|_| [40 + next(40) as u8; 16]).collect();
+        let subs: Vec<String> = (0..n).map(|i| format!("v-{}", done + i)).collect();
+        let spent: Vec<bool> = (0..n).map(|_| next(10) == 0).collect();
+        let sols: Vec<Solution<'_>> = (0..n)
+            .map(|i| solution(&ids[i], &subs[i], spent[i]))
+            .collect();
+        let mut alone = Vec::new();
+        for sol in &sols {
+            alone.push(plain(store.join_once(one, *sol).await));
+        }
+        let together: Vec<String> = store
+            .join_once_many(many, &sols)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(plain)
+            .collect();
+        assert_eq!(alone, together, "batch from solution {done}");
+        done += n;
+    }
+    let (a, b) = (
+        store.snapshot(one).await.unwrap(),
+        store.snapshot(many).await.unwrap(),
+    );
+    assert_eq!(
+        (a.tail, a.frontier, a.joins_total, a.admitted_total),
+        (b.tail, b.frontier, b.joins_total, b.admitted_total)
+    );
+}
+
 /// Seqs come out in order and are admitted in order.
 pub async fn fifo<H: Harness>(h: &mut H) {
     let room = "c-fifo";
@@ -1999,6 +2164,7 @@ macro_rules! conformance_tests {
             settings_compare_and_set reseat_is_stable_and_unshared
             method_queue_all method_reject method_random random_draws_handed_back
             solution_buys_one_place solution_replays_race
+            joins_sent_together batches_are_joins_one_after_another
             lanes_weighted lanes_unused_share_flows lanes_strict lanes_random
             lanes_forget_old_segments shared_rate);
     };

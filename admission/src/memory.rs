@@ -287,20 +287,23 @@ impl MemoryQueueStore {
         let r = self.room(room)?;
         let mut entry = r.lock();
         let now = self.now_ms();
-        if !solution.spent
-            && let Some(note) = entry.solutions.seen(solution.id, now)
-        {
-            return Ok(JoinOnce::Replayed { note });
-        }
-        entry.solutions.make_room(solution.id, now)?;
-        let outcome = entry
-            .core
-            .join_lane(now, solution.lane.map(usize::from))
-            .map_err(|r| refusal(room, r))?;
-        let note = (!outcome.admitted)
-            .then(|| format!("{}:{}:{}", outcome.seq, outcome.epoch, solution.sub));
-        entry.solutions.record(solution.id, now, solution.ttl, note);
-        Ok(JoinOnce::Joined(outcome))
+        join_once_in(&mut entry, room, now, solution)
+    }
+
+    /// [`QueueStore::join_once_many`], synchronously: under one hold of
+    /// the room's lock, at one instant.
+    pub fn join_once_many_now(
+        &self,
+        room: &str,
+        solutions: &[Solution<'_>],
+    ) -> Result<Vec<Result<JoinOnce>>> {
+        let r = self.room(room)?;
+        let mut entry = r.lock();
+        let now = self.now_ms();
+        Ok(solutions
+            .iter()
+            .map(|s| join_once_in(&mut entry, room, now, *s))
+            .collect())
     }
 
     /// [`QueueStore::advance`], synchronously.
@@ -310,6 +313,29 @@ impl MemoryQueueStore {
             c.snapshot(room, now)
         })
     }
+}
+
+/// One [`QueueStore::join_once`] on a room's locked entry at `now`.
+fn join_once_in(
+    entry: &mut Entry,
+    room: &str,
+    now: u64,
+    solution: Solution<'_>,
+) -> Result<JoinOnce> {
+    if !solution.spent
+        && let Some(note) = entry.solutions.seen(solution.id, now)
+    {
+        return Ok(JoinOnce::Replayed { note });
+    }
+    entry.solutions.make_room(solution.id, now)?;
+    let outcome = entry
+        .core
+        .join_lane(now, solution.lane.map(usize::from))
+        .map_err(|r| refusal(room, r))?;
+    let note =
+        (!outcome.admitted).then(|| format!("{}:{}:{}", outcome.seq, outcome.epoch, solution.sub));
+    entry.solutions.record(solution.id, now, solution.ttl, note);
+    Ok(JoinOnce::Joined(outcome))
 }
 
 fn refusal(room: &str, r: Refusal) -> AdmissionError {
@@ -407,6 +433,14 @@ impl QueueStore for MemoryQueueStore {
 
     async fn join_once(&self, room: &str, solution: Solution<'_>) -> Result<JoinOnce> {
         self.join_once_now(room, solution)
+    }
+
+    async fn join_once_many(
+        &self,
+        room: &str,
+        solutions: &[Solution<'_>],
+    ) -> Result<Vec<Result<JoinOnce>>> {
+        self.join_once_many_now(room, solutions)
     }
 
     async fn spend_solution(&self, room: &str, id: &[u8; 16], ttl: Duration) -> Result<Spend> {

@@ -229,17 +229,17 @@ impl RedisQueueStore {
 
     /// Runs `script` for `room`; maps status 0 (no state) and 2 (closed).
     async fn run(&self, script: &Script, room: &str, args: &[String]) -> Result<Vec<i64>> {
-        let reply = self.run_raw(script, room, None, args).await?;
+        let reply = self.run_raw(script, room, &[], args).await?;
         Self::ints(room, reply)
     }
 
-    /// [`Self::run`]'s call with the reply as it came, and `extra` (a key
+    /// [`Self::run`]'s call with the reply as it came, and `extra` (keys
     /// under the room's hash tag) after the room's nine keys.
     async fn run_raw(
         &self,
         script: &Script,
         room: &str,
-        extra: Option<&str>,
+        extra: &[String],
         args: &[String],
     ) -> Result<Value> {
         validate_room_id(room)?;
@@ -247,7 +247,7 @@ impl RedisQueueStore {
         for k in self.keys(room) {
             inv.key(k);
         }
-        if let Some(k) = extra {
+        for k in extra {
             inv.key(k);
         }
         for a in args {
@@ -269,7 +269,7 @@ impl RedisQueueStore {
     /// connection, and refused ([`AdmissionError::NotReplicated`]) when fewer
     /// replicas acknowledged it.
     async fn run_waited(&self, script: &Script, room: &str, args: &[String]) -> Result<Vec<i64>> {
-        let reply = self.run_waited_raw(script, room, None, args).await?;
+        let reply = self.run_waited_raw(script, room, &[], args).await?;
         Self::ints(room, reply)
     }
 
@@ -278,7 +278,7 @@ impl RedisQueueStore {
         &self,
         script: &Script,
         room: &str,
-        extra: Option<&str>,
+        extra: &[String],
         args: &[String],
     ) -> Result<Value> {
         let Some(durable) = &self.durable else {
@@ -289,11 +289,9 @@ impl RedisQueueStore {
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha
             .arg(script.get_hash())
-            .arg(keys.len() + usize::from(extra.is_some()))
-            .arg(&keys[..]);
-        if let Some(k) = extra {
-            evalsha.arg(k);
-        }
+            .arg(keys.len() + extra.len())
+            .arg(&keys[..])
+            .arg(extra);
         evalsha.arg(args);
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
@@ -447,6 +445,18 @@ impl RedisQueueStore {
                     p.max(0) as u64
                 }),
         })
+    }
+
+    /// A reply of `join.lua` in mode 'once' (or one of 'many''s).
+    fn join_once_from(room: &str, reply: Value) -> Result<JoinOnce> {
+        if let Value::Array(items) = &reply
+            && let [Value::Int(5), note] = &items[..]
+        {
+            let note: String = redis::from_redis_value(note.clone())
+                .map_err(|e| AdmissionError::Protocol(e.to_string()))?;
+            return Ok(JoinOnce::Replayed { note: noted(note) });
+        }
+        Self::join_from(&Self::ints(room, reply)?).map(JoinOnce::Joined)
     }
 
     async fn configure_script(
@@ -728,16 +738,54 @@ impl QueueStore for RedisQueueStore {
             lane_arg(solution.lane),
         ];
         let reply = self
-            .run_waited_raw(&self.scripts.join, room, Some(&key), &args)
+            .run_waited_raw(&self.scripts.join, room, &[key], &args)
             .await?;
-        if let Value::Array(items) = &reply
-            && let [Value::Int(5), note] = &items[..]
-        {
-            let note: String = redis::from_redis_value(note.clone())
-                .map_err(|e| AdmissionError::Protocol(e.to_string()))?;
-            return Ok(JoinOnce::Replayed { note: noted(note) });
+        Self::join_once_from(room, reply)
+    }
+
+    async fn join_once_many(
+        &self,
+        room: &str,
+        solutions: &[Solution<'_>],
+    ) -> Result<Vec<Result<JoinOnce>>> {
+        validate_room_id(room)?;
+        if solutions.is_empty() {
+            return Ok(Vec::new());
         }
-        Self::join_from(&Self::ints(room, reply)?).map(JoinOnce::Joined)
+        let keys: Vec<String> = solutions
+            .iter()
+            .map(|s| self.solution_key(room, s.id))
+            .collect();
+        let mut args = Vec::with_capacity(1 + 4 * solutions.len());
+        args.push("many".to_owned());
+        for s in solutions {
+            args.push(ttl_ms(s.ttl));
+            args.push(s.sub.to_owned());
+            args.push(if s.spent { "own" } else { "new" }.to_owned());
+            args.push(lane_arg(s.lane));
+        }
+        let reply = self
+            .run_waited_raw(&self.scripts.join, room, &keys, &args)
+            .await?;
+        let Value::Array(items) = reply else {
+            return Err(AdmissionError::Protocol(format!(
+                "join_once_many reply {reply:?}"
+            )));
+        };
+        if let [Value::Int(0)] = &items[..] {
+            return Err(AdmissionError::RoomNotFound(room.to_owned()));
+        }
+        if items.len() != solutions.len() {
+            return Err(AdmissionError::Protocol(format!(
+                "join_once_many: {} replies for {} joins",
+                items.len(),
+                solutions.len()
+            )));
+        }
+        Ok(items
+            .into_iter()
+            .map(|r| Self::join_once_from(room, r))
+            .collect())
     }
 
     async fn spend_solution(&self, room: &str, id: &[u8; 16], ttl: Duration) -> Result<Spend> {

@@ -417,6 +417,22 @@ pub trait QueueStore: Send + Sync {
         solution: Solution<'_>,
     ) -> impl Future<Output = Result<JoinOnce>> + Send;
 
+    /// [`QueueStore::join_once`] for each of `solutions`, in order, as one
+    /// atomic step: each exactly as its own call would make it, one after
+    /// the other at one instant (the same solution twice: the second a
+    /// replay of the first). `Err` when the step as a whole failed (the
+    /// store unreachable, a timeout, too few replicas): then none, or all,
+    /// of the joins happened, as for one `join_once`; otherwise one result
+    /// per solution, a refusal (closed, full, no such lane, no state) for
+    /// that one alone. On Redis one script call for them all, a third of
+    /// the store's work per join of calls one each (README, "Joins sent
+    /// together").
+    fn join_once_many(
+        &self,
+        room: &str,
+        solutions: &[Solution<'_>],
+    ) -> impl Future<Output = Result<Vec<Result<JoinOnce>>>> + Send;
+
     /// Records a solution's id for `ttl` if it is not recorded: for a join
     /// with steps of its own between the spending and the place (invites,
     /// accounts), which then calls [`QueueStore::join_once`] with `spent`.
