@@ -88,6 +88,7 @@
 //!   result is that of one caller.
 
 pub mod backend;
+pub mod batch;
 pub mod bucket;
 #[cfg(feature = "test-util")]
 pub mod conformance;

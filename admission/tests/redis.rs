@@ -125,6 +125,104 @@ async fn slow_redis_times_out() {
     assert!(ok);
 }
 
+fn solution(id: &[u8; 16]) -> sluice_admission::Solution<'_> {
+    sluice_admission::Solution {
+        id,
+        ttl: Duration::from_secs(60),
+        sub: "v",
+        spent: false,
+        lane: None,
+    }
+}
+
+/// Joins batched behind a step that Redis does not answer (a `CLIENT
+/// PAUSE` longer than the store's timeout) fail within about one timeout,
+/// not one per step before them; once Redis answers again every solution
+/// buys exactly one place (the stalled step's joins ran when the pause
+/// ended: theirs come back as replays), and no seq is handed out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_joins_behind_a_stalled_step_fail_within_one_timeout() {
+    use sluice_admission::JoinOnce;
+    use sluice_admission::batch::JoinBatcher;
+    use std::sync::Arc;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let timeout = Duration::from_millis(300);
+    let cfg = RedisConfig {
+        timeout,
+        ..Default::default()
+    };
+    let store = RedisQueueStore::connect(&server.url(), cfg).await.unwrap();
+    let room = "stalled";
+    store
+        .configure(room, &RoomSettings::default())
+        .await
+        .unwrap();
+    let pause = std::thread::spawn({
+        let port = server.port();
+        move || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            std::io::Write::write_all(&mut s, b"CLIENT PAUSE 1500 ALL\r\n").unwrap();
+            let mut buf = [0u8; 64];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+        }
+    });
+    pause.join().unwrap();
+    let batcher = Arc::new(JoinBatcher::default());
+    let mut tasks = Vec::new();
+    for i in 0..40u8 {
+        let (b, st) = (batcher.clone(), store.clone());
+        tasks.push(tokio::spawn(async move {
+            // the first alone in its step, the rest waiting behind it
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let t0 = Instant::now();
+            let r = b.join_once(&st, room, solution(&[i; 16])).await;
+            (r, t0.elapsed())
+        }));
+    }
+    for t in tasks {
+        let (r, took) = t.await.unwrap();
+        assert!(matches!(r, Err(AdmissionError::StoreTimeout(_))), "{r:?}");
+        assert!(
+            took < timeout * 5 / 3,
+            "a join behind a stalled step waited {took:?} (timeout {timeout:?})"
+        );
+    }
+    // Redis answers again: each solution buys one place, once
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let mut seqs = HashSet::new();
+    for i in 0..40u8 {
+        let mut answer = None;
+        for _ in 0..20 {
+            match batcher.join_once(&store, room, solution(&[i; 16])).await {
+                Ok(a) => {
+                    answer = Some(a);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        match answer.expect("Redis answers again") {
+            JoinOnce::Joined(j) => assert!(seqs.insert(j.seq), "seq {} twice", j.seq),
+            JoinOnce::Replayed { note } => {
+                let seq: u64 = note
+                    .expect("a place")
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(seqs.insert(seq), "seq {seq} twice");
+            }
+        }
+    }
+    let snap = store.snapshot(room).await.unwrap();
+    assert_eq!(snap.tail, 40, "one place per solution");
+}
+
 /// The keys of a room share one hash tag, and a room id that could break
 /// it out is refused.
 #[tokio::test]

@@ -25,7 +25,7 @@ use sluice_tests::client::{Answer, TestClient, body, raw, statuses};
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;
 use sluice_tests::visitor::Visitor;
-use sluice_tests::{ADMIN_TOKEN, TestGateway, admin_patch, admin_room, temp_keys};
+use sluice_tests::{ADMIN_TOKEN, TestGateway, admin_patch, admin_room, metric, temp_keys};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const POW_SECRET: &str = "hostile-pow-secret-0123456789";
@@ -423,12 +423,19 @@ async fn a_solution_sent_at_once_over_many_connections_buys_one_place() {
         return;
     };
     let tail = settled_tail(&a.url(), "default").await;
-    const SOLUTIONS: usize = 6;
-    const SENDS: usize = 16;
+    // joins arriving while one is on its way to Redis go together
+    // (sluice_admission::batch): a solution's sends land in one batch and
+    // in several, on both gateways
+    const SOLUTIONS: usize = 24;
+    const SENDS: usize = 8;
     let mut solved = Vec::new();
     for _ in 0..SOLUTIONS {
         solved.push(Visitor::new(&a.url(), "default").solved().await);
     }
+    let carried = "sluice_join_store_step_joins_total{room=\"default\"}";
+    let steps = "sluice_join_store_steps_total{room=\"default\"}";
+    let carried_before = metric(&a.url(), carried).await + metric(&b.url(), carried).await;
+    let steps_before = metric(&a.url(), steps).await + metric(&b.url(), steps).await;
     let mut set = tokio::task::JoinSet::new();
     for (i, (challenge, solutions)) in solved.iter().enumerate() {
         for k in 0..SENDS {
@@ -463,6 +470,27 @@ async fn a_solution_sent_at_once_over_many_connections_buys_one_place() {
         tail + SOLUTIONS as u64,
         "one place per solution"
     );
+    // every send went to the store through a gateway's batchers (the
+    // counters follow at the next tick)
+    let mut sent = 0.0;
+    for _ in 0..40 {
+        sent = metric(&a.url(), carried).await + metric(&b.url(), carried).await - carried_before;
+        if sent >= (SOLUTIONS * SENDS) as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        sent,
+        (SOLUTIONS * SENDS) as f64,
+        "joins through the batchers"
+    );
+    let stepped = metric(&a.url(), steps).await + metric(&b.url(), steps).await - steps_before;
+    assert!(
+        stepped >= 1.0 && stepped <= sent,
+        "{stepped} steps for {sent} joins"
+    );
+    eprintln!("{sent} joins in {stepped} store steps");
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -21,6 +21,8 @@
 //! | `sluice_pow_difficulty_bits` | gauge | room | current global difficulty |
 //! | `sluice_store_up` | gauge | room | 1 when the store answered the last tick |
 //! | `sluice_challenges_total` | counter | room | challenges issued by this gateway |
+//! | `sluice_join_store_steps_total` | counter | room | store steps this gateway sent for joins paid for by a proof of work, on Redis (joins that arrive while one is on its way go together in the next step) |
+//! | `sluice_join_store_step_joins_total` | counter | room | the joins those steps carried: divided by the steps, the mean batch |
 //! | `sluice_pow_rejections_total` | counter | room, code | joins refused for their proof of work |
 //! | `sluice_invites_total` | counter | room, result | invite codes of invite-only rooms: `redeemed`, `returned` (a failed join gave its use back), or a refusal's reason (`required`, `malformed`, `unknown`, `exhausted`, `revoked`, `expired`) |
 //! | `sluice_room_full_total` | counter | room | challenges and joins a `reject` room refused with 503 `room_full` |
@@ -181,6 +183,16 @@ impl Telemetry {
             .collect();
         self.recorder
             .register_gauge(&Key::from_parts(name, labels), &META)
+    }
+
+    /// What the room's join batchers sent (every tick): store steps of
+    /// joins paid for by a proof of work, and the joins they carried.
+    pub fn join_steps(&self, room: &str, stats: &sluice_admission::batch::BatchStats) {
+        let l = [("room", room.to_owned())];
+        self.counter("sluice_join_store_steps_total", &l)
+            .absolute(stats.steps());
+        self.counter("sluice_join_store_step_joins_total", &l)
+            .absolute(stats.joins());
     }
 
     /// Records a room's snapshot (every tick).

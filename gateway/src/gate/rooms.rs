@@ -96,6 +96,9 @@ pub struct Room {
     /// The highest epoch of the room the ledger recorded (0: none).
     ledger_epoch: AtomicU64,
     joins: Mutex<RateMeter>,
+    /// What this gateway's join batchers of the room sent (one batcher per
+    /// I/O thread: [`join_once`]).
+    pub join_batches: Arc<sluice_admission::batch::BatchStats>,
     admits: Mutex<RateMeter>,
     /// Proof-of-work difficulty for this room.
     pub difficulty: DifficultyPolicy,
@@ -208,6 +211,7 @@ impl Room {
             max_frontier: AtomicU64::new(0),
             ledger_epoch: AtomicU64::new(0),
             joins: Mutex::new(RateMeter::new(5_000)),
+            join_batches: Arc::default(),
             admits: Mutex::new(RateMeter::new(5_000)),
             difficulty,
             join_limit_per_min: AtomicU32::new(limit),
@@ -1114,6 +1118,7 @@ pub async fn run_ticker(
                 room.store_ok(),
             );
             telemetry.ended_sessions(room.id(), room.ended_count(), room.ended_overflowing());
+            telemetry.join_steps(room.id(), &room.join_batches);
         }
     }
 }
@@ -1287,7 +1292,17 @@ pub async fn join_once(
 ) -> Result<sluice_admission::JoinOnce, AdmissionError> {
     use sluice_admission::JoinOnce;
     let seen = room.max_tail.load(Ordering::Relaxed);
-    let mut once = store.join_once(room.id(), solution).await?;
+    let mut once = match store {
+        // joins that arrive while one is on its way go together
+        // (sluice_admission::batch), from this thread's batcher of the
+        // room: a batch stays on the thread, and its Redis connection
+        QueueBackend::Redis(_) => {
+            join_batcher(room)
+                .join_once(store, room.id(), solution)
+                .await?
+        }
+        QueueBackend::Memory(_) => store.join_once(room.id(), solution).await?,
+    };
     // a lane's seqs are its own: the room-wide floor does not apply (a
     // store that went back is told by the ticker's snapshots)
     if let JoinOnce::Joined(outcome) = &once
@@ -1307,6 +1322,31 @@ pub async fn join_once(
         room.max_tail.fetch_max(outcome.seq, Ordering::Relaxed);
     }
     Ok(once)
+}
+
+thread_local! {
+    /// This thread's join batcher of each room (by id).
+    static JOIN_BATCHERS: std::cell::RefCell<
+        std::collections::HashMap<Box<str>, Arc<sluice_admission::batch::JoinBatcher>>,
+    > = std::cell::RefCell::default();
+}
+
+/// This thread's join batcher of room `id`. One per thread, not per room:
+/// each I/O thread has a Redis connection of its own, and a batch sent
+/// from another thread would wake this one to answer (README, "A hold
+/// stays on its I/O thread").
+fn join_batcher(room: &Room) -> Arc<sluice_admission::batch::JoinBatcher> {
+    JOIN_BATCHERS.with(|b| {
+        let mut b = b.borrow_mut();
+        if let Some(batcher) = b.get(room.id()) {
+            return batcher.clone();
+        }
+        let batcher = Arc::new(sluice_admission::batch::JoinBatcher::new(
+            room.join_batches.clone(),
+        ));
+        b.insert(room.id().into(), batcher.clone());
+        batcher
+    })
 }
 
 /// The store `did` (handed out, passed through) seq `store_seq`, at or
