@@ -34,7 +34,13 @@ use crate::store::{JoinOnce, QueueStore, Result, Solution};
 
 /// The most joins one store step carries.
 pub const MAX_BATCH: usize = 32;
-/// The most joins waiting for the step on its way; more are sent alone, as
+/// The most steps of one batcher on their way at once: a join that finds
+/// fewer goes at once, so under load a join waits for at most one step
+/// before its own rather than for a whole round trip of the store (the
+/// opening surge's joins waited twice as long with one: README, "Joins
+/// sent together").
+pub const MAX_IN_FLIGHT: usize = 2;
+/// The most joins waiting for the steps on their way; more are sent alone, as
 /// before batching (a slow store must not make an unbounded list).
 pub const MAX_WAITING: usize = 1024;
 
@@ -68,8 +74,8 @@ impl BatchStats {
 
 #[derive(Default)]
 struct Inner {
-    /// A step is on its way (its task will send those waiting).
-    busy: bool,
+    /// Steps on their way (their tasks send those waiting).
+    in_flight: usize,
     waiting: Vec<Waiting>,
 }
 
@@ -132,9 +138,11 @@ impl JoinBatcher {
                 None
             } else {
                 inner.waiting.push(waiting);
-                let idle = !inner.busy;
-                inner.busy = true;
-                Some(idle.then(|| inner.take()))
+                let start = inner.in_flight < MAX_IN_FLIGHT;
+                if start {
+                    inner.in_flight += 1;
+                }
+                Some(start.then(|| inner.take()))
             }
         };
         match first {
@@ -221,7 +229,7 @@ impl Sender {
                 }
             }
             if inner.waiting.is_empty() {
-                inner.busy = false;
+                inner.in_flight -= 1;
                 self.done = true;
                 return;
             }
@@ -234,9 +242,11 @@ impl Drop for Sender {
     fn drop(&mut self) {
         if !self.done {
             let mut inner = self.batcher.inner.lock();
-            inner.busy = false;
-            // their senders dropped: each hears its step was dropped
-            inner.waiting.clear();
+            inner.in_flight -= 1;
+            if inner.in_flight == 0 {
+                // their senders dropped: each hears its step was dropped
+                inner.waiting.clear();
+            }
         }
     }
 }
@@ -334,7 +344,11 @@ mod tests {
         }
         let snap = store.snapshot("r").await.unwrap();
         assert_eq!((snap.tail, snap.joins_total), (200, 200));
-        assert!(!batcher.inner.lock().busy, "idle once all are answered");
+        assert_eq!(
+            batcher.inner.lock().in_flight,
+            0,
+            "idle once all are answered"
+        );
         let stats = &batcher.stats;
         assert_eq!(stats.joins(), 600);
         assert!(stats.steps() < 100, "{} steps for 600 joins", stats.steps());
