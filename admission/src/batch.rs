@@ -1,12 +1,13 @@
 //! Joins sent together: [`QueueStore::join_once`] calls that arrive while
-//! one is on its way to the store go to it as one
-//! [`QueueStore::join_once_many`] once it is back (group commit).
+//! a batcher's steps are on their way to the store (at most
+//! [`MAX_IN_FLIGHT`]) go to it as one [`QueueStore::join_once_many`] once
+//! one is back (group commit).
 //!
-//! Nothing waits for a batch to fill: a join that finds the store idle is
-//! sent at once, alone; only joins that would have queued behind others
-//! on the store anyway are gathered. At the opening of a sale, when joins
-//! come thousands a second, the store reads and writes the room's state
-//! once per batch instead of once per join (README, "Joins sent
+//! Nothing waits for a batch to fill: a join that finds fewer steps on
+//! their way is sent at once; only joins that would have queued behind
+//! others on the store anyway are gathered. At the opening of a sale, when
+//! joins come thousands a second, the store reads and writes the room's
+//! state once per batch instead of once per join (README, "Joins sent
 //! together"). Our own rather than a crate's: the batching is one lock,
 //! a list and a task, and what it must keep (each join exactly as its own
 //! call would make it) is the store's `join_once_many`.
