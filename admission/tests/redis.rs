@@ -84,6 +84,15 @@ async fn concurrent_joins_across_connections() {
 }
 
 /// A Redis that does not answer gives a timeout error, not a hang.
+/// `CLIENT PAUSE ms ALL` on the server of `port`: commands sent from now
+/// on wait until the pause ends.
+fn pause_clients(port: u16, ms: u32) {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(&mut s, format!("CLIENT PAUSE {ms} ALL\r\n").as_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    let _ = std::io::Read::read(&mut s, &mut buf);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_redis_times_out() {
     let Some(server) = RedisServer::start() else {
@@ -98,16 +107,7 @@ async fn slow_redis_times_out() {
         .configure("slow", &RoomSettings::default())
         .await
         .unwrap();
-    let pause = std::thread::spawn({
-        let port = server.port();
-        move || {
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-            std::io::Write::write_all(&mut s, b"CLIENT PAUSE 1500 ALL\r\n").unwrap();
-            let mut buf = [0u8; 64];
-            let _ = std::io::Read::read(&mut s, &mut buf);
-        }
-    });
-    pause.join().unwrap();
+    pause_clients(server.port(), 1500);
     let t0 = Instant::now();
     let r = store.join("slow").await;
     assert!(matches!(r, Err(AdmissionError::StoreTimeout(_))), "{r:?}");
@@ -159,16 +159,7 @@ async fn batched_joins_behind_a_stalled_step_fail_within_one_timeout() {
         .configure(room, &RoomSettings::default())
         .await
         .unwrap();
-    let pause = std::thread::spawn({
-        let port = server.port();
-        move || {
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-            std::io::Write::write_all(&mut s, b"CLIENT PAUSE 1500 ALL\r\n").unwrap();
-            let mut buf = [0u8; 64];
-            let _ = std::io::Read::read(&mut s, &mut buf);
-        }
-    });
-    pause.join().unwrap();
+    pause_clients(server.port(), 1500);
     let batcher = Arc::new(JoinBatcher::default());
     let mut tasks = Vec::new();
     for i in 0..40u8 {
