@@ -1325,27 +1325,31 @@ pub async fn join_once(
 }
 
 thread_local! {
-    /// This thread's join batcher of each room (by id).
+    /// This thread's join batcher of each room, by the address of the
+    /// room's [`Room::join_batches`] (which the batcher holds: the address
+    /// is the room's for as long as the entry lives). Not by room id: two
+    /// gateways in one process (tests) may each have a room of one id on
+    /// another store, and a batch must never carry joins of both.
     static JOIN_BATCHERS: std::cell::RefCell<
-        std::collections::HashMap<Box<str>, Arc<sluice_admission::batch::JoinBatcher>>,
+        std::collections::HashMap<usize, Arc<sluice_admission::batch::JoinBatcher>>,
     > = std::cell::RefCell::default();
 }
 
-/// This thread's join batcher of room `id`. One per thread, not per room:
+/// This thread's join batcher of `room`. One per thread, not per room:
 /// each I/O thread has a Redis connection of its own, and a batch sent
 /// from another thread would wake this one to answer (README, "A hold
 /// stays on its I/O thread").
 fn join_batcher(room: &Room) -> Arc<sluice_admission::batch::JoinBatcher> {
+    let key = Arc::as_ptr(&room.join_batches) as usize;
     JOIN_BATCHERS.with(|b| {
-        let mut b = b.borrow_mut();
-        if let Some(batcher) = b.get(room.id()) {
-            return batcher.clone();
-        }
-        let batcher = Arc::new(sluice_admission::batch::JoinBatcher::new(
-            room.join_batches.clone(),
-        ));
-        b.insert(room.id().into(), batcher.clone());
-        batcher
+        b.borrow_mut()
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(sluice_admission::batch::JoinBatcher::new(
+                    room.join_batches.clone(),
+                ))
+            })
+            .clone()
     })
 }
 
