@@ -51,6 +51,16 @@
 -- never admit a join at once; reject joins as a passthrough does, {4}
 -- when it cannot.
 
+-- Records the solution of key for ttl ms with the place it bought
+-- ('seq:epoch:sub'), or '1' when admitted at once (no place to give back).
+local function note_place(key, ttl, admitted, seq, epoch, sub)
+  local note = '1'
+  if admitted == 0 then
+    note = int(seq) .. ':' .. int(epoch) .. ':' .. sub
+  end
+  redis.call('SET', key, note, 'PX', ttl)
+end
+
 -- One join, as 'once' (once true) or 'join'/'passthrough' make it, on st
 -- (loaded, written back by the caller) at now; key the solution's key,
 -- ttl, sub and own ARGV[2..4] of 'once'. The replay guard is the
@@ -105,11 +115,7 @@ local function join_one(st, now, mode, once, key, ttl, sub, lane_arg)
       admitted = 1
     end
     if once then
-      local note = '1'
-      if admitted == 0 then
-        note = int(l.t) .. ':' .. int(st.epoch) .. ':' .. sub
-      end
-      redis.call('SET', key, note, 'PX', ttl)
+      note_place(key, ttl, admitted, l.t, st.epoch, sub)
     end
     return {1, l.t, st.epoch, admitted, l.f, 0, lane, place}
   end
@@ -130,11 +136,7 @@ local function join_one(st, now, mode, once, key, ttl, sub, lane_arg)
     admitted = 1
   end
   if once then
-    local note = '1'
-    if admitted == 0 then
-      note = int(seq) .. ':' .. int(st.epoch) .. ':' .. sub
-    end
-    redis.call('SET', key, note, 'PX', ttl)
+    note_place(key, ttl, admitted, seq, st.epoch, sub)
   end
   local prequeue = 0
   if st.pq_n < 0 then

@@ -191,36 +191,27 @@ impl Sender {
             let stats = &self.batcher.stats;
             stats.steps.fetch_add(1, Ordering::Relaxed);
             stats.joins.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            // a store that did not answer (unreachable, timed out)
-            let mut unreachable = None;
-            let answers = if batch.len() == 1 {
-                // alone: the one-join step, as before batching
-                let a = store.join_once(&room, batch[0].solution()).await;
-                if let Err(e @ (AdmissionError::Store(_) | AdmissionError::StoreTimeout(_))) = &a {
-                    unreachable = Some(for_each(e));
+            let step = if batch.len() == 1 {
+                // alone: the one-join step, as before batching; a refusal
+                // is this join's own answer, not the step's failure
+                match store.join_once(&room, batch[0].solution()).await {
+                    Err(e) if unreachable(&e) => Err(e),
+                    a => Ok(vec![a]),
                 }
-                vec![a]
             } else {
                 let solutions: Vec<Solution<'_>> = batch.iter().map(Waiting::solution).collect();
-                match store.join_once_many(&room, &solutions).await {
-                    Ok(answers) => answers,
-                    Err(e) => {
-                        if matches!(
-                            e,
-                            AdmissionError::Store(_) | AdmissionError::StoreTimeout(_)
-                        ) {
-                            unreachable = Some(for_each(&e));
-                        }
-                        batch.iter().map(|_| Err(for_each(&e))).collect()
-                    }
-                }
+                store.join_once_many(&room, &solutions).await
+            };
+            let (answers, failed) = match step {
+                Ok(answers) => (answers, None),
+                Err(e) => (batch.iter().map(|_| Err(for_each(&e))).collect(), Some(e)),
             };
             for (w, a) in batch.into_iter().zip(answers) {
                 // a join whose request was dropped no longer listens
                 let _ = w.answer.send(a);
             }
             let mut inner = self.batcher.inner.lock();
-            if let Some(e) = unreachable {
+            if let Some(e) = failed.filter(unreachable) {
                 // Those that waited for this step would wait as long again
                 // for their own: they fail now, with its error, their
                 // solutions unspent (nothing of theirs was sent), as a
@@ -250,6 +241,15 @@ impl Drop for Sender {
             }
         }
     }
+}
+
+/// The store did not answer (unreachable, timed out): the joins waiting
+/// for the next step would fare no better.
+fn unreachable(e: &AdmissionError) -> bool {
+    matches!(
+        e,
+        AdmissionError::Store(_) | AdmissionError::StoreTimeout(_)
+    )
 }
 
 /// A failed step's error, for each join it carried.
