@@ -13,27 +13,34 @@
 # (rate 0) and asks for almost no work; the load is
 # tests/examples/stream_bench.rs (raw sockets from 127.0.0.2, .3, ...).
 #
-# Usage: tests/bench/streams.sh [visitors=10000] [window_seconds=30]
+# Usage: tests/bench/streams.sh [visitors=10000] [window_seconds=30] [streams_per_connection=1]
 #        SLUICE_BIN=/tmp/old/sluice tests/bench/streams.sh   # another build
 #        tests/bench/streams.sh 100000      # the issue's scale
-# Each stream is a file descriptor in the gateway and another in the load
-# process: N needs a file limit above N for both. The script raises the soft
-# limit to the hard one (and tries higher); with a lower hard limit it
-# measures as many streams as fit and says so. Loopback only; bounded in
-# count and time (the load stops itself; a 15-minute ceiling on the whole).
+#        tests/bench/streams.sh 100000 30 200   # over HTTP/2, 200 a connection
+# Over HTTP/1.1 (the default) each stream is a file descriptor in the
+# gateway and another in the load process: N needs a file limit above N for
+# both. The script raises the soft limit to the hard one (and tries higher);
+# with a lower hard limit it measures as many streams as fit and says so.
+# With streams_per_connection above 1 the streams are requests on HTTP/2
+# connections (prior knowledge; the gateway allows 256 at once on one), a
+# descriptor per connection: N streams on a host whose file limit is below N,
+# measuring a stream's cost without a connection of its own.
+# Loopback only; bounded in count and time (the load stops itself; a
+# 15-minute ceiling on the whole).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N="${1:-10000}"
 WINDOW="${2:-30}"
+PER_CONN="${3:-1}"
 ROOM=default
 ADMIN=bench-admin-token-0123456789
 
-# File descriptors: the gateway's and the load's, one per stream each.
-want=$((N + 1024))
+# File descriptors: the gateway's and the load's, one per connection each.
+want=$(( (N + PER_CONN - 1) / PER_CONN + 1024 ))
 ulimit -n "$want" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 limit=$(ulimit -n)
 if [ "$limit" != unlimited ] && [ "$limit" -lt "$want" ]; then
-  fit=$((limit - 1024))
+  fit=$(( (limit - 1024) * PER_CONN ))
   echo "!! file limit: hard limit $(ulimit -Hn) (not raisable here: no CAP_SYS_RESOURCE);" \
        "$N streams need $want descriptors per process: measuring $fit streams instead" >&2
   N=$fit
@@ -82,9 +89,9 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$SLUICE/_sluice/readyz" >/dev
 # The room's one credit goes to a first visitor: everyone after waits.
 ./target/release/examples/bench_tools join "http://127.0.0.1:$SLUICE" "$ROOM" >/dev/null 2>&1 || true
 
-echo "streams bench: $N visitors, windows of ${WINDOW}s, file limit $limit, $(nproc) cores shared by load and gateway" >&2
+echo "streams bench: $N visitors, $PER_CONN per connection, windows of ${WINDOW}s, file limit $limit, $(nproc) cores shared by load and gateway" >&2
 CLK_TCK=$(getconf CLK_TCK) timeout 900 ./target/release/examples/stream_bench \
-  "http://127.0.0.1:$SLUICE" "$ROOM" "$ADMIN" "$GATEWAY" "$N" "$WINDOW" | tee "$work/out.txt"
+  "http://127.0.0.1:$SLUICE" "$ROOM" "$ADMIN" "$GATEWAY" "$N" "$WINDOW" "$PER_CONN" | tee "$work/out.txt"
 if grep -qE 'ERROR|panicked' "$work/gateway.log"; then
   echo "gateway log:" >&2; tail -20 "$work/gateway.log" >&2
 fi

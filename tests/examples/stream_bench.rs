@@ -1,7 +1,7 @@
 //! The load side of `tests/bench/streams.sh`: what one waiting visitor
 //! costs a gateway when it streams its status rather than polls it.
 //!
-//! Usage: `stream_bench BASE_URL ROOM ADMIN_TOKEN GATEWAY_PID N WINDOW_SECONDS`
+//! Usage: `stream_bench BASE_URL ROOM ADMIN_TOKEN GATEWAY_PID N WINDOW_SECONDS [STREAMS_PER_CONNECTION]`
 //!
 //! With `N` visitors waiting in a room that admits nobody (rate 0), in
 //! this order:
@@ -17,7 +17,12 @@
 //!    stream, then at 10,000, 50,000 and 100,000 open idle streams (those
 //!    of them at most `N`) and at `N`, each stream a raw connection from
 //!    one of several loopback source addresses (127.0.0.2, .3, …; one
-//!    address has about 28,000 ephemeral ports);
+//!    address has about 28,000 ephemeral ports); with
+//!    `STREAMS_PER_CONNECTION` above 1, the streams are requests on HTTP/2
+//!    connections (prior knowledge), that many on each: a file descriptor
+//!    per connection rather than per stream, so a host whose file limit
+//!    is below N can still hold N streams open (what is then measured is a
+//!    stream's cost without its own connection's);
 //! 4. **pushed**: the gateway's CPU time over `WINDOW_SECONDS` while the
 //!    same visitors wait streamed;
 //! 5. **fan-out**: the room is paused through the admin API and the time
@@ -53,8 +58,14 @@ const FANOUT_LIMIT: Duration = Duration::from_secs(20);
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [base, room, admin, pid, n, window] = args.as_slice() else {
-        anyhow::bail!("usage: stream_bench BASE_URL ROOM ADMIN_TOKEN GATEWAY_PID N WINDOW_SECONDS");
+    let (per_conn, args) = match args.as_slice() {
+        [rest @ .., last] if rest.len() == 6 => (last.parse::<usize>()?.max(1), rest),
+        all => (1, all),
+    };
+    let [base, room, admin, pid, n, window] = args else {
+        anyhow::bail!(
+            "usage: stream_bench BASE_URL ROOM ADMIN_TOKEN GATEWAY_PID N WINDOW_SECONDS [STREAMS_PER_CONNECTION]"
+        );
     };
     let pid: u32 = pid.parse()?;
     let n: usize = n.parse()?;
@@ -110,19 +121,38 @@ async fn main() -> anyhow::Result<()> {
     let gate = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
     let open_started = Instant::now();
     let mut per_stream = Vec::new();
+    let mut h2 = None;
+    let mut connections = 0usize;
     for m in marks {
         while opened_to < m {
             let token = visitors[opened_to].0.clone();
             let src = Ipv4Addr::new(127, 0, 0, 2 + (opened_to % addresses) as u8);
             let permit = gate.clone().acquire_owned().await?;
-            tasks.push(tokio::spawn(stream(
-                addr,
-                src,
-                room.clone(),
-                token,
-                hub.clone(),
-                permit,
-            )));
+            if per_conn > 1 {
+                if opened_to % per_conn == 0 {
+                    h2 = Some(h2_connection(addr, src).await?);
+                    connections += 1;
+                }
+                let send = h2.clone().expect("an HTTP/2 connection");
+                tasks.push(tokio::spawn(stream_h2(
+                    send,
+                    addr,
+                    room.clone(),
+                    token,
+                    hub.clone(),
+                    permit,
+                )));
+            } else {
+                connections += 1;
+                tasks.push(tokio::spawn(stream(
+                    addr,
+                    src,
+                    room.clone(),
+                    token,
+                    hub.clone(),
+                    permit,
+                )));
+            }
             opened_to += 1;
         }
         while hub.opened.load(Ordering::Acquire) + hub.failed.load(Ordering::Acquire) < m {
@@ -143,7 +173,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let open = hub.opened.load(Ordering::Acquire);
     println!(
-        "opened    {open} streams from {addresses} source addresses in {:.1} s",
+        "opened    {open} streams on {connections} {} connections from {addresses} source addresses in {:.1} s",
+        if per_conn > 1 { "HTTP/2" } else { "HTTP/1.1" },
         open_started.elapsed().as_secs_f64()
     );
     anyhow::ensure!(open > 0, "no stream opened: see the gateway's log");
@@ -167,9 +198,16 @@ async fn main() -> anyhow::Result<()> {
 
     // 5. Fan-out.
     let admin_client = TestClient::new();
+    // This process, read the same way: on a shared machine the load's own
+    // reading of every event is part of the time a fan-out takes.
+    let own = Gateway {
+        pid: std::process::id(),
+        clk_tck: gw.clk_tck,
+    };
     for (phase, paused, state) in [(1u8, true, "paused"), (2, false, "waiting")] {
         hub.arrivals.lock().expect("arrivals").clear();
         hub.phase.store(phase, Ordering::Release);
+        let (gw_cpu0, load_cpu0) = (gw.cpu_seconds()?, own.cpu_seconds()?);
         let sent = Instant::now();
         let res = admin_client
             .call(
@@ -188,6 +226,7 @@ async fn main() -> anyhow::Result<()> {
         while hub.arrivals.lock().expect("arrivals").len() < open && sent.elapsed() < FANOUT_LIMIT {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let (gw_cpu, load_cpu) = (gw.cpu_seconds()? - gw_cpu0, own.cpu_seconds()? - load_cpu0);
         let mut times: Vec<f64> = hub
             .arrivals
             .lock()
@@ -202,10 +241,13 @@ async fn main() -> anyhow::Result<()> {
         match (times.first(), q(0.5), q(0.99), times.last()) {
             (Some(first), Some(p50), Some(p99), Some(last)) => println!(
                 "fanout    {state}: {} of {open} streams heard it; after the PATCH (answered in {:.0} ms): \
-                 first {first:.0} ms, p50 {p50:.0} ms, p99 {p99:.0} ms, last {last:.0} ms (spread {:.0} ms)",
+                 first {first:.0} ms, p50 {p50:.0} ms, p99 {p99:.0} ms, last {last:.0} ms (spread {:.0} ms); \
+                 CPU meanwhile: gateway {:.0} ms, this load {:.0} ms",
                 times.len(),
                 answered.as_secs_f64() * 1000.0,
-                last - first
+                last - first,
+                gw_cpu * 1000.0,
+                load_cpu * 1000.0
             ),
             _ => println!("fanout    {state}: no stream heard it within {FANOUT_LIMIT:?}"),
         }
@@ -229,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The gateway process, read from `/proc`.
+/// A process (the gateway's, or this one), read from `/proc`.
 struct Gateway {
     pid: u32,
     clk_tck: f64,
@@ -400,12 +442,7 @@ async fn stream(
     hub: Arc<Hub>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
-    let mut permit = Some(permit);
-    let fail = |hub: &Hub, why: &str| {
-        if hub.failed.fetch_add(1, Ordering::AcqRel) < 5 {
-            eprintln!("stream from {src}: {why}");
-        }
-    };
+    let mut events = Events::new(hub, permit, true);
     let conn = async {
         let s = tokio::net::TcpSocket::new_v4()?;
         s.bind(SocketAddr::from((src, 0)))?;
@@ -413,7 +450,7 @@ async fn stream(
     };
     let mut conn = match conn.await {
         Ok(c) => c,
-        Err(e) => return fail(&hub, &format!("connect: {e}")),
+        Err(e) => return events.fail(&format!("from {src}: connect: {e}")),
     };
     let req = format!(
         "GET /_sluice/rooms/{room}/status HTTP/1.1\r\nhost: {gateway}\r\naccept: text/event-stream\r\n\
@@ -421,39 +458,145 @@ async fn stream(
     );
     drop(token);
     if let Err(e) = conn.write_all(req.as_bytes()).await {
-        return fail(&hub, &format!("write: {e}"));
+        return events.fail(&format!("from {src}: write: {e}"));
     }
     drop(req);
     let mut buf = vec![0u8; 1024];
-    let mut line: Vec<u8> = Vec::new();
-    let mut head = true;
-    let mut seen_phase = 0u8;
     loop {
         let n = match conn.read(&mut buf).await {
-            Ok(0) | Err(_) => {
-                if permit.is_some() {
-                    fail(&hub, "closed before its first event");
-                } else {
-                    hub.ended.fetch_add(1, Ordering::AcqRel);
-                }
-                return;
-            }
+            Ok(0) | Err(_) => return events.closed(),
             Ok(n) => n,
         };
-        hub.bytes.fetch_add(n as u64, Ordering::Relaxed);
-        for &b in &buf[..n] {
+        if events.feed(&buf[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+/// An HTTP/2 connection (prior knowledge) from `src`, on which streams are
+/// opened as requests; its driver runs as a task of its own.
+async fn h2_connection(
+    gateway: SocketAddr,
+    src: Ipv4Addr,
+) -> anyhow::Result<hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>> {
+    let s = tokio::net::TcpSocket::new_v4()?;
+    s.bind(SocketAddr::from((src, 0)))?;
+    let tcp = s.connect(gateway).await?;
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            eprintln!("h2 connection from {src}: {e}");
+        }
+    });
+    Ok(send)
+}
+
+/// One idle stream as a request on a shared HTTP/2 connection: opens it,
+/// tells the hub, then reads until the gateway ends it or the task is
+/// aborted.
+async fn stream_h2(
+    mut send: hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    gateway: SocketAddr,
+    room: String,
+    token: String,
+    hub: Arc<Hub>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    use http_body_util::BodyExt;
+    let mut events = Events::new(hub, permit, false);
+    let req = Request::builder()
+        .method(Method::GET)
+        .uri(format!("http://{gateway}/_sluice/rooms/{room}/status"))
+        .header("accept", "text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Empty::new())
+        .expect("request");
+    drop(token);
+    if let Err(e) = send.ready().await {
+        return events.fail(&format!("h2 connection not ready: {e}"));
+    }
+    let res = match send.send_request(req).await {
+        Ok(res) => res,
+        Err(e) => return events.fail(&format!("h2 request: {e}")),
+    };
+    drop(send);
+    if res.status() != 200 {
+        return events.fail(&format!("h2 answer {}", res.status()));
+    }
+    let mut body = res.into_body();
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref()
+                    && events.feed(data).is_err()
+                {
+                    return;
+                }
+            }
+            Some(Err(_)) | None => return events.closed(),
+        }
+    }
+}
+
+/// One stream's bytes, read as event-stream lines: counts what the hub
+/// counts and notes when this stream heard the phase's state.
+struct Events {
+    hub: Arc<Hub>,
+    /// Held until the first event: the stream counts as opening until then.
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    line: Vec<u8>,
+    /// Still in an HTTP/1 answer's head.
+    head: bool,
+    seen_phase: u8,
+}
+
+impl Events {
+    fn new(hub: Arc<Hub>, permit: tokio::sync::OwnedSemaphorePermit, head: bool) -> Self {
+        Events {
+            hub,
+            permit: Some(permit),
+            line: Vec::new(),
+            head,
+            seen_phase: 0,
+        }
+    }
+
+    fn fail(&self, why: &str) {
+        if self.hub.failed.fetch_add(1, Ordering::AcqRel) < 5 {
+            eprintln!("stream: {why}");
+        }
+    }
+
+    /// The gateway ended the stream (or the connection went).
+    fn closed(&self) {
+        if self.permit.is_some() {
+            self.fail("closed before its first event");
+        } else {
+            self.hub.ended.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Bytes as they came; `Err` when the answer was not a stream.
+    fn feed(&mut self, bytes: &[u8]) -> Result<(), ()> {
+        let hub = self.hub.clone();
+        hub.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        for &b in bytes {
             if b != b'\n' {
-                if line.len() < 4096 {
-                    line.push(b);
+                if self.line.len() < 4096 {
+                    self.line.push(b);
                 }
                 continue;
             }
-            let l = std::mem::take(&mut line);
-            if head {
+            let l = std::mem::take(&mut self.line);
+            if self.head {
                 if l.starts_with(b"HTTP/1.1 ") && !l.starts_with(b"HTTP/1.1 200") {
-                    return fail(&hub, &String::from_utf8_lossy(&l));
+                    self.fail(&String::from_utf8_lossy(&l));
+                    return Err(());
                 }
-                head = l != b"\r";
+                self.head = l != b"\r";
                 continue;
             }
             if l.starts_with(b":") || l.starts_with(b"data: ") {
@@ -462,24 +605,25 @@ async fn stream(
             if !l.starts_with(b"data: ") {
                 continue;
             }
-            if permit.take().is_some() {
+            if self.permit.take().is_some() {
                 hub.opened.fetch_add(1, Ordering::AcqRel);
             }
             let phase = hub.phase.load(Ordering::Acquire);
-            if phase > seen_phase {
+            if phase > self.seen_phase {
                 let want: &[u8] = if phase == 1 {
                     b"\"state\":\"paused\""
                 } else {
                     b"\"state\":\"waiting\""
                 };
                 if l.windows(want.len()).any(|w| w == want) {
-                    seen_phase = phase;
+                    self.seen_phase = phase;
                     hub.arrivals.lock().expect("arrivals").push(Instant::now());
                 }
             }
         }
-        if line.capacity() > 4096 {
-            line.shrink_to_fit();
+        if self.line.capacity() > 4096 {
+            self.line.shrink_to_fit();
         }
+        Ok(())
     }
 }
