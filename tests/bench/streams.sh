@@ -32,6 +32,8 @@ cd "$(dirname "$0")/../.."
 N="${1:-10000}"
 WINDOW="${2:-30}"
 PER_CONN="${3:-1}"
+[ "$PER_CONN" -ge 1 ] && [ "$PER_CONN" -le 256 ] ||
+  { echo "streams_per_connection: 1 to 256 (the gateway's HTTP/2 limit of streams at once)" >&2; exit 2; }
 ROOM=default
 ADMIN=bench-admin-token-0123456789
 
