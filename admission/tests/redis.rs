@@ -83,7 +83,6 @@ async fn concurrent_joins_across_connections() {
     assert_eq!(*seen.iter().max().unwrap(), 64 * 40);
 }
 
-/// A Redis that does not answer gives a timeout error, not a hang.
 /// `CLIENT PAUSE ms ALL` on the server of `port`: commands sent from now
 /// on wait until the pause ends.
 fn pause_clients(port: u16, ms: u32) {
@@ -93,6 +92,7 @@ fn pause_clients(port: u16, ms: u32) {
     let _ = std::io::Read::read(&mut s, &mut buf);
 }
 
+/// A Redis that does not answer gives a timeout error, not a hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_redis_times_out() {
     let Some(server) = RedisServer::start() else {

@@ -581,7 +581,7 @@ impl Events {
 
     /// Bytes as they came; `Err` when the answer was not a stream.
     fn feed(&mut self, bytes: &[u8]) -> Result<(), ()> {
-        let hub = self.hub.clone();
+        let hub = &self.hub;
         hub.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         for &b in bytes {
             if b != b'\n' {
