@@ -51,6 +51,19 @@ pub enum ReservationError {
     #[error("reservation store answered unexpectedly: {0}")]
     Protocol(String),
 
+    /// A hold of a sharded event lost the race for the units pulled to its
+    /// home shard in every one of its `rounds` home attempts, and no pass
+    /// over the shards proved the event sold out (module docs of
+    /// [`crate::sharded`], "Sold out"). Nothing was held; safe to retry.
+    /// The gateway answers 503 `store_unavailable`, never "sold out".
+    #[error(
+        "the units of this event kept moving: no hold and no proof of sold out in {rounds} rounds"
+    )]
+    Contended {
+        /// Home attempts made.
+        rounds: u32,
+    },
+
     /// The store could not be set up (a malformed Redis URL, a client
     /// option Redis refused).
     #[error("reservation store misconfigured: {0}")]
@@ -63,7 +76,10 @@ impl ReservationError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            Self::Unavailable(_) | Self::Timeout(_) | Self::NotReplicated { .. }
+            Self::Unavailable(_)
+                | Self::Timeout(_)
+                | Self::NotReplicated { .. }
+                | Self::Contended { .. }
         )
     }
 

@@ -47,7 +47,16 @@
 //! last arrived or as in transit from where it last left. Then "sold out"
 //! is answered with the units left (the buyer can ask for fewer).
 //! Otherwise, or when units are left, it pulls from the richest shards
-//! and holds at home again, up to [`ROUTER_ROUNDS`] home attempts. A
+//! and holds at home again. After [`ROUTER_ROUNDS`] home attempts lost to
+//! other buyers, a buyer keeps its turn over the pass, the pull and the
+//! hold at home, so buyers who keep losing stop taking units from each
+//! other's homes; after [`ROUTER_ROUNDS_MAX`] it answers
+//! [`crate::ReservationError::Contended`] (503, try again), never an
+//! unproved "sold out" (the CI run of a09a853 caught one: a cart of 2
+//! told "sold out" after twelve rounds while 2 units were provably
+//! unsold). So does a buyer who, after [`ROUTER_ROUNDS`], finds the
+//! units it needs only in transit (a transfer whose gateway died waits
+//! for a sweep): they are not sold, so "sold out" would be false. A
 //! pass that found nothing left is remembered for [`SOLD_OUT_FRESH`]:
 //! within it a walk that finds nothing answers at once, so the storm of
 //! "sold out" after a sale costs a walk (one call per shard, which also
@@ -94,9 +103,14 @@ use crate::{Inventory, spec_problem};
 /// enough that the gateway that started it has finished with it.
 pub const SWEEP_AFTER_MS: u64 = 2_000;
 
-/// Home attempts of one routed hold before it gives up with what it last
-/// heard (module docs, "Sold out").
+/// Home attempts of one routed hold before it keeps its event's turn over
+/// the pass, the pull and the hold (module docs, "Sold out").
 pub const ROUTER_ROUNDS: u32 = 12;
+
+/// Home attempts of one routed hold before it answers
+/// [`crate::ReservationError::Contended`]: it could neither hold nor
+/// prove the event sold out (module docs, "Sold out").
+pub const ROUTER_ROUNDS_MAX: u32 = 4 * ROUTER_ROUNDS;
 
 /// How long a pass over every shard that found nothing left spares the
 /// next "sold out" answers of the event their reads (module docs).
@@ -458,8 +472,7 @@ impl<I: Inventory> Sharded<I> {
                 .await;
         }
         let mut shards = self.cached_shards(event);
-        let mut last = HoldOutcome::NotReady;
-        for _ in 0..ROUTER_ROUNDS {
+        for round in 0..ROUTER_ROUNDS_MAX {
             let home = home_shard(visitor, shards);
             let target = event.shard(home);
             let r = self
@@ -482,8 +495,8 @@ impl<I: Inventory> Sharded<I> {
                 }
                 HoldOutcome::SoldOut { available } if shards > 1 => {
                     let need = u64::from(qty).saturating_sub(available);
-                    if self.pull(event, home, shards, need).await? > 0 {
-                        last = r;
+                    let patient = round < ROUTER_ROUNDS;
+                    if patient && self.pull(event, home, shards, need).await? > 0 {
                         continue;
                     }
                     if self.known_sold_out(event) {
@@ -496,41 +509,61 @@ impl<I: Inventory> Sharded<I> {
                     // event at a time (when the crowd meets the end of a
                     // sale, the first pass answers for all who wait).
                     let turn = self.survey_turn(event);
-                    let survey = {
-                        let _turn = turn.lock().await;
-                        if self.known_sold_out(event) {
-                            return Ok(r);
+                    let turn = turn.lock().await;
+                    if self.known_sold_out(event) {
+                        return Ok(r);
+                    }
+                    let mut survey = self.survey(event, shards).await?;
+                    if survey.left() < u64::from(qty) {
+                        // Believed only if no unit moved while it read:
+                        // every shard's `moves` the same on a second read.
+                        let check = self.survey(event, shards).await?;
+                        if check.moves == survey.moves {
+                            let left = survey.left();
+                            self.note_sold_out(event, left == 0);
+                            let all = survey.available.iter().sum();
+                            return Ok(HoldOutcome::SoldOut { available: all });
                         }
-                        let survey = self.survey(event, shards).await?;
-                        if survey.left() >= u64::from(qty) {
-                            survey
-                        } else {
-                            // Believed only if no unit moved while it read:
-                            // every shard's `moves` the same on a second read.
-                            let check = self.survey(event, shards).await?;
-                            if check.moves == survey.moves {
-                                let left = survey.left();
-                                self.note_sold_out(event, left == 0);
-                                let all = survey.available.iter().sum();
-                                return Ok(HoldOutcome::SoldOut { available: all });
-                            }
-                            check
-                        }
-                    };
-                    last = r;
+                        survey = check;
+                    }
                     let richest = survey.richest(home);
                     if richest.is_empty() {
                         // Only units in transit (or landed at home since):
-                        // the pull that moves them ends in a moment.
+                        // the pull that moves them ends in a moment, or
+                        // its gateway died and they wait for a sweep.
+                        drop(turn);
+                        if !patient {
+                            return Err(crate::ReservationError::Contended { rounds: round + 1 });
+                        }
                         tokio::task::yield_now().await;
-                    } else {
-                        self.pull_from(event, home, &richest, need).await?;
+                        continue;
+                    }
+                    self.pull_from(event, home, &richest, need).await?;
+                    if patient {
+                        continue;
+                    }
+                    // Lost too often: hold at home before another buyer
+                    // that keeps losing takes the turn (and the units).
+                    let r = self
+                        .inner
+                        .hold_in_layout(&target, visitor, qty, idempotency_key, shards)
+                        .await?;
+                    drop(turn);
+                    if !matches!(
+                        r,
+                        HoldOutcome::SoldOut { .. } | HoldOutcome::Resharded { .. }
+                    ) {
+                        return Ok(r);
                     }
                 }
                 other => return Ok(other),
             }
         }
-        Ok(last)
+        // Neither held nor proved sold out: units are still moving (or
+        // stuck in transit until a sweep lands them). Try again.
+        Err(crate::ReservationError::Contended {
+            rounds: ROUTER_ROUNDS_MAX,
+        })
     }
 
     /// Loads configured stock of an event split into `shards`, only into a

@@ -41,8 +41,9 @@
 //!   *started* by then: a lower bound, 0 on a plain event by construction).
 //!   The store underneath counts the calls of each routed hold (home
 //!   attempts, shards walked, units moved), so the report says how many
-//!   holds moved units home first and how many sold-out answers came from
-//!   the router giving up after its last home attempt (`ROUTER_ROUNDS`).
+//!   holds moved units home first and how many sold-out answers came after
+//!   `ROUTER_ROUNDS` home attempts (when the router keeps its turn over
+//!   pass, pull and hold; it answers "sold out" only from a proving pass).
 //!
 //! Ends with checks: never oversold, nothing in transit, the invariant,
 //! no visitor over the cart limit (tracked here, and read from every

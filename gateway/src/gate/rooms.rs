@@ -99,6 +99,9 @@ pub struct Room {
     /// What this gateway's join batchers of the room sent (one batcher per
     /// I/O thread: [`join_once`]).
     pub join_batches: Arc<sluice_admission::batch::BatchStats>,
+    /// Held strongly by the room alone: the I/O threads' batchers of the
+    /// room are keyed by it and dropped once it is gone ([`join_batcher`]).
+    batchers_key: Arc<()>,
     admits: Mutex<RateMeter>,
     /// Proof-of-work difficulty for this room.
     pub difficulty: DifficultyPolicy,
@@ -212,6 +215,7 @@ impl Room {
             ledger_epoch: AtomicU64::new(0),
             joins: Mutex::new(RateMeter::new(5_000)),
             join_batches: Arc::default(),
+            batchers_key: Arc::new(()),
             admits: Mutex::new(RateMeter::new(5_000)),
             difficulty,
             join_limit_per_min: AtomicU32::new(limit),
@@ -1326,30 +1330,39 @@ pub async fn join_once(
 
 thread_local! {
     /// This thread's join batcher of each room, by the address of the
-    /// room's [`Room::join_batches`] (which the batcher holds: the address
-    /// is the room's for as long as the entry lives). Not by room id: two
-    /// gateways in one process (tests) may each have a room of one id on
-    /// another store, and a batch must never carry joins of both.
-    static JOIN_BATCHERS: std::cell::RefCell<
-        std::collections::HashMap<usize, Arc<sluice_admission::batch::JoinBatcher>>,
-    > = std::cell::RefCell::default();
+    /// room's `batchers_key`, with a weak reference to it (which keeps the
+    /// address from being reused while the entry lives). Not by room id:
+    /// two gateways in one process (tests) may each have a room of one id
+    /// on another store, and a batch must never carry joins of both.
+    static JOIN_BATCHERS: std::cell::RefCell<JoinBatchers> = std::cell::RefCell::default();
 }
+
+type JoinBatchers = std::collections::HashMap<
+    usize,
+    (
+        std::sync::Weak<()>,
+        Arc<sluice_admission::batch::JoinBatcher>,
+    ),
+>;
 
 /// This thread's join batcher of `room`. One per thread, not per room:
 /// each I/O thread has a Redis connection of its own, and a batch sent
 /// from another thread would wake this one to answer (README, "A hold
-/// stays on its I/O thread").
+/// stays on its I/O thread"). A thread's first join of a room drops the
+/// thread's batchers of deleted rooms.
 fn join_batcher(room: &Room) -> Arc<sluice_admission::batch::JoinBatcher> {
-    let key = Arc::as_ptr(&room.join_batches) as usize;
+    let key = Arc::as_ptr(&room.batchers_key) as usize;
     JOIN_BATCHERS.with(|b| {
-        b.borrow_mut()
-            .entry(key)
-            .or_insert_with(|| {
-                Arc::new(sluice_admission::batch::JoinBatcher::new(
-                    room.join_batches.clone(),
-                ))
-            })
-            .clone()
+        let mut map = b.borrow_mut();
+        if let Some((_, batcher)) = map.get(&key) {
+            return batcher.clone();
+        }
+        map.retain(|_, (alive, _)| alive.strong_count() > 0);
+        let batcher = Arc::new(sluice_admission::batch::JoinBatcher::new(
+            room.join_batches.clone(),
+        ));
+        map.insert(key, (Arc::downgrade(&room.batchers_key), batcher.clone()));
+        batcher
     })
 }
 
@@ -1903,6 +1916,37 @@ pub fn fail_open(room: &Room) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A deleted room's batcher does not stay on the thread: the next
+    /// room's first join there drops it; a live room keeps its own, and
+    /// two rooms of one id (two gateways in a process) have one each.
+    #[test]
+    fn deleted_rooms_leave_no_join_batcher_behind() {
+        let room = |id: &str| {
+            let config = RoomConfig {
+                id: id.into(),
+                ..RoomConfig::default()
+            };
+            Room::new(config, None, 0, 16).unwrap()
+        };
+        let on_thread = || JOIN_BATCHERS.with(|b| b.borrow().len());
+        let before = on_thread();
+        let (a, twin) = (room("a"), room("a"));
+        let first = join_batcher(&a);
+        assert!(Arc::ptr_eq(&first, &join_batcher(&a)));
+        assert!(!Arc::ptr_eq(&first, &join_batcher(&twin)));
+        assert_eq!(on_thread(), before + 2);
+        for n in 0..100 {
+            let deleted = room(&format!("deleted-{n}"));
+            join_batcher(&deleted);
+        }
+        // The last deleted room's batcher waits for the next new room.
+        assert_eq!(on_thread(), before + 3);
+        drop(twin);
+        join_batcher(&room("b"));
+        assert_eq!(on_thread(), before + 2, "a and b");
+        assert!(Arc::ptr_eq(&first, &join_batcher(&a)));
+    }
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, failure_persistence: None, ..Default::default() })]

@@ -452,10 +452,19 @@ pub async fn sharded_last_units_storm(h: &Harness, shards: u32, total: u64, buye
             // (start, qty) of holds won; (answer, qty, available) of "sold out"
             let (mut won, mut sold_out) = (Vec::new(), Vec::new());
             let mut qty = 1 + (b % 4) as u32;
+            // "Try again" (the router neither held nor proved sold out
+            // within its rounds, `Contended`): honest, but bounded here.
+            let mut retries = 0;
             for n in 0.. {
                 let start = clock.fetch_add(1, Ordering::SeqCst);
                 let visitor = format!("buyer-{b}-{n}");
-                let answer = s.hold(&ev, &visitor, qty, None).await.unwrap();
+                let answer = match s.hold(&ev, &visitor, qty, None).await {
+                    Err(crate::ReservationError::Contended { .. }) if retries < 100 => {
+                        retries += 1;
+                        continue;
+                    }
+                    answer => answer.unwrap(),
+                };
                 let end = clock.fetch_add(1, Ordering::SeqCst);
                 match answer {
                     HoldOutcome::Held(v) => {
@@ -621,7 +630,18 @@ pub async fn run_shard_case(h: &Harness, case: &(u32, u64, u32, Vec<ShardOp>)) {
                     .filter(|(_, v, _, st)| *v == name && *st != Status::Over)
                     .map(|(_, _, q, _)| *q)
                     .sum();
-                match s.hold(&ev, &name, *qty, None).await.unwrap() {
+                let answer = s.hold(&ev, &name, *qty, None).await;
+                let contended = matches!(answer, Err(crate::ReservationError::Contended { .. }));
+                match answer.unwrap_or(HoldOutcome::NotReady) {
+                    HoldOutcome::NotReady if contended => {
+                        // "Try again": only while units are in transit and
+                        // the shards' available ones fall short.
+                        let available = before.available.unwrap();
+                        assert!(
+                            available < u64::from(*qty) && before.in_transit > 0,
+                            "try again with {available} available: {before:#?}"
+                        );
+                    }
                     HoldOutcome::Held(hv) => {
                         assert!(have + qty <= limit, "{name} over the limit");
                         assert_eq!(hv.event, ev.shard(home_shard(&name, shards)));
