@@ -191,6 +191,12 @@ pub fn set_io_thread(i: usize) {
     IO_THREAD.set(Some(i));
 }
 
+/// The number of the current thread among the server's I/O threads, if
+/// it is one.
+pub fn io_thread() -> Option<usize> {
+    IO_THREAD.get()
+}
+
 /// RFC 9110 §9.2.2.
 fn idempotent(method: &Method) -> bool {
     matches!(

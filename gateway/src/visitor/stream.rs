@@ -34,6 +34,16 @@
 //! [`HEARTBEAT`]. A stream woken computes its own answer from the
 //! snapshot (no store call while it waits) and writes only what changed.
 //!
+//! The ticker runs on the main runtime, the streams on the I/O threads.
+//! Buckets are kept per I/O thread too, and the ticker wakes each thread's
+//! **relay** once (a task on that thread), which wakes the thread's due
+//! buckets: the streams' wakes are then the thread's own, queued in order
+//! before the connections they write to, so an HTTP/2 connection writes
+//! the frames of all its woken streams at once instead of one write per
+//! frame (each stream woken from another thread used to run between two
+//! runs of its connection). Streams subscribed outside an I/O thread
+//! (tests) are woken by the ticker itself.
+//!
 //! # Limits
 //!
 //! Each stream takes a slot of `limits.max_connections` (over HTTP/1.1 it
@@ -45,7 +55,8 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -87,19 +98,72 @@ pub fn wants_stream(headers: &HeaderMap) -> bool {
 // === the hub ===
 
 struct Bucket {
-    tx: watch::Sender<u64>,
+    tx: Arc<watch::Sender<u64>>,
     woken_ms: u64,
+    /// Woken by the ticker, for its thread's relay to send.
+    due: bool,
 }
 
-/// The streams of one room, grouped by lane and seq (module docs,
-/// "Fan-out").
+/// The thread of a bucket subscribed outside the I/O threads: the ticker
+/// wakes it itself.
+const NO_RELAY: usize = usize::MAX;
+
+/// By (I/O thread or [`NO_RELAY`], lane, seq / [`BUCKET`]); lane 0 in a
+/// room without lanes.
+type Buckets = Mutex<HashMap<(usize, usize, u64), Bucket>>;
+
+/// One I/O thread's relay of a room's wakes (module docs, "Fan-out").
+#[derive(Default)]
+struct Relay {
+    notify: tokio::sync::Notify,
+    closed: AtomicBool,
+}
+
+/// The streams of one room, grouped by I/O thread, lane and seq (module
+/// docs, "Fan-out").
 #[derive(Default)]
 pub struct StreamHub {
-    /// By (lane, seq / [`BUCKET`]); lane 0 in a room without lanes.
-    buckets: Mutex<HashMap<(usize, u64), Bucket>>,
+    buckets: Arc<Buckets>,
+    /// Each I/O thread's relay, started by the thread's first stream.
+    relays: Mutex<HashMap<usize, Arc<Relay>>>,
     /// The frontiers (one per lane; the room's without lanes) and the
     /// room's state at the last tick.
     last: Mutex<Option<(Vec<u64>, Signature)>>,
+}
+
+impl Drop for StreamHub {
+    fn drop(&mut self) {
+        for relay in self.relays.lock().values() {
+            relay.closed.store(true, Ordering::Release);
+            relay.notify.notify_one();
+        }
+    }
+}
+
+/// I/O thread `thread`'s relay: wakes the thread's buckets the ticker
+/// marked due, from the thread itself. Ends with the hub.
+async fn relay(buckets: Weak<Buckets>, thread: usize, relay: Arc<Relay>) {
+    loop {
+        relay.notify.notified().await;
+        if relay.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(buckets) = buckets.upgrade() else {
+            return;
+        };
+        let due: Vec<Arc<watch::Sender<u64>>> = buckets
+            .lock()
+            .iter_mut()
+            .filter(|((t, _, _), b)| *t == thread && b.due)
+            .map(|(_, b)| {
+                b.due = false;
+                b.tx.clone()
+            })
+            .collect();
+        for tx in due {
+            tx.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
 }
 
 /// The frontier each lane's seqs are measured against: the room's without
@@ -140,14 +204,26 @@ struct Signature {
 
 impl StreamHub {
     /// A receiver woken when the bucket of `seq` in `lane` has news (lane
-    /// 0 in a room without lanes: [`stream_lane`]).
+    /// 0 in a room without lanes: [`stream_lane`]), through the relay of
+    /// the I/O thread it is subscribed on (started here on the thread's
+    /// first stream).
     pub fn subscribe(&self, lane: usize, seq: u64) -> watch::Receiver<u64> {
+        let thread = crate::proxy::upstream::io_thread()
+            .filter(|_| tokio::runtime::Handle::try_current().is_ok())
+            .unwrap_or(NO_RELAY);
+        if thread != NO_RELAY
+            && let std::collections::hash_map::Entry::Vacant(v) = self.relays.lock().entry(thread)
+        {
+            let r = v.insert(Arc::default()).clone();
+            tokio::spawn(relay(Arc::downgrade(&self.buckets), thread, r));
+        }
         let mut buckets = self.buckets.lock();
         buckets
-            .entry((lane, seq / BUCKET))
+            .entry((thread, lane, seq / BUCKET))
             .or_insert_with(|| Bucket {
-                tx: watch::Sender::new(0),
+                tx: Arc::new(watch::Sender::new(0)),
                 woken_ms: now_ms(),
+                due: false,
             })
             .tx
             .subscribe()
@@ -179,8 +255,9 @@ impl StreamHub {
             None => (now_frontiers.clone(), true),
         };
         let heartbeat = HEARTBEAT.as_millis() as u64;
+        let mut relayed = Vec::new();
         let mut buckets = self.buckets.lock();
-        buckets.retain(|&(lane, b), bucket| {
+        buckets.retain(|&(thread, lane, b), bucket| {
             if bucket.tx.receiver_count() == 0 {
                 return false;
             }
@@ -194,12 +271,26 @@ impl StreamHub {
             let nearest = lo.saturating_sub(frontier).max(1);
             let due = now.saturating_sub(bucket.woken_ms) >= cadence(nearest).min(heartbeat);
             if all || crossed || due {
-                bucket.tx.send_modify(|g| *g = g.wrapping_add(1));
                 bucket.woken_ms = now;
+                if thread == NO_RELAY {
+                    bucket.tx.send_modify(|g| *g = g.wrapping_add(1));
+                } else {
+                    bucket.due = true;
+                    if !relayed.contains(&thread) {
+                        relayed.push(thread);
+                    }
+                }
             }
             true
         });
         drop(buckets);
+        let relays = self.relays.lock();
+        for thread in relayed {
+            if let Some(r) = relays.get(&thread) {
+                r.notify.notify_one();
+            }
+        }
+        drop(relays);
         *self.last.lock() = Some((now_frontiers, sig));
     }
 }
@@ -688,6 +779,65 @@ mod tests {
         drop((near, far));
         hub.tick(&paused, false, now + 40_000, slow);
         assert_eq!(hub.buckets.lock().len(), 0);
+    }
+
+    /// On an I/O thread a stream is woken by the thread's relay, not by
+    /// the ticker's thread: nothing has changed for it until the relay
+    /// has run on its own thread; then it has, once per tick; the relay
+    /// ends with the hub.
+    #[test]
+    fn io_threads_hear_the_ticker_through_their_relay() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        crate::proxy::upstream::set_io_thread(3);
+        rt.block_on(async {
+            let hub = Arc::new(StreamHub::default());
+            let mut rx = hub.subscribe(0, 10);
+            let mut other = hub.subscribe(0, 5 * BUCKET);
+            assert_eq!(hub.relays.lock().len(), 1);
+            let ticker = hub.clone();
+            let now = now_ms();
+            std::thread::spawn(move || ticker.tick(&snap(0, 20_000), false, now, |_| 60_000))
+                .join()
+                .unwrap();
+            // Marked due, not sent: the ticker only woke the relay.
+            assert!(!rx.has_changed().unwrap() && !other.has_changed().unwrap());
+            assert!(hub.buckets.lock().values().all(|b| b.due));
+            tokio::time::timeout(Duration::from_secs(5), rx.changed())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(other.has_changed().unwrap());
+            other.mark_unchanged();
+            assert!(hub.buckets.lock().values().all(|b| !b.due));
+            // The next tick wakes only the bucket the frontier crossed.
+            let ticker = hub.clone();
+            std::thread::spawn(move || {
+                ticker.tick(&snap(20, 20_000), false, now + 100, |_| 60_000)
+            })
+            .join()
+            .unwrap();
+            tokio::time::timeout(Duration::from_secs(5), rx.changed())
+                .await
+                .unwrap()
+                .unwrap();
+            tokio::task::yield_now().await;
+            assert!(!other.has_changed().unwrap());
+            let relay = hub.relays.lock()[&3].clone();
+            drop(hub);
+            assert!(relay.closed.load(Ordering::Acquire));
+            // Its task saw it and let go of its relay.
+            for _ in 0..100 {
+                if Arc::strong_count(&relay) == 1 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(Arc::strong_count(&relay), 1);
+            drop((rx, other));
+        });
     }
 
     /// In a room with lanes each lane's seqs are its own: a stream at lane
