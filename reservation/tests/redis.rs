@@ -814,3 +814,78 @@ async fn sharded_event_on_a_cluster() {
         conformance::shards::run_shard_case(&h, &case).await;
     }
 }
+
+/// A case the property test found (CI, 2026-12-07): two holds taken
+/// between two time steps lapse together, and a feed delta frees just
+/// enough units by reaping one of them. The store reaps the one whose
+/// deadline comes first; the model used to pick by member alone (the two
+/// share the model's deadline), the other one when the random ids fell so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_case_a_partial_reap_takes_the_earliest_deadline() {
+    use model::{CaseSpec, Op};
+    let Some(h) = harness().await else { return };
+    let spec = CaseSpec {
+        total: 7,
+        cart_limit: 4,
+        ttl_ms: 600,
+    };
+    let ops = vec![
+        Op::Hold {
+            visitor: 3,
+            qty: 4,
+            key: None,
+        },
+        Op::Release {
+            hold: 160,
+            by_owner: true,
+        },
+        Op::Get {
+            hold: 7,
+            by_owner: true,
+        },
+        Op::Hold {
+            visitor: 1,
+            qty: 1,
+            key: None,
+        },
+        Op::Release {
+            hold: 223,
+            by_owner: false,
+        },
+        Op::Release {
+            hold: 111,
+            by_owner: true,
+        },
+        Op::Hold {
+            visitor: 1,
+            qty: 3,
+            key: None,
+        },
+        Op::Advance(0),
+        Op::Advance(0),
+        Op::Hold {
+            visitor: 1,
+            qty: 4,
+            key: Some(0),
+        },
+        Op::Confirm {
+            hold: 20,
+            payment: 3,
+            succeeded: false,
+        },
+        Op::Hold {
+            visitor: 3,
+            qty: 3,
+            key: None,
+        },
+        Op::Advance(0),
+        Op::Release {
+            hold: 26,
+            by_owner: true,
+        },
+        Op::Delta { delta: -3, key: 1 },
+    ];
+    for _ in 0..3 {
+        model::run_case(&h, &spec, &ops).await.unwrap();
+    }
+}

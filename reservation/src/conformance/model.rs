@@ -9,8 +9,10 @@
 //! store's [`crate::ManualClock`], advanced by any amount. On Redis time is
 //! real, so the Redis strategy only advances by a whole TTL plus a margin
 //! (every hold taken before lapses, none taken after does) and only reaps
-//! with a `max` above the number of holds (which holds a partial reap picks
-//! depends on millisecond deadlines the model cannot see).
+//! with a `max` above the number of holds. Holds taken between two time
+//! steps share the model's deadline; a partial reap (a hold or a feed
+//! delta freeing just enough units) takes them in the store's order, by
+//! the deadline each hold's answer gave (`expires_at_ms`), then member.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -161,6 +163,10 @@ struct MHold {
     /// As stored; `Held` past its deadline reads as `Expired`.
     status: HoldStatus,
     deadline: u64,
+    /// The deadline the store gave it (its own clock, ms): on Redis, holds
+    /// taken between two of the model's time steps share a model deadline
+    /// and lapse in the store's order, this one's (then the member's).
+    stored_ms: u64,
     /// Units still out (the deadline-index entry).
     out: bool,
 }
@@ -175,6 +181,10 @@ impl MHold {
     }
     fn member(&self) -> String {
         format!("{}:{}:{}", self.id.suffix(), self.qty, self.visitor)
+    }
+    /// The order holds lapse in when a reap takes some of them.
+    fn lapse_order(&self) -> (u64, u64, String) {
+        (self.deadline, self.stored_ms, self.member())
     }
 }
 
@@ -247,7 +257,7 @@ impl Model {
         let mut due: Vec<usize> = (0..self.holds.len())
             .filter(|&i| self.holds[i].out && self.holds[i].deadline <= self.now)
             .collect();
-        due.sort_by_key(|&i| (self.holds[i].deadline, self.holds[i].member()));
+        due.sort_by_key(|&i| self.holds[i].lapse_order());
         due.truncate(max);
         for &i in &due {
             self.expire_out(i);
@@ -264,7 +274,7 @@ impl Model {
                 h.out && h.deadline <= self.now && h.visitor == visitor
             })
             .collect();
-        due.sort_by_key(|&i| (self.holds[i].deadline, self.holds[i].member()));
+        due.sort_by_key(|&i| self.holds[i].lapse_order());
         for i in due {
             self.expire_out(i);
         }
@@ -415,6 +425,7 @@ pub async fn run_case(h: &Harness, spec: &CaseSpec, ops: &[Op]) -> Result<(), St
                             qty: *qty,
                             status: HoldStatus::Held,
                             deadline: m.now + m.ttl,
+                            stored_ms: v.expires_at_ms,
                             out: true,
                         });
                         let i = m.holds.len() - 1;
