@@ -125,6 +125,7 @@ pub mod conformance;
 pub mod error;
 pub mod feed;
 pub mod memory;
+pub mod observed;
 pub mod record;
 pub mod redis;
 pub mod retention;

@@ -62,20 +62,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_reservation::sharded::{
-    LayoutOutcome, PendingTransfer, ROUTER_ROUNDS, ShardLayout, TransferIn, TransferOut,
-    home_shard, split,
-};
+use sluice_reservation::observed::{Call, Observed, Observer};
+use sluice_reservation::sharded::{ROUTER_ROUNDS, home_shard, split};
 use sluice_reservation::{
-    CategoryRecord, CategorySpec, ConfirmOutcome, EventId, EventRecord, EventState, FeedOutcome,
-    HoldId, HoldOutcome, HoldView, Inventory, Item, LoadOutcome, RedisConfig, RedisInventory,
-    ReleaseOutcome, RestoreOutcome, Result, ScheduleOutcome, SetStockOutcome, Sharded, StockRow,
-    StockSpec, Transition, Wave,
+    EventId, EventState, HoldOutcome, Inventory, RedisConfig, RedisInventory, SetStockOutcome,
+    Sharded, StockSpec,
 };
 use sluice_tests::cluster::RedisCluster;
 use sluice_tests::redis_server::cli;
 
-type Store = Sharded<Counted>;
+type Store = Sharded<Observed<RedisInventory, Counter>>;
 
 const SHARDS: u32 = 8;
 const CART_LIMIT: u32 = 4;
@@ -91,130 +87,24 @@ tokio::task_local! {
     static CALLS: Cell<[u32; 4]>;
 }
 
-/// The Redis store, counting the calls a routed hold makes ([`CALLS`],
+/// Counts the calls a routed hold makes on the Redis store ([`CALLS`],
 /// where a buyer sets it), to tell why a hold was answered as it was.
 #[derive(Clone)]
-struct Counted(RedisInventory);
+struct Counter;
 
-fn count(i: usize) {
-    let _ = CALLS.try_with(|c| {
-        let mut v = c.get();
-        v[i] += 1;
-        c.set(v);
-    });
-}
-
-impl Inventory for Counted {
-    async fn hold_in_layout(
-        &self,
-        event: &EventId,
-        visitor: &str,
-        qty: u32,
-        key: Option<&str>,
-        shards: u32,
-    ) -> Result<HoldOutcome> {
-        count(0);
-        self.0
-            .hold_in_layout(event, visitor, qty, key, shards)
-            .await
-    }
-    async fn transfer_out(
-        &self,
-        from: &EventId,
-        to: &EventId,
-        id: &str,
-        max: u64,
-    ) -> Result<TransferOut> {
-        count(1);
-        self.0.transfer_out(from, to, id, max).await
-    }
-    async fn transfer_in(
-        &self,
-        to: &EventId,
-        from: &EventId,
-        id: &str,
-        qty: u64,
-    ) -> Result<TransferIn> {
-        count(2);
-        self.0.transfer_in(to, from, id, qty).await
-    }
-    // The rest as they are.
-    async fn set_stock_with_categories(
-        &self,
-        e: &EventId,
-        s: &StockSpec,
-        c: &[CategorySpec],
-    ) -> Result<SetStockOutcome> {
-        self.0.set_stock_with_categories(e, s, c).await
-    }
-    async fn load_if_new_with_categories(
-        &self,
-        e: &EventId,
-        s: &StockSpec,
-        c: &[CategorySpec],
-    ) -> Result<LoadOutcome> {
-        self.0.load_if_new_with_categories(e, s, c).await
-    }
-    async fn loaded_version(&self, e: &EventId) -> Result<Option<u64>> {
-        self.0.loaded_version(e).await
-    }
-    async fn remember_loaded(&self, e: &EventId, v: u64) -> Result<()> {
-        self.0.remember_loaded(e, v).await
-    }
-    async fn restore_with_categories(
-        &self,
-        e: &EventId,
-        s: &StockSpec,
-        r: &EventRecord,
-        c: &CategoryRecord,
-    ) -> Result<RestoreOutcome> {
-        self.0.restore_with_categories(e, s, r, c).await
-    }
-    async fn apply_stock(&self, e: &EventId, r: &StockRow) -> Result<FeedOutcome> {
-        self.0.apply_stock(e, r).await
-    }
-    async fn hold_items(
-        &self,
-        e: &EventId,
-        v: &str,
-        i: &[Item],
-        k: Option<&str>,
-    ) -> Result<HoldOutcome> {
-        self.0.hold_items(e, v, i, k).await
-    }
-    async fn set_layout(&self, e: &EventId, l: &ShardLayout) -> Result<LayoutOutcome> {
-        self.0.set_layout(e, l).await
-    }
-    async fn transfer_done(&self, from: &EventId, id: &str) -> Result<()> {
-        self.0.transfer_done(from, id).await
-    }
-    async fn pending_transfers(&self, from: &EventId) -> Result<Vec<PendingTransfer>> {
-        self.0.pending_transfers(from).await
-    }
-    async fn get_hold(&self, h: &HoldId, v: &str) -> Result<Option<HoldView>> {
-        self.0.get_hold(h, v).await
-    }
-    async fn release(&self, h: &HoldId, v: &str) -> Result<ReleaseOutcome> {
-        self.0.release(h, v).await
-    }
-    async fn confirm(&self, h: &HoldId, p: &str, ok: bool) -> Result<ConfirmOutcome> {
-        self.0.confirm(h, p, ok).await
-    }
-    async fn reap(&self, e: &EventId, max: usize) -> Result<usize> {
-        self.0.reap(e, max).await
-    }
-    async fn read(&self, e: &EventId) -> Result<Option<EventState>> {
-        count(3);
-        self.0.read(e).await
-    }
-    async fn schedule_waves(&self, e: &EventId, w: &[Wave]) -> Result<ScheduleOutcome> {
-        self.0.schedule_waves(e, w).await
-    }
-    async fn events(&self) -> Result<Vec<EventId>> {
-        self.0.events().await
-    }
-    async fn recent_transitions(&self, e: &EventId, n: usize) -> Result<Vec<Transition>> {
-        self.0.recent_transitions(e, n).await
+impl Observer for Counter {
+    fn before(&self, call: Call) {
+        let i = match call {
+            Call::Hold => 0,
+            Call::TransferOut => 1,
+            Call::TransferIn => 2,
+            Call::Read => 3,
+        };
+        let _ = CALLS.try_with(|c| {
+            let mut v = c.get();
+            v[i] += 1;
+            c.set(v);
+        });
     }
 }
 
@@ -994,9 +884,10 @@ async fn bench(args: &Args, cluster: &RedisCluster) -> Vec<String> {
         timeout: Duration::from_secs(30),
         ..RedisConfig::new(cluster.url())
     };
-    let store = Sharded::new(Counted(
-        RedisInventory::connect(&config).await.expect("connect"),
-    ));
+    let store = Sharded::new(Observed {
+        inner: RedisInventory::connect(&config).await.expect("connect"),
+        observer: Counter,
+    });
     let plain = EventId::parse("plain").unwrap();
     let hot = EventId::parse("hot").unwrap();
     println!(

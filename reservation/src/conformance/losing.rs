@@ -11,23 +11,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{Harness, spec};
-use crate::sharded::{
-    LayoutOutcome, PendingTransfer, ROUTER_ROUNDS, ROUTER_ROUNDS_MAX, ShardLayout, Sharded,
-    TransferIn, TransferOut, home_shard,
-};
-use crate::{
-    CategoryRecord, CategorySpec, ConfirmOutcome, EventId, EventRecord, EventState, FeedOutcome,
-    HoldId, HoldOutcome, HoldView, Inventory, InventoryBackend, Item, LoadOutcome, ReleaseOutcome,
-    RestoreOutcome, Result, ScheduleOutcome, SetStockOutcome, StockRow, StockSpec, Transition,
-    Wave,
-};
+use crate::observed::{Observed, Observer};
+use crate::sharded::{ROUTER_ROUNDS, ROUTER_ROUNDS_MAX, Sharded, TransferIn, home_shard};
+use crate::{EventId, HoldOutcome, Inventory, Result};
 
-/// The store, with a thief at one shard: after each transfer lands
-/// there, while `steals` lasts, a visitor of that home holds the units
-/// that landed (the buyer's rivals, always one step ahead).
+/// A thief at one shard: after each transfer lands there, while `steals`
+/// lasts, a visitor of that home holds the units that landed (the buyer's
+/// rivals, always one step ahead).
 #[derive(Clone)]
 struct Thief {
-    inner: InventoryBackend,
     watched: EventId,
     home: u32,
     shards: u32,
@@ -49,17 +41,15 @@ impl Thief {
     }
 }
 
-impl Inventory for Thief {
-    async fn transfer_in(
+impl Observer for Thief {
+    async fn landed<I: Inventory>(
         &self,
+        inner: &I,
         to: &EventId,
-        from: &EventId,
-        id: &str,
         qty: u64,
-    ) -> Result<TransferIn> {
-        let landed = self.inner.transfer_in(to, from, id, qty).await?;
-        let fresh = matches!(landed, TransferIn::Applied { .. });
-        if fresh
+        landed: &TransferIn,
+    ) -> Result<()> {
+        if matches!(landed, TransferIn::Applied { .. })
             && *to == self.watched
             && self
                 .steals
@@ -68,8 +58,7 @@ impl Inventory for Thief {
         {
             let rival = self.rival(self.home);
             let q = u32::try_from(qty).expect("a cart's units");
-            match self
-                .inner
+            match inner
                 .hold_in_layout(to, &rival, q, None, self.shards)
                 .await?
             {
@@ -79,104 +68,7 @@ impl Inventory for Thief {
                 other => panic!("the rival's hold of {qty} landed units: {other:?}"),
             }
         }
-        Ok(landed)
-    }
-
-    // The rest as they are.
-    async fn hold_in_layout(
-        &self,
-        e: &EventId,
-        v: &str,
-        q: u32,
-        k: Option<&str>,
-        s: u32,
-    ) -> Result<HoldOutcome> {
-        self.inner.hold_in_layout(e, v, q, k, s).await
-    }
-    async fn transfer_out(
-        &self,
-        from: &EventId,
-        to: &EventId,
-        id: &str,
-        max: u64,
-    ) -> Result<TransferOut> {
-        self.inner.transfer_out(from, to, id, max).await
-    }
-    async fn set_stock_with_categories(
-        &self,
-        e: &EventId,
-        s: &StockSpec,
-        c: &[CategorySpec],
-    ) -> Result<SetStockOutcome> {
-        self.inner.set_stock_with_categories(e, s, c).await
-    }
-    async fn load_if_new_with_categories(
-        &self,
-        e: &EventId,
-        s: &StockSpec,
-        c: &[CategorySpec],
-    ) -> Result<LoadOutcome> {
-        self.inner.load_if_new_with_categories(e, s, c).await
-    }
-    async fn loaded_version(&self, e: &EventId) -> Result<Option<u64>> {
-        self.inner.loaded_version(e).await
-    }
-    async fn remember_loaded(&self, e: &EventId, v: u64) -> Result<()> {
-        self.inner.remember_loaded(e, v).await
-    }
-    async fn restore_with_categories(
-        &self,
-        e: &EventId,
-        s: &StockSpec,
-        r: &EventRecord,
-        c: &CategoryRecord,
-    ) -> Result<RestoreOutcome> {
-        self.inner.restore_with_categories(e, s, r, c).await
-    }
-    async fn apply_stock(&self, e: &EventId, r: &StockRow) -> Result<FeedOutcome> {
-        self.inner.apply_stock(e, r).await
-    }
-    async fn hold_items(
-        &self,
-        e: &EventId,
-        v: &str,
-        i: &[Item],
-        k: Option<&str>,
-    ) -> Result<HoldOutcome> {
-        self.inner.hold_items(e, v, i, k).await
-    }
-    async fn set_layout(&self, e: &EventId, l: &ShardLayout) -> Result<LayoutOutcome> {
-        self.inner.set_layout(e, l).await
-    }
-    async fn transfer_done(&self, from: &EventId, id: &str) -> Result<()> {
-        self.inner.transfer_done(from, id).await
-    }
-    async fn pending_transfers(&self, from: &EventId) -> Result<Vec<PendingTransfer>> {
-        self.inner.pending_transfers(from).await
-    }
-    async fn get_hold(&self, h: &HoldId, v: &str) -> Result<Option<HoldView>> {
-        self.inner.get_hold(h, v).await
-    }
-    async fn release(&self, h: &HoldId, v: &str) -> Result<ReleaseOutcome> {
-        self.inner.release(h, v).await
-    }
-    async fn confirm(&self, h: &HoldId, p: &str, ok: bool) -> Result<ConfirmOutcome> {
-        self.inner.confirm(h, p, ok).await
-    }
-    async fn reap(&self, e: &EventId, max: usize) -> Result<usize> {
-        self.inner.reap(e, max).await
-    }
-    async fn read(&self, e: &EventId) -> Result<Option<EventState>> {
-        self.inner.read(e).await
-    }
-    async fn schedule_waves(&self, e: &EventId, w: &[Wave]) -> Result<ScheduleOutcome> {
-        self.inner.schedule_waves(e, w).await
-    }
-    async fn events(&self) -> Result<Vec<EventId>> {
-        self.inner.events().await
-    }
-    async fn recent_transitions(&self, e: &EventId, n: usize) -> Result<Vec<Transition>> {
-        self.inner.recent_transitions(e, n).await
+        Ok(())
     }
 }
 
@@ -193,7 +85,6 @@ pub async fn sharded_a_buyer_who_always_loses(h: &Harness) {
         let buyer = "the-unlucky-one";
         let home = home_shard(buyer, shards);
         let thief = Thief {
-            inner: h.inv.clone(),
             watched: ev.shard(home),
             home,
             shards,
@@ -201,7 +92,10 @@ pub async fn sharded_a_buyer_who_always_loses(h: &Harness) {
             stolen: Arc::default(),
             names: Arc::default(),
         };
-        let s = Sharded::new(thief.clone());
+        let s = Sharded::new(Observed {
+            inner: h.inv.clone(),
+            observer: thief.clone(),
+        });
         s.set_sharded_stock(&ev, &spec(80, 4, Duration::from_secs(600), 1), shards)
             .await
             .unwrap();
