@@ -538,10 +538,14 @@ impl<I: Inventory> Sharded<I> {
                         tokio::task::yield_now().await;
                         continue;
                     }
-                    self.pull_from(event, home, &richest, need).await?;
                     if patient {
+                        // As before the twelfth attempt: the pass's turn
+                        // is not kept over the pull.
+                        drop(turn);
+                        self.pull_from(event, home, &richest, need).await?;
                         continue;
                     }
+                    self.pull_from(event, home, &richest, need).await?;
                     // Lost too often: hold at home before another buyer
                     // that keeps losing takes the turn (and the units).
                     let r = self

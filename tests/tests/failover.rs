@@ -499,7 +499,10 @@ async fn cluster_holds_wait_for_the_replica_of_their_own_shard() {
     let connect = |n: u32| {
         let mut c = RedisConfig::new(cluster.url());
         c.wait_replicas = n;
-        c.wait_timeout = Duration::from_millis(100);
+        // Long enough for a replica on a loaded 2-core machine (100 ms
+        // once left a write unacknowledged in the full suite); `two`
+        // waits it out three times.
+        c.wait_timeout = Duration::from_secs(1);
         async move { RedisInventory::connect(&c).await.unwrap() }
     };
     let one = connect(1).await;
