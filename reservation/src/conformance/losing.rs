@@ -1,5 +1,5 @@
 //! A buyer of a sharded event who loses every race for the units pulled
-//! to its home: a thief wrapped around the store takes them the moment
+//! to its home: a thief hooked onto the store takes them the moment
 //! they land, before the buyer's next hold there. However often it
 //! loses, the router's answer is a hold, or "sold out" only when nothing
 //! is left, or "try again" ([`crate::ReservationError::Contended`]); never "sold out"
@@ -30,11 +30,11 @@ struct Thief {
 
 impl Thief {
     /// A fresh visitor whose home is the watched shard.
-    fn rival(&self, home: u32) -> String {
+    fn rival(&self) -> String {
         loop {
             let n = self.names.fetch_add(1, Ordering::Relaxed);
             let v = format!("rival-{n}");
-            if home_shard(&v, self.shards) == home {
+            if home_shard(&v, self.shards) == self.home {
                 return v;
             }
         }
@@ -56,7 +56,7 @@ impl Observer for Thief {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
         {
-            let rival = self.rival(self.home);
+            let rival = self.rival();
             let q = u32::try_from(qty).expect("a cart's units");
             match inner
                 .hold_in_layout(to, &rival, q, None, self.shards)
@@ -102,7 +102,7 @@ pub async fn sharded_a_buyer_who_always_loses(h: &Harness) {
         // Rivals of the same home empty it first.
         let mut emptied = 0;
         loop {
-            let rival = thief.rival(home);
+            let rival = thief.rival();
             match h
                 .inv
                 .hold_in_layout(&ev.shard(home), &rival, 1, None, shards)
