@@ -20,6 +20,9 @@
 # less moved than requests/s by other load on a shared machine) and one
 # line `STATE total=… available=… held=… confirmed=… oversold=…` from
 # read.lua (oversold = held + confirmed - total, must be 0).
+# HOLD_BATCH=n (default 1) sends n holds per call in hold.lua's mode
+# 'many' (the gateway's holds sent together): requests/s are then calls/s,
+# and a last line `CPU usec_per_hold=…` divides Redis's time per call by n.
 # HOLD_LUA_DIR (default reservation/lua) drives another copy of the
 # scripts: a before/after comparison in one run (a copy of the old
 # scripts from `git show`).
@@ -31,6 +34,7 @@ C=${4:-50}
 P=${5:-1}
 STOCK=${6:-$((N / 2))}
 LUA="${HOLD_LUA_DIR:-$(cd "$(dirname "$0")/../lua" && pwd)}"
+BATCH=${HOLD_BATCH:-1}
 CLI=(redis-cli -h "$HOST" -p "$PORT")
 EV=bench
 K=("sluice:{$EV}:stock" "sluice:{$EV}:meta" "sluice:{$EV}:deadlines" "sluice:{$EV}:visitors" "sluice:{$EV}:stream" "sluice:{$EV}:ledgered" "sluice:{$EV}:vcats")
@@ -50,13 +54,30 @@ echo "hold.lua sha1 $SHA" >&2
 # caller routed by ('1': a plain event). Without that last one hold.lua
 # answers RESHARDED before doing anything: the figure measured nothing.
 "${CLI[@]}" CONFIG RESETSTAT >/dev/null
-redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
-  EVALSHA "$SHA" 9 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
-  "sluice:{$EV}:vholds:20:visitor-__rand_int__" \
-  100000 "$EV" 1 64 86400000 604800000 q "" 1
+if [ "$BATCH" -le 1 ]; then
+  redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
+    EVALSHA "$SHA" 9 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
+    "sluice:{$EV}:vholds:20:visitor-__rand_int__" \
+    100000 "$EV" 1 64 86400000 604800000 q "" 1
+else
+  # Mode 'many': BATCH holds per call, each with its two keys and its four
+  # arguments (qty, 'q', no items, 2 keys); N calls, so N x BATCH holds.
+  HK=()
+  HA=()
+  for _ in $(seq 1 "$BATCH"); do
+    HK+=("sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" "sluice:{$EV}:vholds:20:visitor-__rand_int__")
+    HA+=(1 q "" 2)
+  done
+  redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
+    EVALSHA "$SHA" $((7 + 2 * BATCH)) "${K[@]}" "${HK[@]}" \
+    100000 "$EV" many 64 86400000 604800000 "$BATCH" "" 1 "${HA[@]}"
+fi
 
 "${CLI[@]}" INFO commandstats | tr -d '\r' |
   sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/CPU evalsha_usec_per_call=\1/p' >&2
+"${CLI[@]}" INFO commandstats | tr -d '\r' |
+  sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p' |
+  awk -v b="$BATCH" '{printf "CPU usec_per_hold=%.1f (holds per call %d)\n", $1 / b, b}' >&2
 
 # read.lua's KEYS[8] is the event's transfers out (shard.lua): none here.
 STATE=$("${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/read.lua")" 8 "${K[@]}" "sluice:{$EV}:xout" 100000 "$EV" 1000000)

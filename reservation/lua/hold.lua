@@ -83,126 +83,185 @@
 -- lapsed hold or a wave changed it since, the visitor's index is trimmed
 -- only when it had lapsed members, and the search for more lapsed holds
 -- before SOLD_OUT is skipped when the reaping above found them all.
+
+-- Mode 'many' (group commit: several holds in one call, the gateway's
+-- holds gathered while others are on their way, redis.rs "Holds sent
+-- together"): ARGV[3] 'many', ARGV[4..6] as above, ARGV[7] n, ARGV[8]
+-- unused, ARGV[9] the layout; then per hold four: qty, 'q' or 'i', the
+-- items, how many keys it has (2 to 4: its KEYS[8..11] above), its keys
+-- following the previous hold's from KEYS[8] on. Returns one answer per
+-- hold, in order, each exactly what the hold's own call would have
+-- answered had the holds been called one after the other at one TIME:
+-- what a hold before it wrote is what it sees. What the calls share is
+-- what would read the same for each: the stock counter while no hold
+-- moved it, meta's settings (holds never change them), the reaping of
+-- lapsed holds of anyone (once every lapsed one is reaped at this TIME,
+-- the next call's reaping finds none) and the due waves (released by the
+-- first; the next would find none due).
+local many = ARGV[3] == 'many'
+local n = many and tonumber(ARGV[7]) or 1
+-- The same answer for every hold of the call.
+local function each(answer)
+  if not many then return answer end
+  local out = {}
+  for i = 1, n do out[i] = answer end
+  return out
+end
+
 local stock = redis.call('GET', K_STOCK)
-if not stock then return {'NOT_READY'} end
+if not stock then return each({'NOT_READY'}) end
 local meta = redis.call('HMGET', K_META, 'cart_limit', 'hold_ttl_ms', 'cats', 'shards', 'wave_next')
-if not meta[1] or not meta[2] then return {'NOT_READY'} end
-if (meta[4] or '1') ~= ARGV[9] then return {'RESHARDED', meta[4] or '1'} end
+if not meta[1] or not meta[2] then return each({'NOT_READY'}) end
+if (meta[4] or '1') ~= ARGV[9] then return each({'RESHARDED', meta[4] or '1'}) end
 known_cats = meta[3] or ''
 local limit, ttl = tonumber(meta[1]), tonumber(meta[2])
-local now = now_ms()
-local K_HOLD, K_VHOLDS, K_IDEM, K_NAMED = KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local suffix = string.match(K_HOLD, ':hold:([^:]*)$')
-local vlen, visitor = string.match(K_VHOLDS, ':vholds:(%d+):(.*)$')
-if not suffix or not visitor or #visitor ~= tonumber(vlen) then
-  return redis.error_reply('hold.lua: malformed hold or visitor key')
-end
-local qty = tonumber(ARGV[3])
-local s_now, s_qty = int(now), qty and int(qty)
--- Whether the stock counter may have moved since `stock` was read.
-local moved = reap_expired(now, tonumber(ARGV[4])) > 0
--- Waves due by now are on sale before anything is decided.
-if release_waves(now, meta[5]) > 0 then moved = true end
-
--- This visitor's lapsed holds no longer count against the cart.
-local lapsed = redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
-if #lapsed > 0 then
-  for _, member in ipairs(lapsed) do
-    if expire_member(member, now) then moved = true end
-  end
-  redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
-end
-
-if K_IDEM then
-  local prior = redis.call('GET', K_IDEM)
-  if prior then
-    local named = K_NAMED and string.match(K_NAMED, ':hold:([^:]*)$')
-    if prior ~= named then return {'REDIRECT', prior} end
-    local h = redis.call('HMGET', K_NAMED, 'visitor', 'qty', 'status', 'deadline_ms', 'member')
-    if h[1] == visitor then
-      local status, deadline = h[3], tonumber(h[4])
-      if status == 'held' and deadline <= now then status = 'expired' end
-      local _, named_items = split_head(string.match(h[5] or '', '^([^:]*)') or '')
-      return {'REPLAYED', tonumber(h[2]), status, deadline, tonumber(redis.call('GET', K_STOCK)),
-        named_items}
-    end
-    -- The hold is gone (past its retention): the key takes a new hold,
-    -- under KEYS[8]'s fresh suffix (SET below), never the old id.
-  end
-end
-
 local cats = meta[3] or ''
-local items = ''
-if ARGV[7] == 'i' then
-  items = ARGV[8] or ''
-  local known = ',' .. cats .. ','
-  for c in string.gmatch(items, '([^=/]+)=%d+') do
-    if not string.find(known, ',' .. c .. ',', 1, true) then return {'CATEGORY_NOT_FOUND', c} end
-  end
-elseif cats ~= '' then
-  return {'ITEMS_REQUIRED'}
-end
+local now = now_ms()
+local s_now = int(now)
+local lazy = tonumber(ARGV[4])
+-- The stock counter as last read or written, nil when a lapsed hold or a
+-- wave may have moved it since.
+local known = tonumber(stock)
+local waves_checked = false
 
-if qty < 1 or qty > limit then return {'INVALID_QTY', limit} end
-for _, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-  if tonumber(q) < 1 then return {'INVALID_QTY', limit} end
-end
-local have = tonumber(redis.call('HGET', K_VISITORS, visitor) or '0')
-if have + qty > limit then return {'CART_LIMIT', limit, have} end
-for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-  local climit = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':limit') or '0')
-  if climit > 0 then
-    local chave = tonumber(redis.call('HGET', K_VCATS, c .. ':' .. visitor) or '0')
-    if chave + tonumber(q) > climit then return {'CATEGORY_CART_LIMIT', c, climit, chave} end
+-- One hold: its keys, qty (text), 'q' or 'i', items.
+local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items_arg)
+  local suffix = string.match(K_HOLD, ':hold:([^:]*)$')
+  local vlen, visitor = string.match(K_VHOLDS, ':vholds:(%d+):(.*)$')
+  if not suffix or not visitor or #visitor ~= tonumber(vlen) then
+    return redis.error_reply('hold.lua: malformed hold or visitor key')
   end
-end
+  local qty = tonumber(qty_text)
+  local s_qty = qty and int(qty)
+  -- Lapsed holds of anyone; none left to find once every one lapsed by
+  -- this TIME was reaped.
+  if lapsed_drained_at ~= now and reap_expired(now, lazy) > 0 then known = nil end
+  -- Waves due by now are on sale before anything is decided.
+  if not waves_checked then
+    waves_checked = true
+    if release_waves(now, meta[5]) > 0 then known = nil end
+  end
 
--- The first item whose category lacks its units: cat, available.
-local function short_item()
+  -- This visitor's lapsed holds no longer count against the cart.
+  local lapsed = redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
+  if #lapsed > 0 then
+    for _, member in ipairs(lapsed) do
+      if expire_member(member, now) then known = nil end
+    end
+    redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
+  end
+
+  if K_IDEM then
+    local prior = redis.call('GET', K_IDEM)
+    if prior then
+      local named = K_NAMED and string.match(K_NAMED, ':hold:([^:]*)$')
+      if prior ~= named then return {'REDIRECT', prior} end
+      local h = redis.call('HMGET', K_NAMED, 'visitor', 'qty', 'status', 'deadline_ms', 'member')
+      if h[1] == visitor then
+        local status, deadline = h[3], tonumber(h[4])
+        if status == 'held' and deadline <= now then status = 'expired' end
+        local _, named_items = split_head(string.match(h[5] or '', '^([^:]*)') or '')
+        return {'REPLAYED', tonumber(h[2]), status, deadline, tonumber(redis.call('GET', K_STOCK)),
+          named_items}
+      end
+      -- The hold is gone (past its retention): the key takes a new hold,
+      -- under KEYS[8]'s fresh suffix (SET below), never the old id.
+    end
+  end
+
+  local items = ''
+  if kind == 'i' then
+    items = items_arg or ''
+    local known_list = ',' .. cats .. ','
+    for c in string.gmatch(items, '([^=/]+)=%d+') do
+      if not string.find(known_list, ',' .. c .. ',', 1, true) then return {'CATEGORY_NOT_FOUND', c} end
+    end
+  elseif cats ~= '' then
+    return {'ITEMS_REQUIRED'}
+  end
+
+  if qty < 1 or qty > limit then return {'INVALID_QTY', limit} end
+  for _, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+    if tonumber(q) < 1 then return {'INVALID_QTY', limit} end
+  end
+  local have = tonumber(redis.call('HGET', K_VISITORS, visitor) or '0')
+  if have + qty > limit then return {'CART_LIMIT', limit, have} end
   for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-    local a = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':avail') or '0')
-    if a < tonumber(q) then return c, a end
+    local climit = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':limit') or '0')
+    if climit > 0 then
+      local chave = tonumber(redis.call('HGET', K_VCATS, c .. ':' .. visitor) or '0')
+      if chave + tonumber(q) > climit then return {'CATEGORY_CART_LIMIT', c, climit, chave} end
+    end
   end
-  return nil
+
+  -- The first item whose category lacks its units: cat, available.
+  local function short_item()
+    for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+      local a = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':avail') or '0')
+      if a < tonumber(q) then return c, a end
+    end
+    return nil
+  end
+
+  local available
+  if items == '' then
+    available = reap_until_available(now, qty, known)
+    known = available
+    if available < qty then return {'SOLD_OUT', available} end
+  else
+    local c, a = short_item()
+    while c do
+      local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, 1)
+      if #due == 0 then return {'CATEGORY_SOLD_OUT', c, a} end
+      expire_member(due[1], now)
+      known = nil
+      c, a = short_item()
+    end
+  end
+
+  available = redis.call('DECRBY', K_STOCK, s_qty)
+  known = available
+  redis.call('HINCRBY', K_META, 'held', s_qty)
+  redis.call('HINCRBY', K_VISITORS, visitor, s_qty)
+  local head = suffix
+  for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+    redis.call('HINCRBY', K_META, 'c:' .. c .. ':avail', -tonumber(q))
+    redis.call('HINCRBY', K_META, 'c:' .. c .. ':held', tonumber(q))
+    redis.call('HINCRBY', K_VCATS, c .. ':' .. visitor, tonumber(q))
+  end
+  if items ~= '' then head = suffix .. '/' .. items end
+  local deadline = now + ttl
+  -- Each number written more than once is formatted once.
+  local s_deadline = int(deadline)
+  local member = head .. ':' .. s_qty .. ':' .. visitor
+  redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', s_qty, 'status', 'held',
+    'deadline_ms', s_deadline, 'created_ms', s_now, 'member', member)
+  redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[6])))
+  redis.call('ZADD', K_DEADLINES, s_deadline, member)
+  redis.call('ZADD', K_VHOLDS, s_deadline, member)
+  local vttl = redis.call('PTTL', K_VHOLDS)
+  if vttl < 0 or now + vttl < deadline then
+    redis.call('PEXPIREAT', K_VHOLDS, int(deadline + 1000))
+  end
+  if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
+  emit('held', suffix, visitor, s_qty, available, s_now, with_items({'expires_at_ms', s_deadline}, items))
+  return {'HELD', qty, 'held', deadline, available, items}
 end
 
-local available
-if items == '' then
-  available = reap_until_available(now, qty, (not moved) and tonumber(stock) or nil)
-  if available < qty then return {'SOLD_OUT', available} end
-else
-  local c, a = short_item()
-  while c do
-    local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, 1)
-    if #due == 0 then return {'CATEGORY_SOLD_OUT', c, a} end
-    expire_member(due[1], now)
-    c, a = short_item()
-  end
+if not many then
+  return hold_one(KEYS[8], KEYS[9], KEYS[10], KEYS[11], ARGV[3], ARGV[7], ARGV[8])
 end
-
-available = redis.call('DECRBY', K_STOCK, s_qty)
-redis.call('HINCRBY', K_META, 'held', s_qty)
-redis.call('HINCRBY', K_VISITORS, visitor, s_qty)
-local head = suffix
-for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-  redis.call('HINCRBY', K_META, 'c:' .. c .. ':avail', -tonumber(q))
-  redis.call('HINCRBY', K_META, 'c:' .. c .. ':held', tonumber(q))
-  redis.call('HINCRBY', K_VCATS, c .. ':' .. visitor, tonumber(q))
+local out = {}
+local k = 8
+for i = 1, n do
+  local a = 10 + 4 * (i - 1)
+  local nk = tonumber(ARGV[a + 3])
+  local r = hold_one(KEYS[k], KEYS[k + 1], nk >= 3 and KEYS[k + 2] or nil, nk >= 4 and KEYS[k + 3] or nil,
+    ARGV[a], ARGV[a + 1], ARGV[a + 2])
+  -- A malformed key fails its own hold only (an error reply in an array
+  -- would be taken for the whole call's): the caller's keys are its own.
+  if type(r) == 'table' and r.err then r = {'ERROR', r.err} end
+  out[i] = r
+  k = k + nk
 end
-if items ~= '' then head = suffix .. '/' .. items end
-local deadline = now + ttl
--- Each number written more than once is formatted once.
-local s_deadline = int(deadline)
-local member = head .. ':' .. s_qty .. ':' .. visitor
-redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', s_qty, 'status', 'held',
-  'deadline_ms', s_deadline, 'created_ms', s_now, 'member', member)
-redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[6])))
-redis.call('ZADD', K_DEADLINES, s_deadline, member)
-redis.call('ZADD', K_VHOLDS, s_deadline, member)
-local vttl = redis.call('PTTL', K_VHOLDS)
-if vttl < 0 or now + vttl < deadline then
-  redis.call('PEXPIREAT', K_VHOLDS, int(deadline + 1000))
-end
-if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
-emit('held', suffix, visitor, s_qty, available, s_now, with_items({'expires_at_ms', s_deadline}, items))
-return {'HELD', qty, 'held', deadline, available, items}
+return out

@@ -120,6 +120,7 @@
 use std::future::Future;
 
 pub mod backend;
+pub mod batch;
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub mod error;

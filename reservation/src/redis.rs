@@ -44,6 +44,19 @@
 //! and return values. They run through [`redis::Script`] (EVALSHA, loaded
 //! again on `NOSCRIPT`), each call bounded by [`RedisConfig::timeout`].
 //!
+//! # Holds sent together
+//!
+//! The holds of one event that arrive while that event's last steps are
+//! on their way to Redis (at most two, per thread) go in the next step
+//! together, one call of hold.lua's mode `many` ([`crate::batch`]). The
+//! script makes them one after the other at one `TIME`, each exactly as
+//! its own call would, so no answer changes; what the batch saves is
+//! reading the event's settings, reaping lapsed holds and checking waves
+//! once per step instead of once per hold. A hold that finds fewer steps
+//! on their way is sent at once, alone. Not with
+//! [`RedisConfig::wait_replicas`] (each hold waits for its own `WAIT`),
+//! nor with `SLUICE_HOLD_BATCH=0` in the environment.
+//!
 //! # Durability
 //!
 //! Redis replicates asynchronously: a write the primary answered may be
@@ -233,11 +246,116 @@ pub struct RedisInventory {
     released_ms: String,
     confirmed_ms: String,
     scripts: std::sync::Arc<Scripts>,
+    /// The batchers of holds sent together ([`crate::batch`]); `None` with
+    /// `wait_replicas` (each hold waits for its own `WAIT`) or with
+    /// `SLUICE_HOLD_BATCH=0` in the environment (for a before and after
+    /// with one build).
+    hold_batchers: Option<std::sync::Arc<HoldBatchers>>,
+}
+
+/// A hold for [`RedisInventory::hold_raw`]: `suffix` the new hold's (22
+/// base64url characters), `named` the hold a REDIRECT named.
+#[cfg(feature = "test-util")]
+#[derive(Clone, Debug)]
+pub struct RawHold {
+    pub visitor: String,
+    pub qty: u32,
+    pub items: Option<Vec<Item>>,
+    pub idempotency_key: Option<String>,
+    pub suffix: String,
+    pub named: Option<String>,
+}
+
+/// One hold as hold.lua takes it: its KEYS[8..] (the new hold's hash, the
+/// visitor's index, then with an idempotency key its key and the hold a
+/// REDIRECT named), its quantity and its items' text.
+struct HoldCall {
+    keys: Vec<String>,
+    qty: u32,
+    items: Option<String>,
+}
+
+fn hold_keys(
+    keys: &Keys,
+    visitor: &str,
+    idempotency_key: Option<&str>,
+    suffix: &str,
+    named: Option<&str>,
+) -> Vec<String> {
+    let mut k = Vec::with_capacity(4);
+    k.push(keys.hold(suffix));
+    k.push(keys.vholds(visitor));
+    if let Some(key) = idempotency_key {
+        k.push(keys.idem(visitor, key));
+        if let Some(n) = named {
+            k.push(keys.hold(n));
+        }
+    }
+    k
+}
+
+/// How one event's batched holds reach Redis.
+struct HoldStep {
+    inv: RedisInventory,
+    event: EventId,
+    keys: Keys,
+    shards: u32,
+}
+
+impl crate::batch::Step<HoldCall, Vec<Value>> for HoldStep {
+    async fn one(&self, call: &HoldCall) -> Result<Vec<Value>> {
+        let (v, _) = self
+            .inv
+            .hold_alone(&self.event, &self.keys, call, self.shards)
+            .await?;
+        Ok(v)
+    }
+
+    async fn many(&self, calls: &[&HoldCall]) -> Result<Vec<Result<Vec<Value>>>> {
+        self.inv
+            .hold_many(&self.event, &self.keys, calls, self.shards)
+            .await
+    }
+}
+
+type HoldBatcher = crate::batch::Batcher<HoldCall, Vec<Value>>;
+
+/// The hold batchers: one per event, layout and thread, so a batch goes
+/// out on the thread's own connection ([`ThreadConns`]).
+#[derive(Default)]
+struct HoldBatchers {
+    map: parking_lot::Mutex<std::collections::HashMap<(std::thread::ThreadId, u32), EventBatchers>>,
+    stats: std::sync::Arc<crate::batch::BatchStats>,
+}
+
+/// One thread's and layout's batchers, by event.
+type EventBatchers = std::collections::HashMap<EventId, std::sync::Arc<HoldBatcher>>;
+
+/// Batchers kept per thread and layout before idle ones are forgotten.
+const HOLD_BATCHERS_KEPT: usize = 1024;
+
+impl HoldBatchers {
+    fn batcher(&self, event: &EventId, shards: u32) -> std::sync::Arc<HoldBatcher> {
+        let mut map = self.map.lock();
+        let events = map
+            .entry((std::thread::current().id(), shards))
+            .or_default();
+        if let Some(b) = events.get(event) {
+            return b.clone();
+        }
+        if events.len() >= HOLD_BATCHERS_KEPT {
+            events.retain(|_, b| !b.idle());
+        }
+        let b = std::sync::Arc::new(HoldBatcher::new(self.stats.clone()));
+        events.insert(event.clone(), b.clone());
+        b
+    }
 }
 
 /// The keys of one event. Made with `concat`, one allocation each: with
 /// `format!` the keys of a hold cost some 8,000 instructions of the
 /// gateway's 125,000 per hold (README, "A hold's side in the gateway").
+#[derive(Clone)]
 struct Keys {
     prefix: String,
 }
@@ -378,6 +496,7 @@ impl RedisInventory {
         } else {
             None
         };
+        let durable_none = durable.is_none();
         Ok(Self {
             conns,
             durable,
@@ -387,6 +506,9 @@ impl RedisInventory {
             maxlen: config.stream_maxlen.max(1).to_string(),
             released_ms: config.retention.released_ms().max(1).to_string(),
             confirmed_ms: config.retention.confirmed_ms().max(1).to_string(),
+            hold_batchers: (durable_none
+                && std::env::var_os("SLUICE_HOLD_BATCH").is_none_or(|v| v != "0"))
+            .then(Default::default),
             scripts: std::sync::Arc::new(Scripts {
                 hold: Script::new(source::HOLD),
                 release: Script::new(source::RELEASE),
@@ -436,6 +558,12 @@ impl RedisInventory {
                 .await?;
         }
         Ok(())
+    }
+
+    /// What the hold batchers sent (steps, holds), `None` when holds are
+    /// sent one call each (module [`crate::batch`]).
+    pub fn hold_batch_stats(&self) -> Option<std::sync::Arc<crate::batch::BatchStats>> {
+        self.hold_batchers.as_ref().map(|b| b.stats.clone())
     }
 
     /// The SHA1 of the hold script (for `redis-benchmark EVALSHA`).
@@ -561,8 +689,10 @@ impl RedisInventory {
         })
     }
 
-    /// One call of hold.lua: a new hold under `suffix`, or the replay of
-    /// `named` (the hold the idempotency key named in a REDIRECT).
+    /// One hold of hold.lua: a new hold under `suffix`, or the replay of
+    /// `named` (the hold the idempotency key named in a REDIRECT). Sent
+    /// with the holds of the same event arriving meanwhile when batching
+    /// is on ([`crate::batch`]), alone otherwise.
     #[allow(clippy::too_many_arguments)]
     async fn hold_once(
         &self,
@@ -576,27 +706,95 @@ impl RedisInventory {
         named: Option<&str>,
         shards: u32,
     ) -> Result<(Vec<Value>, u32)> {
-        let mut extra = vec![keys.hold(suffix), keys.vholds(visitor)];
-        if let Some(k) = idempotency_key {
-            extra.push(keys.idem(visitor, k));
-            if let Some(n) = named {
-                extra.push(keys.hold(n));
+        let call = HoldCall {
+            keys: hold_keys(keys, visitor, idempotency_key, suffix, named),
+            qty,
+            items: lines.map(items_text),
+        };
+        match &self.hold_batchers {
+            Some(b) => {
+                let step = std::sync::Arc::new(HoldStep {
+                    inv: self.clone(),
+                    event: event.clone(),
+                    keys: keys.clone(),
+                    shards,
+                });
+                let v = b.batcher(event, shards).submit(&step, call).await?;
+                Ok((v, self.wait_replicas))
             }
+            None => self.hold_alone(event, keys, &call, shards).await,
         }
+    }
+
+    /// hold.lua's call for one hold, its reply and the replicas that
+    /// acknowledged it.
+    async fn hold_alone(
+        &self,
+        event: &EventId,
+        keys: &Keys,
+        call: &HoldCall,
+        shards: u32,
+    ) -> Result<(Vec<Value>, u32)> {
         // The suffixes and the visitor travel in KEYS only.
         let args = [
-            itoa::Buffer::new().format(qty).to_owned(),
+            itoa::Buffer::new().format(call.qty).to_owned(),
             itoa::Buffer::new().format(LAZY_REAP_MAX).to_owned(),
             itoa::Buffer::new().format(ms(IDEMPOTENCY_TTL)).to_owned(),
             self.released_ms.clone(),
-            if lines.is_some() { "i" } else { "q" }.to_owned(),
-            lines.map(items_text).unwrap_or_default(),
+            if call.items.is_some() { "i" } else { "q" }.to_owned(),
+            call.items.clone().unwrap_or_default(),
             itoa::Buffer::new().format(shards).to_owned(),
         ];
         let (v, acked) = self
-            .run_durable(&self.scripts.hold, event, keys, &extra, &args)
+            .run_durable(&self.scripts.hold, event, keys, &call.keys, &args)
             .await?;
         Ok((items(v)?, acked))
+    }
+
+    /// hold.lua's mode `many`: the holds of `calls` one after the other in
+    /// one call, one reply each.
+    async fn hold_many(
+        &self,
+        event: &EventId,
+        keys: &Keys,
+        calls: &[&HoldCall],
+        shards: u32,
+    ) -> Result<Vec<Result<Vec<Value>>>> {
+        let mut extra = Vec::with_capacity(calls.len() * 2);
+        let mut args = Vec::with_capacity(7 + calls.len() * 4);
+        args.extend([
+            "many".to_owned(),
+            itoa::Buffer::new().format(LAZY_REAP_MAX).to_owned(),
+            itoa::Buffer::new().format(ms(IDEMPOTENCY_TTL)).to_owned(),
+            self.released_ms.clone(),
+            itoa::Buffer::new().format(calls.len()).to_owned(),
+            String::new(),
+            itoa::Buffer::new().format(shards).to_owned(),
+        ]);
+        for c in calls {
+            extra.extend(c.keys.iter().cloned());
+            args.push(itoa::Buffer::new().format(c.qty).to_owned());
+            args.push(if c.items.is_some() { "i" } else { "q" }.to_owned());
+            args.push(c.items.clone().unwrap_or_default());
+            args.push(itoa::Buffer::new().format(c.keys.len()).to_owned());
+        }
+        let replies = items(
+            self.run_common(&self.scripts.hold, event, keys, &extra, &args)
+                .await?,
+        )?;
+        Ok(replies
+            .into_iter()
+            .map(|r| {
+                let r = items(r)?;
+                if matches!(r.first(), Some(Value::BulkString(b)) if b == b"ERROR") {
+                    return Err(ReservationError::Protocol(format!(
+                        "hold: {}",
+                        text(r.get(1)).unwrap_or_default()
+                    )));
+                }
+                Ok(r)
+            })
+            .collect())
     }
 
     /// One call of set_stock.lua; `only_new` for [`Inventory::load_if_new`].
@@ -716,6 +914,64 @@ impl RedisInventory {
             (Some(a), (Some(h), Some(c))) => Some((a, h, c)),
             _ => None,
         })
+    }
+
+    /// hold.lua's answers to `holds`, sent in one call of its mode `many`
+    /// (`together`) or one call each, in order, on a plain event: each as
+    /// text, the deadline left out (it differs with the time of the call).
+    /// For the check that a batch answers what its holds one after the
+    /// other would (`tests/redis.rs`).
+    #[cfg(feature = "test-util")]
+    pub async fn hold_raw(
+        &self,
+        event: &EventId,
+        holds: &[RawHold],
+        together: bool,
+    ) -> Result<Vec<Result<Vec<String>>>> {
+        let keys = Keys::new(event);
+        let calls: Vec<HoldCall> = holds
+            .iter()
+            .map(|h| HoldCall {
+                keys: hold_keys(
+                    &keys,
+                    &h.visitor,
+                    h.idempotency_key.as_deref(),
+                    &h.suffix,
+                    h.named.as_deref(),
+                ),
+                qty: h.qty,
+                items: h.items.as_deref().map(items_text),
+            })
+            .collect();
+        let replies = if together {
+            let refs: Vec<&HoldCall> = calls.iter().collect();
+            self.hold_many(event, &keys, &refs, 1).await?
+        } else {
+            let mut out = Vec::new();
+            for c in &calls {
+                out.push(self.hold_alone(event, &keys, c, 1).await.map(|(v, _)| v));
+            }
+            out
+        };
+        Ok(replies
+            .into_iter()
+            .map(|r| {
+                r.map(|r| {
+                    let held = matches!(r.first(), Some(Value::BulkString(b)) if b == b"HELD" || b == b"REPLAYED");
+                    r.iter()
+                        .enumerate()
+                        .filter(|(i, _)| !(held && *i == 3))
+                        .map(|(_, v)| match v {
+                            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            Value::SimpleString(t) => t.clone(),
+                            Value::Int(n) => n.to_string(),
+                            Value::Nil => String::new(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect()
+                })
+            })
+            .collect())
     }
 
     /// Takes back a hold `WAIT` could not vouch for, and its idempotency key

@@ -173,6 +173,21 @@ async fn hold_retrying(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aof_restart_mid_storm_never_oversells() {
+    aof_restart_mid_storm(2_000, 16, Duration::from_millis(10)).await;
+}
+
+/// The same with the holds sent together (64 buyers, no pause: the holds
+/// go out in batches, `reservation::batch`): a batch in flight when Redis
+/// dies is all or nothing like a single hold, and every acknowledged hold
+/// of a batch survives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aof_restart_mid_a_storm_of_batched_holds_never_oversells() {
+    aof_restart_mid_storm(20_000, 64, Duration::ZERO).await;
+}
+
+/// A storm of holds from `buyers` tasks (each pausing `pause` between
+/// holds) on `total` units, Redis restarted from its AOF in its middle.
+async fn aof_restart_mid_storm(total: u64, buyers: u32, pause: Duration) {
     let Some((h, server)) = harness_with(RedisOptions {
         appendonly: true,
         ..RedisOptions::default()
@@ -185,15 +200,15 @@ async fn aof_restart_mid_storm_never_oversells() {
         unreachable!()
     };
     let ev = h.event("aof");
-    let total = 2_000;
     h.stock(&ev, total, 4, Duration::from_secs(600)).await;
+    let stats = inv.hold_batch_stats().expect("holds batched by default");
     let acked = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
-    // A paced storm (16 tasks, a hold every 10 ms each: about 3,000 units/s)
-    // so that the restart lands in its middle and the stock sells out
-    // across it.
-    for t in 0..16 {
+    // A storm (paced with 16 tasks, a hold every 10 ms each: about 3,000
+    // units/s) so that the restart lands in its middle and the stock sells
+    // out across it.
+    for t in 0..buyers {
         let inv = inv.clone();
         let ev = ev.clone();
         let acked = acked.clone();
@@ -214,13 +229,22 @@ async fn aof_restart_mid_storm_never_oversells() {
                     }
                     other => panic!("{other:?}"),
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                if pause.is_zero() {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(pause).await;
+                }
             }
         }));
     }
     // Let the storm start, then kill and restart from the AOF.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = acked.load(Ordering::SeqCst);
+    let (steps, holds) = (stats.steps(), stats.items());
+    eprintln!("before the restart: {holds} holds in {steps} store steps");
+    if pause.is_zero() {
+        assert!(steps < holds, "the holds were not sent together");
+    }
     let s2 = server.clone();
     tokio::task::spawn_blocking(move || s2.lock().restart())
         .await
@@ -888,4 +912,451 @@ async fn model_case_a_partial_reap_takes_the_earliest_deadline() {
     for _ in 0..3 {
         model::run_case(&h, &spec, &ops).await.unwrap();
     }
+}
+
+/// A raw connection to `server`, for reading the keys a script wrote.
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// What of an event's keys a hold writes, as text: meta, the carts (all
+/// and per category), the holds' hashes (but their times), the deadline
+/// index's members (not their scores: the deadlines differ with the time
+/// of the calls), each visitor's index, the idempotency keys and the
+/// stream's entry count.
+async fn written(conn: &mut redis::aio::MultiplexedConnection, ev: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let cmd = |args: &[&str]| {
+        let mut c = redis::cmd(args[0]);
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c
+    };
+    let p = format!("sluice:{{{ev}}}:");
+    for h in ["meta", "visitors", "vcats"] {
+        let mut m: Vec<(String, String)> = cmd(&["HGETALL", &format!("{p}{h}")])
+            .query_async(conn)
+            .await
+            .unwrap();
+        m.sort();
+        out.push(format!("{h}: {m:?}"));
+    }
+    let mut members: Vec<String> = cmd(&["ZRANGE", &format!("{p}deadlines"), "0", "-1"])
+        .query_async(conn)
+        .await
+        .unwrap();
+    members.sort();
+    out.push(format!("deadlines: {members:?}"));
+    let xlen: u64 = cmd(&["XLEN", &format!("{p}stream")])
+        .query_async(conn)
+        .await
+        .unwrap();
+    out.push(format!("stream: {xlen}"));
+    let mut keys: Vec<String> = cmd(&["KEYS", &format!("{p}*")])
+        .query_async(conn)
+        .await
+        .unwrap();
+    keys.sort();
+    for k in keys {
+        let rest = &k[p.len()..];
+        if rest.starts_with("hold:") {
+            let mut m: Vec<(String, String)> =
+                cmd(&["HGETALL", &k]).query_async(conn).await.unwrap();
+            m.retain(|(f, _)| !f.ends_with("_ms"));
+            m.sort();
+            out.push(format!("{rest}: {m:?}"));
+        } else if rest.starts_with("vholds:") {
+            let mut m: Vec<String> = cmd(&["ZRANGE", &k, "0", "-1"])
+                .query_async(conn)
+                .await
+                .unwrap();
+            m.sort();
+            out.push(format!("{rest}: {m:?}"));
+        } else if rest.starts_with("idem:") {
+            let v: String = cmd(&["GET", &k]).query_async(conn).await.unwrap();
+            out.push(format!("{rest}: {v}"));
+        }
+    }
+    out
+}
+
+/// Group commit of holds (`reservation::batch`, hold.lua's mode `many`):
+/// random holds sent in batches of random sizes answer exactly what the
+/// same holds one call each answer, and leave exactly the same keys
+/// behind. Two events set up alike (with and without categories, stock
+/// that runs out, lapsed holds of other visitors, more than one reaping's
+/// worth of them in some cases), then the same holds: from a few visitors
+/// (carts that fill), quantities from 0 to past the cart limit, items
+/// naming unknown categories or none, idempotency keys used again (a
+/// REDIRECT) and named back (a replay), a visitor whose own holds lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_holds_answers_what_its_holds_one_by_one_would() {
+    use rand::{RngExt as _, SeedableRng as _};
+    use sluice_reservation::redis::RawHold;
+    use sluice_reservation::{CategoryId, CategorySpec, EventId, Item, StockSpec};
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let inv = connect(&server).await;
+    let mut conn = raw(&server).await;
+    let mut batched_steps = 0;
+    for seed in 0..24u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let with_cats = seed % 2 == 1;
+        let many_lapsed = seed % 4 == 0;
+        let cart_limit = rng.random_range(1..5u32);
+        let cats: Vec<CategorySpec> = if with_cats {
+            vec![
+                CategorySpec {
+                    id: CategoryId::parse("floor").unwrap(),
+                    total: rng.random_range(3..12),
+                    cart_limit: Some(rng.random_range(1..=cart_limit)),
+                },
+                CategorySpec {
+                    id: CategoryId::parse("seat").unwrap(),
+                    total: rng.random_range(3..12) + if many_lapsed { 80 } else { 0 },
+                    cart_limit: None,
+                },
+            ]
+        } else {
+            Vec::new()
+        };
+        let total = if with_cats {
+            0
+        } else {
+            rng.random_range(4..20) + if many_lapsed { 80 } else { 0 }
+        };
+        let mut spec = StockSpec {
+            total,
+            cart_limit,
+            hold_ttl: Duration::from_millis(50),
+            version: 1,
+            room: "r".into(),
+        };
+        let lapsing = if many_lapsed {
+            70
+        } else {
+            rng.random_range(0..5)
+        };
+        // What a hold asks for: `q` units, as items on an event with
+        // categories.
+        let items_for = |rng: &mut rand::rngs::StdRng, q: u32| -> Option<Vec<Item>> {
+            if !with_cats {
+                return (rng.random_range(0..12) == 0).then(|| {
+                    vec![Item {
+                        category: CategoryId::parse("floor").unwrap(),
+                        qty: q,
+                    }]
+                });
+            }
+            match rng.random_range(0..12) {
+                0 => None,
+                1 => Some(vec![Item {
+                    category: CategoryId::parse("zz").unwrap(),
+                    qty: q,
+                }]),
+                2 => Some(vec![
+                    Item {
+                        category: CategoryId::parse("floor").unwrap(),
+                        qty: 1,
+                    },
+                    Item {
+                        category: CategoryId::parse("seat").unwrap(),
+                        qty: q,
+                    },
+                ]),
+                n => Some(vec![Item {
+                    category: CategoryId::parse(if n % 2 == 0 { "floor" } else { "seat" }).unwrap(),
+                    qty: q,
+                }]),
+            }
+        };
+        let lapsing_holds: Vec<RawHold> = (0..lapsing)
+            .map(|i| RawHold {
+                // the first two are visitors of the holds below too
+                visitor: if i < 2 {
+                    format!("v{i}")
+                } else {
+                    format!("gone{i}")
+                },
+                qty: 1,
+                items: with_cats.then(|| {
+                    vec![Item {
+                        category: CategoryId::parse("seat").unwrap(),
+                        qty: 1,
+                    }]
+                }),
+                idempotency_key: None,
+                suffix: format!("P{seed:02}{i:018}A"),
+                named: None,
+            })
+            .collect();
+        let mut holds: Vec<RawHold> = Vec::new();
+        for i in 0..40usize {
+            let visitor = format!("v{}", rng.random_range(0..4));
+            let qty = rng.random_range(0..=cart_limit + 1);
+            let idempotency_key = match rng.random_range(0..4) {
+                0 => Some("k1".to_owned()),
+                1 => Some("k2".to_owned()),
+                _ => None,
+            };
+            // named: an earlier hold of the same visitor and key (a
+            // replay when the key still names it, else a REDIRECT)
+            let named = idempotency_key.as_ref().and_then(|k| {
+                holds
+                    .iter()
+                    .filter(|h| h.visitor == visitor && h.idempotency_key.as_ref() == Some(k))
+                    .map(|h| h.suffix.clone())
+                    .next_back()
+                    .filter(|_| rng.random_bool(0.5))
+            });
+            let items = items_for(&mut rng, qty);
+            holds.push(RawHold {
+                visitor,
+                qty: items
+                    .as_ref()
+                    .map_or(qty, |it| it.iter().map(|i| i.qty).sum()),
+                items,
+                idempotency_key,
+                suffix: format!("S{seed:02}{i:018}A"),
+                named,
+            });
+        }
+        let events = [format!("alone{seed}"), format!("together{seed}")];
+        for e in &events {
+            let ev = EventId::parse(e).unwrap();
+            spec.hold_ttl = Duration::from_millis(50);
+            spec.version = 1;
+            inv.set_stock_with_categories(&ev, &spec, &cats)
+                .await
+                .unwrap();
+            for a in inv.hold_raw(&ev, &lapsing_holds, false).await.unwrap() {
+                assert_eq!(a.unwrap()[0], "HELD", "seed {seed}: a hold to lapse");
+            }
+        }
+        // They lapse; the holds below live long.
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        for e in &events {
+            spec.hold_ttl = Duration::from_secs(600);
+            spec.version = 2;
+            inv.set_stock_with_categories(&EventId::parse(e).unwrap(), &spec, &cats)
+                .await
+                .unwrap();
+        }
+        let alone = EventId::parse(&events[0]).unwrap();
+        let together = EventId::parse(&events[1]).unwrap();
+        let want = inv.hold_raw(&alone, &holds, false).await.unwrap();
+        let mut got = Vec::new();
+        let mut rest: &[RawHold] = &holds;
+        while !rest.is_empty() {
+            let n = rng.random_range(1..=rest.len().min(12));
+            let (batch, tail) = rest.split_at(n);
+            got.extend(inv.hold_raw(&together, batch, true).await.unwrap());
+            batched_steps += 1;
+            rest = tail;
+        }
+        let text = |v: &[sluice_reservation::Result<Vec<String>>]| -> Vec<String> {
+            v.iter().map(|a| format!("{a:?}")).collect()
+        };
+        assert_eq!(text(&got), text(&want), "seed {seed}: the answers");
+        let kinds: std::collections::BTreeSet<String> = want
+            .iter()
+            .map(|a| a.as_ref().unwrap()[0].clone())
+            .collect();
+        eprintln!("seed {seed}: {kinds:?}");
+        let (a, b) = (
+            written(&mut conn, &events[0]).await,
+            written(&mut conn, &events[1]).await,
+        );
+        let b: Vec<String> = b
+            .into_iter()
+            .map(|l| l.replace(&events[1], &events[0]))
+            .collect();
+        assert_eq!(b, a, "seed {seed}: the keys written");
+    }
+    assert!(batched_steps > 24);
+}
+
+/// A storm of holds gathered into batches (500 at once over 40 visitors,
+/// 150 units, a cart limit of 4, some requests repeating an idempotency
+/// key): no unit is held twice or past the stock, no cart passes its
+/// limit, every answer of a key names one hold, the counters add up to
+/// the held answers, and holds did go out together (fewer store steps
+/// than holds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_sent_together_keep_every_promise() {
+    use sluice_reservation::{EventId, StockSpec};
+    use std::collections::{HashMap, HashSet};
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let inv = connect(&server).await;
+    let stats = inv
+        .hold_batch_stats()
+        .expect("holds are batched by default");
+    let ev = EventId::parse("storm").unwrap();
+    let spec = StockSpec {
+        total: 150,
+        cart_limit: 4,
+        hold_ttl: Duration::from_secs(600),
+        version: 1,
+        room: "r".into(),
+    };
+    inv.set_stock(&ev, &spec).await.unwrap();
+    let (steps0, holds0) = (stats.steps(), stats.items());
+    let mut tasks = Vec::new();
+    for i in 0..500u32 {
+        let (inv, ev) = (inv.clone(), ev.clone());
+        tasks.push(tokio::spawn(async move {
+            let visitor = format!("v{}", i % 40);
+            let key = (i % 5 == 0).then(|| format!("key{}", i % 3));
+            let qty = 1 + i % 3;
+            let r = inv.hold(&ev, &visitor, qty, key.as_deref()).await;
+            (visitor, key, r.unwrap())
+        }));
+    }
+    let mut ids = HashSet::new();
+    let mut carts: HashMap<String, u32> = HashMap::new();
+    let mut by_key: HashMap<(String, String), HashSet<String>> = HashMap::new();
+    let mut held = 0u64;
+    let mut kinds: HashMap<&'static str, u32> = HashMap::new();
+    for t in tasks {
+        let (visitor, key, outcome) = t.await.unwrap();
+        let kind = match &outcome {
+            HoldOutcome::Held(v) => {
+                assert!(ids.insert(v.hold_id.to_string()), "one hold answered twice");
+                assert_eq!(v.visitor, visitor);
+                *carts.entry(visitor.clone()).or_default() += v.qty;
+                held += u64::from(v.qty);
+                if let Some(k) = &key {
+                    by_key
+                        .entry((visitor.clone(), k.clone()))
+                        .or_default()
+                        .insert(v.hold_id.to_string());
+                }
+                "held"
+            }
+            HoldOutcome::Replayed(v) => {
+                let k = key.clone().expect("a replay has a key");
+                by_key
+                    .entry((visitor.clone(), k))
+                    .or_default()
+                    .insert(v.hold_id.to_string());
+                "replayed"
+            }
+            HoldOutcome::CartLimitExceeded { .. } => "cart",
+            HoldOutcome::SoldOut { .. } => "sold out",
+            other => panic!("{other:?}"),
+        };
+        *kinds.entry(kind).or_default() += 1;
+    }
+    for (v, c) in &carts {
+        assert!(*c <= 4, "{v} holds {c} units past the cart limit 4");
+    }
+    for (k, holds) in &by_key {
+        assert_eq!(holds.len(), 1, "{k:?} named {holds:?}");
+    }
+    let state = inv.read(&ev).await.unwrap().unwrap();
+    assert!(state.invariant_holds);
+    assert_eq!(state.held, held, "the counters add up to the held answers");
+    assert_eq!(state.available, Some(150 - held));
+    let (steps, holds) = (stats.steps() - steps0, stats.items() - holds0);
+    eprintln!("{kinds:?}; {holds} holds in {steps} store steps");
+    // (a key's REDIRECT sends its hold once more)
+    assert!(holds >= 500, "every hold through the batchers: {holds}");
+    assert!(steps < holds, "no hold went out with another");
+}
+
+/// `CLIENT PAUSE ms ALL` on `server`: commands sent from now wait.
+fn pause_clients(server: &RedisServer, ms: u32) {
+    let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
+    std::io::Write::write_all(&mut s, format!("CLIENT PAUSE {ms} ALL\r\n").as_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    let _ = std::io::Read::read(&mut s, &mut buf);
+}
+
+/// Holds waiting behind a step Redis does not answer (a `CLIENT PAUSE`
+/// longer than the store's timeout) fail with it within about one
+/// timeout, not one per step; once Redis answers again each idempotency
+/// key names exactly one hold and the counters hold exactly those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_holds_behind_a_stalled_step_fail_within_one_timeout() {
+    use sluice_reservation::{EventId, StockSpec};
+    use std::collections::HashSet;
+    use std::time::Instant;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let timeout = Duration::from_millis(300);
+    let mut config = RedisConfig::new(server.url());
+    config.timeout = timeout;
+    let inv = RedisInventory::connect(&config).await.unwrap();
+    let ev = EventId::parse("stalled").unwrap();
+    let spec = StockSpec {
+        total: 1000,
+        cart_limit: 1,
+        hold_ttl: Duration::from_secs(600),
+        version: 1,
+        room: "r".into(),
+    };
+    inv.set_stock(&ev, &spec).await.unwrap();
+    pause_clients(&server, 1500);
+    let mut tasks = Vec::new();
+    for i in 0..40u32 {
+        let (inv, ev) = (inv.clone(), ev.clone());
+        tasks.push(tokio::spawn(async move {
+            // the first alone in its step, the rest waiting behind it
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let t0 = Instant::now();
+            let r = inv
+                .hold(&ev, &format!("v{i}"), 1, Some(&format!("k{i}")))
+                .await;
+            (r, t0.elapsed())
+        }));
+    }
+    for t in tasks {
+        let (r, took) = t.await.unwrap();
+        assert!(
+            matches!(&r, Err(e) if e.is_unavailable()),
+            "a hold during the pause: {r:?}"
+        );
+        assert!(
+            took < timeout * 5 / 3,
+            "a hold behind a stalled step waited {took:?} (timeout {timeout:?})"
+        );
+    }
+    // Redis answers again: each key names one hold (the steps sent
+    // during the pause ran when it ended: their keys replay them).
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let mut ids = HashSet::new();
+    for i in 0..40u32 {
+        let mut answer = None;
+        for _ in 0..20 {
+            match inv
+                .hold(&ev, &format!("v{i}"), 1, Some(&format!("k{i}")))
+                .await
+            {
+                Ok(a) => {
+                    answer = Some(a);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        match answer.expect("Redis answers again") {
+            HoldOutcome::Held(v) | HoldOutcome::Replayed(v) => {
+                assert!(ids.insert(v.hold_id.to_string()), "a hold named twice");
+            }
+            other => panic!("v{i}: {other:?}"),
+        }
+    }
+    let state = inv.read(&ev).await.unwrap().unwrap();
+    assert_eq!(state.held, 40, "one unit per key, once");
 }

@@ -27,7 +27,10 @@
 # (redis-benchmark EVALSHA of hold.lua, 50 clients, no pipelining) runs on
 # the same Redis with a stock that never sells out either: the ratio is
 # knee / direct. The checks: every answer a 201, no error, the store's
-# invariant holds, units held = 201s answered.
+# invariant holds, units held = 201s answered. It also prints the mean
+# batch of holds sent to Redis together (SLUICE_HOLD_BATCH=0 in the
+# environment turns the batching off, for a before and after with one
+# build).
 # On a shared machine, load from other processes moves the figures: the
 # script prints the load average before and after.
 # Needs: cargo, redis-server, redis-cli, redis-benchmark, curl, python3.
@@ -90,6 +93,17 @@ PY
   sleep 1
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Holds sent together (README, "Holds sent together"): the mean batch
+# over the whole run, warm-up included (SLUICE_HOLD_BATCH=0 in the
+# environment sends each hold alone: no steps counted).
+admin "$BASE/metrics" | python3 -c '
+import sys
+m = dict(l.rsplit(" ", 1) for l in sys.stdin.read().splitlines() if l.startswith("sluice_hold_store_step"))
+steps = float(m.get("sluice_hold_store_steps_total", 0))
+holds = float(m.get("sluice_hold_store_step_holds_total", 0))
+print(f"hold store steps {steps:,.0f} for {holds:,.0f} holds: mean batch {holds / steps:.2f}" if steps
+      else "holds sent one call each (no hold batching)")
+'
 
 echo "== redis-benchmark: hold.lua directly" >&2
 DIRECT_CSV=$(timeout 300 "$ROOT/reservation/bench/hold_script.sh" 127.0.0.1 "$RPORT" 200000 50 1 1000000000000 2>"$WORK/direct.err")

@@ -31,7 +31,7 @@ use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::{RedisOptions, RedisServer, free_port};
 use sluice_tests::visitor::Visitor;
 use sluice_tests::{
-    ADMIN_TOKEN, GatewayProcess, TestGateway, admin_patch, admin_room, temp_file, temp_keys,
+    ADMIN_TOKEN, GatewayProcess, TestGateway, admin_patch, admin_room, metric, temp_file, temp_keys,
 };
 
 fn room(id: &str, rate: f64, paths: &[&str]) -> RoomConfig {
@@ -117,6 +117,118 @@ async fn hold(c: &TestClient, base: &str, token: &str, qty: u64) -> Answer {
         body(json!({ "qty": qty }).to_string()),
     )
     .await
+}
+
+/// Holds sent at once by a crowd of admitted visitors (60 visitors, 4
+/// requests each over connections of their own, some repeating an
+/// `Idempotency-Key`), on 100 units with a cart limit of 4: the gateway
+/// sends them to Redis together (`sluice_hold_store_steps_total` below
+/// the holds they carried), and no unit is held twice or past the stock,
+/// no cart passes its limit, every answer of a key names one hold, and the
+/// event's counters add up to the 201s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_at_once_sell_each_unit_once_and_keep_each_cart() {
+    use std::collections::HashMap;
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    const TOTAL: u64 = 100;
+    let origin = TestOrigin::start().await;
+    let gw = sale_gateway(&origin, &redis, TOTAL).await;
+    let base = gw.url();
+    let tokens: Vec<String> = futures_util::stream::iter(0..60)
+        .map(|_| admitted(&base, "default"))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let steps = "sluice_hold_store_steps_total";
+    let carried = "sluice_hold_store_step_holds_total";
+    let (steps0, carried0) = (metric(&base, steps).await, metric(&base, carried).await);
+    let mut set = tokio::task::JoinSet::new();
+    for (v, token) in tokens.iter().enumerate() {
+        for k in 0..4u64 {
+            let (base, token) = (base.clone(), token.clone());
+            set.spawn(async move {
+                let key = (k < 2 && v % 3 == 0).then(|| format!("again-{v}"));
+                let mut headers = vec![
+                    ("authorization".to_owned(), format!("Bearer {token}")),
+                    ("content-type".to_owned(), "application/json".to_owned()),
+                ];
+                if let Some(key) = &key {
+                    headers.push(("idempotency-key".to_owned(), key.clone()));
+                }
+                let h: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|(a, b)| (a.as_str(), b.as_str()))
+                    .collect();
+                // a client of its own: a connection of its own
+                let res = TestClient::new()
+                    .call(
+                        Method::POST,
+                        &format!("{base}/_sluice/events/demo/holds"),
+                        &h,
+                        body(json!({ "qty": 1 + k % 2 }).to_string()),
+                    )
+                    .await;
+                (v, key, res)
+            });
+        }
+    }
+    let mut held = 0u64;
+    let mut carts: HashMap<usize, u64> = HashMap::new();
+    let mut ids = HashSet::new();
+    let mut by_key: HashMap<String, HashSet<String>> = HashMap::new();
+    let mut statuses: HashMap<u16, u32> = HashMap::new();
+    while let Some(r) = set.join_next().await {
+        let (v, key, res) = r.unwrap();
+        *statuses.entry(res.status.as_u16()).or_default() += 1;
+        match res.status.as_u16() {
+            201 => {
+                let j = res.json();
+                let id = j["hold_id"].as_str().unwrap().to_owned();
+                // a repeated key answers its hold's 201 again (API.md):
+                // counted once
+                let new = ids.insert(id.clone());
+                match key {
+                    Some(key) => {
+                        by_key.entry(key).or_default().insert(id);
+                    }
+                    None => assert!(new, "hold {id} answered twice"),
+                }
+                if new {
+                    let qty = j["qty"].as_u64().unwrap();
+                    held += qty;
+                    *carts.entry(v).or_default() += qty;
+                }
+            }
+            409 => {
+                let code = res.json()["code"].as_str().unwrap().to_owned();
+                assert!(
+                    code == "sold_out" || code == "cart_limit_exceeded",
+                    "{}",
+                    res.text()
+                );
+            }
+            other => panic!("a hold answered {other}: {}", res.text()),
+        }
+    }
+    eprintln!("answers {statuses:?}");
+    for (v, c) in &carts {
+        assert!(*c <= 4, "visitor {v} holds {c} units past the cart limit 4");
+    }
+    for (k, ids) in &by_key {
+        assert_eq!(ids.len(), 1, "{k} named {ids:?}");
+    }
+    let e = admin_event(&base).await;
+    assert_eq!(e["invariant_holds"], true, "{e}");
+    assert!(held <= TOTAL, "oversold: {held} of {TOTAL}");
+    assert_eq!(e["held"], held, "the counters add up to the 201s: {e}");
+    let sent = metric(&base, carried).await - carried0;
+    let stepped = metric(&base, steps).await - steps0;
+    eprintln!("{sent} holds in {stepped} store steps");
+    assert!(sent >= 240.0, "every hold through the batchers: {sent}");
+    assert!(stepped < sent, "no hold went out with another");
+    gw.shutdown().await;
 }
 
 /// A request that may fail at the transport (a gateway that died): the

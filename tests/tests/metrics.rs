@@ -123,6 +123,9 @@ async fn metrics_parse_and_name_everything_documented() {
         "sluice_room_full_total",
         // a request claiming to be a verified crawler (tests/crawlers.rs)
         "sluice_crawler_requests_total",
+        // holds on Redis (tests/faults.rs)
+        "sluice_hold_store_steps_total",
+        "sluice_hold_store_step_holds_total",
     ];
     let documented = documented_metrics();
     assert!(documented.len() >= 20, "{documented:?}");

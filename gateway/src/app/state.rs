@@ -109,6 +109,11 @@ impl AppState {
         // request (once per process).
         crate::visitor::assets::warm();
         let stores = crate::app::stores::connect(&config).await?;
+        if let sluice_reservation::InventoryBackend::Redis(r) = stores.inventory.inner()
+            && let Some(stats) = r.hold_batch_stats()
+        {
+            telemetry.watch_hold_batches(stats);
+        }
         let keyring = match &config.keys_dir {
             Some(dir) => Keyring::load_dir(dir)
                 .map_err(|e| anyhow::anyhow!("keys in {}: {e}", dir.display()))?,

@@ -33,6 +33,8 @@
 //! | `sluice_upstream_errors_total` | counter | kind | `unreachable`, `timeout` or `tls` (a failed handshake with an https origin) |
 //! | `sluice_origin_tls_insecure` | gauge | | 1 when `proxy.insecure_skip_verify` leaves the https origin's certificate unchecked |
 //! | `sluice_holds_total` | counter | outcome | hold attempts by outcome |
+//! | `sluice_hold_store_steps_total` | counter | | store steps this gateway sent for holds, on Redis without `replication.wait_replicas` (holds of one event that arrive while its steps are on their way go together in the next step) |
+//! | `sluice_hold_store_step_holds_total` | counter | | the holds those steps carried: divided by the steps, the mean batch |
 //! | `sluice_hold_replication_lagged_total` | counter | op | holds (`hold`) and payment confirmations (`confirm`) fewer Redis replicas acknowledged than `replication.wait_replicas` asks (answered 503; the hold released again) |
 //! | `sluice_adaptive_rate_per_second` | gauge | room | the rate adaptive admission set (steering gateway) |
 //! | `sluice_adaptive_decisions_total` | counter | room, decision | adaptive decisions: `increasing`, `decreasing`, `holding`, `overridden` (steering gateway) |
@@ -67,6 +69,9 @@ pub struct Telemetry {
     /// Upstream latency by status class (1xx … 5xx): the proxy records into
     /// it on every request.
     upstream: Arc<LatencyHistogram>,
+    /// What the reservation store's hold batchers sent (on Redis), read at
+    /// each scrape.
+    hold_batches: Arc<std::sync::OnceLock<Arc<sluice_reservation::batch::BatchStats>>>,
 }
 
 /// The upstream latency histogram, counted in atomics and rendered by
@@ -164,7 +169,14 @@ impl Telemetry {
             recorder: Arc::new(recorder),
             handle,
             upstream: Arc::new(LatencyHistogram::default()),
+            hold_batches: Arc::default(),
         }
+    }
+
+    /// Exports what the reservation store's hold batchers send
+    /// (`sluice_hold_store_steps_total`, `sluice_hold_store_step_holds_total`).
+    pub fn watch_hold_batches(&self, stats: Arc<sluice_reservation::batch::BatchStats>) {
+        let _ = self.hold_batches.set(stats);
     }
 
     fn counter(&self, name: &'static str, labels: &[(&'static str, String)]) -> Counter {
@@ -460,6 +472,12 @@ impl Telemetry {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        if let Some(stats) = self.hold_batches.get() {
+            self.counter("sluice_hold_store_steps_total", &[])
+                .absolute(stats.steps());
+            self.counter("sluice_hold_store_step_holds_total", &[])
+                .absolute(stats.items());
+        }
         self.handle.run_upkeep();
         let mut out = self.handle.render();
         if !out.is_empty() && !out.ends_with("\n\n") {
