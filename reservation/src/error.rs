@@ -84,23 +84,6 @@ impl ReservationError {
     }
 
     /// Classifies an error from the Redis client.
-    /// The same error again, for each of the holds one failed store step
-    /// carried (`reservation::batch`).
-    pub(crate) fn duplicate(&self) -> Self {
-        match self {
-            Self::Unavailable(e) => Self::Unavailable(e.clone()),
-            Self::Timeout(d) => Self::Timeout(*d),
-            Self::Script(e) => Self::Script(e.clone()),
-            Self::NotReplicated { wanted, acked } => Self::NotReplicated {
-                wanted: *wanted,
-                acked: *acked,
-            },
-            Self::Protocol(s) => Self::Protocol(s.clone()),
-            Self::Contended { rounds } => Self::Contended { rounds: *rounds },
-            Self::Config(s) => Self::Config(s.clone()),
-        }
-    }
-
     pub(crate) fn from_redis(err: redis::RedisError) -> Self {
         use redis::{ErrorKind, ServerErrorKind};
         let transient_server = matches!(

@@ -302,7 +302,7 @@ struct HoldStep {
     shards: u32,
 }
 
-impl crate::batch::Step<HoldCall, Vec<Value>> for HoldStep {
+impl sluice_redis::batch::Step<HoldCall, Vec<Value>, ReservationError> for HoldStep {
     async fn one(&self, call: &HoldCall) -> Result<Vec<Value>> {
         let (v, _) = self
             .inv
@@ -318,7 +318,7 @@ impl crate::batch::Step<HoldCall, Vec<Value>> for HoldStep {
     }
 }
 
-type HoldBatcher = crate::batch::Batcher<HoldCall, Vec<Value>>;
+type HoldBatcher = sluice_redis::batch::Batcher<HoldCall, Vec<Value>, ReservationError>;
 
 /// The hold batchers: one per event, layout and thread, so a batch goes
 /// out on the thread's own connection ([`ThreadConns`]).
@@ -346,7 +346,10 @@ impl HoldBatchers {
         if events.len() >= HOLD_BATCHERS_KEPT {
             events.retain(|_, b| !b.idle());
         }
-        let b = std::sync::Arc::new(HoldBatcher::new(self.stats.clone()));
+        let b = std::sync::Arc::new(HoldBatcher::new(
+            self.stats.clone(),
+            crate::batch::max_in_flight(),
+        ));
         events.insert(event.clone(), b.clone());
         b
     }
@@ -713,13 +716,15 @@ impl RedisInventory {
         };
         match &self.hold_batchers {
             Some(b) => {
-                let step = std::sync::Arc::new(HoldStep {
-                    inv: self.clone(),
-                    event: event.clone(),
-                    keys: keys.clone(),
-                    shards,
-                });
-                let v = b.batcher(event, shards).submit(&step, call).await?;
+                let v = b
+                    .batcher(event, shards)
+                    .submit(call, || HoldStep {
+                        inv: self.clone(),
+                        event: event.clone(),
+                        keys: keys.clone(),
+                        shards,
+                    })
+                    .await?;
                 Ok((v, self.wait_replicas))
             }
             None => self.hold_alone(event, keys, &call, shards).await,

@@ -1272,14 +1272,6 @@ async fn holds_sent_together_keep_every_promise() {
     assert!(steps < holds, "no hold went out with another");
 }
 
-/// `CLIENT PAUSE ms ALL` on `server`: commands sent from now wait.
-fn pause_clients(server: &RedisServer, ms: u32) {
-    let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
-    std::io::Write::write_all(&mut s, format!("CLIENT PAUSE {ms} ALL\r\n").as_bytes()).unwrap();
-    let mut buf = [0u8; 64];
-    let _ = std::io::Read::read(&mut s, &mut buf);
-}
-
 /// Holds waiting behind a step Redis does not answer (a `CLIENT PAUSE`
 /// longer than the store's timeout) fail with it within about one
 /// timeout, not one per step; once Redis answers again each idempotency
@@ -1305,7 +1297,8 @@ async fn batched_holds_behind_a_stalled_step_fail_within_one_timeout() {
         room: "r".into(),
     };
     inv.set_stock(&ev, &spec).await.unwrap();
-    pause_clients(&server, 1500);
+    // commands sent from now wait
+    assert!(server.command("CLIENT PAUSE 1500 ALL").contains("OK"));
     let mut tasks = Vec::new();
     for i in 0..40u32 {
         let (inv, ev) = (inv.clone(), ev.clone());

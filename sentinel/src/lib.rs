@@ -30,6 +30,8 @@
 //! - [`conn`]: the connection type and how each kind is opened.
 //! - [`sentinel`]: the connection to the primary Sentinel names.
 //! - [`local`]: per-thread connections for the gateway's I/O threads.
+//! - [`batch`]: group commit, the calls that arrive while a store step is
+//!   on its way sent together in the next one (joins, holds).
 //! - [`tls`]: the TLS files, rustls's provider (ring), and how a TLS
 //!   failure is told apart in an error.
 //!
@@ -45,6 +47,7 @@
 //!   timeout it was opened with. A failed command is never retried here:
 //!   the stores decide (idempotency keys, event ids).
 
+pub mod batch;
 pub mod conn;
 pub mod local;
 pub mod sentinel;

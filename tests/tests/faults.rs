@@ -106,6 +106,15 @@ async fn admitted(base: &str, room: &str) -> String {
     v.admission_token.unwrap()
 }
 
+/// `n` admission tokens of room `default`, admitted 16 at a time.
+async fn admitted_crowd(base: &str, n: usize) -> Vec<String> {
+    futures_util::stream::iter(0..n)
+        .map(|_| admitted(base, "default"))
+        .buffer_unordered(16)
+        .collect()
+        .await
+}
+
 async fn hold(c: &TestClient, base: &str, token: &str, qty: u64) -> Answer {
     c.call(
         Method::POST,
@@ -136,11 +145,7 @@ async fn holds_at_once_sell_each_unit_once_and_keep_each_cart() {
     let origin = TestOrigin::start().await;
     let gw = sale_gateway(&origin, &redis, TOTAL).await;
     let base = gw.url();
-    let tokens: Vec<String> = futures_util::stream::iter(0..60)
-        .map(|_| admitted(&base, "default"))
-        .buffer_unordered(16)
-        .collect()
-        .await;
+    let tokens = admitted_crowd(&base, 60).await;
     let steps = "sluice_hold_store_steps_total";
     let carried = "sluice_hold_store_step_holds_total";
     let (steps0, carried0) = (metric(&base, steps).await, metric(&base, carried).await);
@@ -280,11 +285,7 @@ async fn sale_through_a_kill(appendonly: bool) {
     let origin = TestOrigin::start().await;
     let gw = sale_gateway(&origin, &redis, TOTAL).await;
     let base = gw.url();
-    let tokens: Vec<String> = futures_util::stream::iter(0..60)
-        .map(|_| admitted(&base, "default"))
-        .buffer_unordered(16)
-        .collect()
-        .await;
+    let tokens = admitted_crowd(&base, 60).await;
 
     let acked = Arc::new(AtomicU64::new(0));
     let answered = Arc::new(AtomicU64::new(0));

@@ -204,7 +204,7 @@ impl Telemetry {
         self.counter("sluice_join_store_steps_total", &l)
             .absolute(stats.steps());
         self.counter("sluice_join_store_step_joins_total", &l)
-            .absolute(stats.joins());
+            .absolute(stats.items());
     }
 
     /// Records a room's snapshot (every tick).
