@@ -97,7 +97,8 @@
 -- moved it, meta's settings (holds never change them), the reaping of
 -- lapsed holds of anyone (once every lapsed one is reaped at this TIME,
 -- the next call's reaping finds none) and the due waves (released by the
--- first; the next would find none due).
+-- first; the next would find none due). A hold whose keys are malformed
+-- answers {'ERROR', message} (an error reply would be the whole call's).
 local many = ARGV[3] == 'many'
 local n = many and tonumber(ARGV[7]) or 1
 -- The same answer for every hold of the call.
