@@ -966,13 +966,7 @@ impl RedisInventory {
                     r.iter()
                         .enumerate()
                         .filter(|(i, _)| !(held && *i == 3))
-                        .map(|(_, v)| match v {
-                            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                            Value::SimpleString(t) => t.clone(),
-                            Value::Int(n) => n.to_string(),
-                            Value::Nil => String::new(),
-                            other => format!("{other:?}"),
-                        })
+                        .map(|(_, v)| text(Some(v)).unwrap_or_else(|_| format!("{v:?}")))
                         .collect()
                 })
             })
