@@ -22,8 +22,9 @@
 # costliest), warms up for 2 s at 2,000/s, then steps the offered rate,
 # each step for S seconds, and stops stepping after two steps in a row
 # over the 200 ms line (20,000/s always runs). Per step it prints offered
-# and achieved rate, p50/p99/max, the gateway's and Redis's CPU per hold
-# (utime + stime from /proc/PID/stat). Then reservation/bench/hold_script.sh
+# and achieved rate, p50/p99/max, the gateway's, Redis's and the load
+# generator's own CPU per hold (utime + stime from /proc/PID/stat: the
+# three share the machine's cores). Then reservation/bench/hold_script.sh
 # (redis-benchmark EVALSHA of hold.lua, 50 clients, no pipelining) runs on
 # the same Redis with a stock that never sells out either: the ratio is
 # knee / direct. The checks: every answer a 201, no error, the store's
@@ -62,7 +63,7 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== warm-up: 2,000/s for 2 s" >&2
 "$LOAD" "$URL" "$WORK/tokens.txt" 2000 2 "$CONNS" "$THREADS" >"$WORK/warm.txt"
 
-printf '%-9s %-9s %-9s %-9s %-9s %-10s %-11s %-11s %s\n' offered achieved p50_ms p99_ms max_ms unsent gw_us/hold redis_us/hold statuses
+printf '%-9s %-9s %-9s %-9s %-9s %-10s %-11s %-11s %-11s %s\n' offered achieved p50_ms p99_ms max_ms unsent gw_us/hold redis_us/hold load_us/hold statuses
 TICK=$(getconf CLK_TCK)
 over=0
 : >"$WORK/steps.txt"
@@ -81,7 +82,7 @@ n = max(1, int(f["completed"]))
 us = lambda t: t / tick * 1e6 / n
 print(f"{f['offered']:<9} {float(f['achieved']):<9.0f} {float(f['p50_ms']):<9.2f} "
       f"{float(f['p99_ms']):<9.2f} {float(f['max_ms']):<9.1f} {f['unsent']:<10} "
-      f"{us(g):<11.1f} {us(r):<11.1f} {f['statuses']}")
+      f"{us(g):<11.1f} {us(r):<11.1f} {float(f.get('cpu_us', 'nan')):<11.1f} {f['statuses']}")
 PY
   p99=$(sed -n 's/.* p99_ms=\([^ ]*\).*/\1/p' <<<"$line")
   if python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 200 else 1)" "$p99"; then

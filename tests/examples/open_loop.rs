@@ -22,8 +22,10 @@
 //!
 //! Prints one line:
 //! `OPENLOOP offered=… seconds=… completed=… achieved=… p50_ms=… p99_ms=…
-//! max_ms=… errors=… unsent=… statuses=201=…,409=…`; achieved = answers /
-//! (last answer - start).
+//! max_ms=… errors=… unsent=… statuses=201=…,409=… cpu_us=…`; achieved =
+//! answers / (last answer - start), cpu_us = this process's own CPU (user +
+//! system, from /proc/self/stat) per answer: on a machine whose cores the
+//! generator shares with the server, what the load itself takes from them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -80,15 +82,30 @@ fn main() {
         std::process::exit(64);
     }
     let threads: usize = args.get(5).map_or(2, |t| t.parse().expect("threads"));
+    let cpu0 = cpu_ticks();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
         .build()
         .expect("runtime")
-        .block_on(run(&args));
+        .block_on(run(&args, cpu0));
 }
 
-async fn run(args: &[String]) {
+/// utime + stime of this process, in clock ticks (0 where /proc is not).
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    n(11) + n(12)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
+const TICKS_PER_S: f64 = 100.0;
+
+async fn run(args: &[String], cpu0: u64) {
     let url: hyper::Uri = args[0].parse().expect("URL");
     let authority = url.authority().expect("URL with a host").to_string();
     let tokens: Vec<String> = std::fs::read_to_string(&args[1])
@@ -155,14 +172,15 @@ async fn run(args: &[String]) {
         .collect();
     println!(
         "OPENLOOP offered={rate:.0} seconds={seconds} completed={completed} achieved={:.1} \
-         p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={} unsent={} statuses={}",
+         p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={} unsent={} statuses={} cpu_us={:.1}",
         completed as f64 / elapsed.max(1e-9),
         ms(0.5),
         ms(0.99),
         h.max() as f64 / 1000.0,
         all.errors,
         all.unsent,
-        statuses.join(",")
+        statuses.join(","),
+        (cpu_ticks() - cpu0) as f64 / TICKS_PER_S * 1e6 / completed.max(1) as f64
     );
 }
 
