@@ -48,7 +48,9 @@ bench_init holds-knee
 
 build_release mint_tokens open_loop
 MINT="$TARGET/release/examples/mint_tokens"
-LOAD="$TARGET/release/examples/open_loop"
+# OPEN_LOOP=path drives the load with another build of the generator
+# (a before and after of the generator itself).
+LOAD="${OPEN_LOOP:-$TARGET/release/examples/open_loop}"
 start_redis
 holds_config "$WORK/sluice.toml"
 start_sluice "$WORK/sluice.toml"
