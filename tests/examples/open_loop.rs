@@ -204,6 +204,7 @@ async fn connection(s: Arc<Shared>, stream: tokio::net::TcpStream) -> Tally {
         hist: Some(histogram()),
         ..Tally::default()
     };
+    let _ = stream.set_nodelay(true);
     let mut conn = Some(stream);
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     loop {
