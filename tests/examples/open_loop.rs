@@ -15,7 +15,7 @@
 //! read by httparse on the connection's own task (no HTTP client, no task
 //! hop per request): the generator runs on the same cores as the gateway
 //! and Redis, and what it spends per request is taken from them (it
-//! prints that cost, `cpu_us`). With hyper's client it spent about 40% of
+//! prints that cost, `cpu_us`). With hyper's client it spent about half of
 //! what the gateway spends per hold (README, "The knee of holds").
 //!
 //! Request `i` is due at `start + i / RATE`. Each connection takes the next
