@@ -1,7 +1,8 @@
 //! Headless Chromium over WebDriver: Debian's `chromium` and
 //! `chromedriver`, driven with fantoccini. One [`Browser`] is a
 //! chromedriver child process with one session; both end when it is
-//! dropped, and its temporary profile is removed.
+//! dropped (chromedriver's whole process group, Chromium included:
+//! [`crate::process`]), and its temporary profile is removed.
 //!
 //! The same [`Browser`] drives WebKit ([`Browser::start_webkit`]: Safari's
 //! engine, Debian's `webkit2gtk-driver`, its `WebKitWebDriver` running
@@ -19,6 +20,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 
 use crate::browser::{ONE_BROWSER, artifacts_dir, installed};
+use crate::process::{kill_group, own_group};
 use crate::redis_server::free_port;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -54,7 +56,7 @@ impl Browser {
         }
         let turn = ONE_BROWSER.lock().await;
         let port = free_port();
-        let driver = Command::new(CHROMEDRIVER)
+        let driver = own_group(&mut Command::new(CHROMEDRIVER))
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -107,7 +109,7 @@ impl Browser {
             .map(|_| 90 + rand::random::<u32>() % 300)
             .find(|n| !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists())
             .expect("a free X display");
-        let xvfb = Command::new(XVFB)
+        let xvfb = own_group(&mut Command::new(XVFB))
             .args([
                 format!(":{display}"),
                 "-screen".into(),
@@ -127,7 +129,7 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let port = free_port();
-        let driver = Command::new(WEBKIT_DRIVER)
+        let driver = own_group(&mut Command::new(WEBKIT_DRIVER))
             .arg(format!("--port={port}"))
             .env("DISPLAY", format!(":{display}"))
             .stdout(Stdio::null())
@@ -272,11 +274,11 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        // The driver's group: the browser it started, with its
+        // renderers, ends with it.
+        kill_group(&mut self.driver);
         if let Some(x) = &mut self.xvfb {
-            let _ = x.kill();
-            let _ = x.wait();
+            kill_group(x);
         }
         let _ = std::fs::remove_dir_all(&self.profile);
     }

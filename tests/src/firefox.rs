@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::browser::{ONE_BROWSER, artifacts_dir, installed};
+use crate::process::kill_group;
 
 /// Debian's Firefox ESR.
 pub const FIREFOX: &str = "/usr/bin/firefox-esr";
@@ -471,19 +472,6 @@ impl Drop for Firefox {
         kill_group(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.profile);
     }
-}
-
-/// Kills Firefox's process group (started with `process_group(0)`, so its
-/// id is Firefox's pid) and reaps Firefox.
-fn kill_group(child: &mut Child) {
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg("--")
-        .arg(format!("-{}", child.id()))
-        .stderr(Stdio::null())
-        .status();
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// The WebSocket: commands go out numbered, answers come back to whoever

@@ -19,6 +19,7 @@ pub mod crawler;
 pub mod firefox;
 pub mod origin;
 pub mod postgres;
+pub mod process;
 #[path = "redis_server.rs"]
 pub mod redis_server;
 pub mod redis_tls_certs;

@@ -79,7 +79,7 @@ impl Nginx {
              }}\n"
         );
         std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-        let child = Command::new(NGINX)
+        let child = sluice_tests::process::own_group(&mut Command::new(NGINX))
             .arg("-p")
             .arg(&dir)
             .arg("-c")
@@ -108,8 +108,8 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The master's group: its workers end with it.
+        sluice_tests::process::kill_group(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

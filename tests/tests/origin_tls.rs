@@ -129,7 +129,7 @@ impl Nginx {
                 .collect();
             std::fs::write(dir.join("nginx.conf"), nginx_conf(&dir, &servers)).unwrap();
             let _ = std::fs::remove_file(dir.join("nginx.pid"));
-            let mut child = Command::new(NGINX)
+            let mut child = sluice_tests::process::own_group(&mut Command::new(NGINX))
                 .arg("-p")
                 .arg(&dir)
                 .arg("-c")
@@ -270,8 +270,8 @@ fn server_block(
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The master's group: its workers end with it.
+        sluice_tests::process::kill_group(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
