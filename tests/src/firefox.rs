@@ -19,7 +19,6 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -33,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::browser::{ONE_BROWSER, artifacts_dir, installed};
-use crate::process::kill_group;
+use crate::process::{kill_group, own_group};
 
 /// Debian's Firefox ESR.
 pub const FIREFOX: &str = "/usr/bin/firefox-esr";
@@ -95,7 +94,7 @@ impl Firefox {
         ));
         std::fs::create_dir_all(&profile).expect("profile dir");
         std::fs::write(profile.join("user.js"), USER_JS).expect("user.js");
-        let mut child = Command::new(FIREFOX)
+        let mut child = own_group(&mut Command::new(FIREFOX))
             .arg("-headless")
             .arg("-no-remote")
             .arg("-profile")
@@ -108,8 +107,6 @@ impl Firefox {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            // its own process group, so the content processes end with it
-            .process_group(0)
             .spawn()
             .expect("start firefox");
 
