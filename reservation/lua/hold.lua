@@ -47,7 +47,9 @@
 --                                      category's own limit
 --   {'SOLD_OUT', available}
 --   {'CATEGORY_SOLD_OUT', cat, available}   first item short of units
---   {'HELD', qty, 'held', deadline_ms, available, items}
+--   'HELD qty deadline_ms available items'   one bulk string, the fields
+--                                      apart by a space, items last
+--                                      (text, maybe empty)
 -- The checks run in this order; all or nothing: nothing is written before
 -- every item passed.
 -- Writes on HELD: DECRBY stock, meta.held += qty, visitors[visitor] += qty,
@@ -246,7 +248,10 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   end
   if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
   emit('held', suffix, visitor, s_qty, available, s_now, with_items({'expires_at_ms', s_deadline}, items))
-  return {'HELD', qty, 'held', deadline, available, items}
+  -- One bulk string, not a table of six: the gateway's client parses a
+  -- reply one value at a time, and a success is most of what it reads
+  -- (redis.rs's `hold_reply` turns it back into the fields).
+  return 'HELD ' .. s_qty .. ' ' .. s_deadline .. ' ' .. int(available) .. ' ' .. items
 end
 
 if not many then

@@ -441,6 +441,38 @@ fn items(v: Value) -> Result<Vec<Value>> {
     }
 }
 
+/// hold.lua's answer for one hold, as fields: a table as it comes, and a
+/// success (one bulk string `HELD qty deadline_ms available items`, so
+/// the client parses one value instead of six) as the fields of
+/// `{'HELD', qty, 'held', deadline_ms, available, items}`.
+fn hold_reply(v: Value) -> Result<Vec<Value>> {
+    let b = match v {
+        Value::BulkString(b) => b,
+        other => return items(other),
+    };
+    let bad = || ReservationError::Protocol(format!("hold: {}", String::from_utf8_lossy(&b)));
+    let rest = b.strip_prefix(b"HELD ").ok_or_else(bad)?;
+    let mut f = rest.splitn(4, |c| *c == b' ');
+    let mut number = || {
+        f.next()
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse::<i64>().ok())
+            .map(Value::Int)
+    };
+    let (Some(qty), Some(deadline), Some(available)) = (number(), number(), number()) else {
+        return Err(bad());
+    };
+    let items = f.next().ok_or_else(bad)?.to_vec();
+    Ok(vec![
+        Value::BulkString(b"HELD".to_vec()),
+        qty,
+        Value::BulkString(b"held".to_vec()),
+        deadline,
+        available,
+        Value::BulkString(items),
+    ])
+}
+
 fn text(v: Option<&Value>) -> Result<String> {
     match v {
         Some(Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
@@ -753,7 +785,7 @@ impl RedisInventory {
         let (v, acked) = self
             .run_durable(&self.scripts.hold, event, keys, &call.keys, &args)
             .await?;
-        Ok((items(v)?, acked))
+        Ok((hold_reply(v)?, acked))
     }
 
     /// hold.lua's mode `many`: the holds of `calls` one after the other in
@@ -790,7 +822,7 @@ impl RedisInventory {
         Ok(replies
             .into_iter()
             .map(|r| {
-                let r = items(r)?;
+                let r = hold_reply(r)?;
                 if matches!(r.first(), Some(Value::BulkString(b)) if b == b"ERROR") {
                     return Err(ReservationError::Protocol(format!(
                         "hold: {}",
@@ -2031,5 +2063,53 @@ mod tests {
         let id = HoldId::generate(&EventId::parse("show-1").unwrap());
         assert!(id.as_str().starts_with("show-1."));
         assert_eq!(HoldId::parse(id.as_str()), Some(id));
+    }
+
+    /// A success's one string comes back as the fields of the table it
+    /// stands for; a table passes as it is; anything else is a protocol
+    /// error, never a hold taken for another.
+    #[test]
+    fn a_held_string_reads_as_the_table_it_stands_for() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let r = hold_reply(bulk("HELD 3 1765000000123 41 ")).unwrap();
+        assert_eq!(
+            r,
+            vec![
+                bulk("HELD"),
+                Value::Int(3),
+                bulk("held"),
+                Value::Int(1_765_000_000_123),
+                Value::Int(41),
+                bulk(""),
+            ]
+        );
+        let r = hold_reply(bulk("HELD 3 1765000000123 9007199254740991 a=1/b-2=2")).unwrap();
+        assert_eq!(r[4], Value::Int(9_007_199_254_740_991));
+        assert_eq!(items_of(r.get(5)).unwrap().len(), 2);
+        let table = Value::Array(vec![bulk("SOLD_OUT"), Value::Int(0)]);
+        assert_eq!(
+            hold_reply(table).unwrap(),
+            vec![bulk("SOLD_OUT"), Value::Int(0)]
+        );
+        for bad in [
+            "HELD",
+            "HELD ",
+            "HELD 3",
+            "HELD 3 17",
+            "HELD 3 17 4",
+            "HELD x 17 4 ",
+            "HELD 3 17 4.5 ",
+            "HELD 3  17 4 ",
+            "held 3 17 4 ",
+            "REPLAYED 3 17 4 ",
+            "",
+        ] {
+            assert!(
+                matches!(hold_reply(bulk(bad)), Err(ReservationError::Protocol(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(hold_reply(Value::Int(1)).is_err());
+        assert!(hold_reply(Value::Nil).is_err());
     }
 }

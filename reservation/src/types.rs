@@ -78,10 +78,14 @@ impl EventId {
 
     /// The event this id belongs to: itself, or the event of a shard.
     pub fn base(&self) -> EventId {
-        match self.0.split_once(SHARD_SEP) {
-            Some((base, _)) => Self(base.to_owned()),
-            None => self.clone(),
-        }
+        Self(self.base_str().to_owned())
+    }
+
+    /// [`Self::base`] as text, borrowed.
+    pub fn base_str(&self) -> &str {
+        self.0
+            .split_once(SHARD_SEP)
+            .map_or(&self.0, |(base, _)| base)
     }
 }
 

@@ -150,6 +150,11 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
                                 .make_span_with(request_span as fn(&Request) -> tracing::Span)
                                 .on_failure(on_failure),
                         )
+                        // The compression layer's body is kilobytes whether
+                        // it compresses or not (`past_streams`): boxed as it
+                        // leaves that layer, the answer moves through the
+                        // layers above as a pointer, not copied at each one.
+                        .map_response(past_streams::boxed)
                         .layer(
                             CompressionLayer::new()
                                 .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))

@@ -19,10 +19,11 @@
 //! [`crate::visitor::stream::wants_stream`]) goes to the route as it is,
 //! served inside a request span (the trace layer's own maker) until its
 //! answer's head is ready, and its body goes on without it. Every other
-//! answer goes through the wrapped layers as before, its body boxed once
-//! here. Our own rather than tower's `Either` of two services: which one
-//! answers is decided by the request, and both must give the same body
-//! type.
+//! answer goes through the wrapped layers as before, its body boxed here
+//! (the compression layer's own body is boxed as it leaves that layer, in
+//! `app`, so the layers above move a pointer, not kilobytes). Our own
+//! rather than tower's `Either` of two services: which one answers is
+//! decided by the request, and both must give the same body type.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
@@ -70,7 +71,9 @@ pub struct PastStreamsService<T, S> {
 
 type Boxed<B> = fn(Response<B>) -> Response<Body>;
 
-fn boxed<B>(res: Response<B>) -> Response<Body>
+/// An answer with its body boxed (for the compression layer's too, in
+/// `app`: kilobytes moved once instead of at every layer above).
+pub(crate) fn boxed<B>(res: Response<B>) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<axum::BoxError>,

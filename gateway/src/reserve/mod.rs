@@ -266,24 +266,33 @@ fn not_admitted() -> Problem {
     )
 }
 
-fn hold_json(h: &HoldView) -> Value {
-    let mut v = json!({
-        "hold_id": h.hold_id.as_str(),
-        // The event asked for (a hold on shard `hot~3` is one of `hot`).
-        "event": h.event.base().as_str(),
-        "qty": h.qty,
-        "status": h.status.as_str(),
-        "expires_at": h.expires_at,
-        "available": h.available,
-    });
-    if !h.items.is_empty() {
-        v["items"] = h
-            .items
-            .iter()
-            .map(|i| json!({"category": i.category.as_str(), "qty": i.qty}))
-            .collect();
+/// A hold as its owner sees it (API.md's hold), written straight from the
+/// view: a hold is the answer of every sale's hottest request, and a
+/// `json!` map is built key by key before it is written. The fields are in
+/// the order that map wrote them (alphabetical), so the bytes are the same.
+#[derive(serde::Serialize)]
+struct HoldBody<'a> {
+    available: u64,
+    /// The event asked for (a hold on shard `hot~3` is one of `hot`).
+    event: &'a str,
+    expires_at: u64,
+    hold_id: &'a str,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    items: &'a [Item],
+    qty: u32,
+    status: &'a str,
+}
+
+fn hold_json(h: &HoldView) -> HoldBody<'_> {
+    HoldBody {
+        available: h.available,
+        event: h.event.base_str(),
+        expires_at: h.expires_at,
+        hold_id: h.hold_id.as_str(),
+        items: &h.items,
+        qty: h.qty,
+        status: h.status.as_str(),
     }
-    v
 }
 
 /// The categories of an event as visitors (`admin` = false) or the
@@ -1151,6 +1160,61 @@ fn parse_categories(v: &Value) -> Result<Vec<CategorySpec>, Problem> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A hold is written as the `json!` map it replaced wrote it, byte for
+    /// byte: the same keys in the same order, `items` only when there are
+    /// some, and a shard's hold named by its event.
+    #[test]
+    fn a_hold_is_written_as_before() {
+        let event = EventId::parse("hot").unwrap();
+        let shard = event.shard(3);
+        for (on, items) in [
+            (&event, vec![]),
+            (
+                &shard,
+                vec![
+                    Item {
+                        category: CategoryId::parse("floor").unwrap(),
+                        qty: 2,
+                    },
+                    Item {
+                        category: CategoryId::parse("tier-1").unwrap(),
+                        qty: 1,
+                    },
+                ],
+            ),
+        ] {
+            let h = HoldView {
+                hold_id: HoldId::generate(on),
+                event: on.clone(),
+                qty: 3,
+                status: sluice_reservation::HoldStatus::Held,
+                expires_at: 1_765_000_123,
+                expires_at_ms: 1_765_000_123_456,
+                available: 9_007_199_254_740_991,
+                visitor: "v".into(),
+                items: items.clone(),
+            };
+            let mut before = json!({
+                "hold_id": h.hold_id.as_str(),
+                "event": "hot",
+                "qty": 3,
+                "status": "held",
+                "expires_at": 1_765_000_123_u64,
+                "available": 9_007_199_254_740_991_u64,
+            });
+            if !items.is_empty() {
+                before["items"] = items
+                    .iter()
+                    .map(|i| json!({"category": i.category.as_str(), "qty": i.qty}))
+                    .collect();
+            }
+            assert_eq!(
+                serde_json::to_string(&hold_json(&h)).unwrap(),
+                serde_json::to_string(&before).unwrap()
+            );
+        }
+    }
 
     #[test]
     fn webhook_signatures() {
