@@ -2112,4 +2112,44 @@ mod tests {
         assert!(hold_reply(Value::Int(1)).is_err());
         assert!(hold_reply(Value::Nil).is_err());
     }
+
+    proptest::proptest! {
+        /// What hold.lua writes for any hold (its `'HELD ' .. s_qty .. ' '
+        /// .. s_deadline .. ' ' .. int(available) .. ' ' .. items`) reads
+        /// back as exactly those fields.
+        #[test]
+        fn any_held_string_reads_back_its_fields(
+            qty in 1u32..=u32::MAX,
+            deadline in 0i64..=9_007_199_254_740_991,
+            available in 0i64..=9_007_199_254_740_991,
+            items in proptest::collection::vec(("[a-z0-9_-]{1,20}", 1u32..1000), 0..5),
+        ) {
+            let items: Vec<Item> = items
+                .into_iter()
+                .filter_map(|(c, qty)| Some(Item { category: CategoryId::parse(&c)?, qty }))
+                .collect();
+            let text = crate::types::items_text(&items);
+            let line = format!("HELD {qty} {deadline} {available} {text}");
+            let r = hold_reply(Value::BulkString(line.into_bytes())).unwrap();
+            proptest::prop_assert_eq!(u32_of(r.get(1)).unwrap(), qty);
+            proptest::prop_assert_eq!(status(r.get(2)).unwrap(), HoldStatus::Held);
+            proptest::prop_assert_eq!(int(r.get(3)).unwrap(), deadline);
+            proptest::prop_assert_eq!(int(r.get(4)).unwrap(), available);
+            proptest::prop_assert_eq!(items_of(r.get(5)).unwrap(), items);
+        }
+
+        /// Any bytes at all: an answer or a protocol error, never a panic,
+        /// and an answer only for a string that says HELD.
+        #[test]
+        fn any_bytes_are_a_hold_or_a_protocol_error(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let says_held = bytes.starts_with(b"HELD ");
+            match hold_reply(Value::BulkString(bytes)) {
+                Ok(r) => {
+                    proptest::prop_assert!(says_held);
+                    proptest::prop_assert_eq!(r.len(), 6);
+                }
+                Err(e) => proptest::prop_assert!(matches!(e, ReservationError::Protocol(_))),
+            }
+        }
+    }
 }
