@@ -55,8 +55,13 @@
 //! unproved "sold out" (the CI run of a09a853 caught one: a cart of 2
 //! told "sold out" after twelve rounds while 2 units were provably
 //! unsold). So does a buyer who, after [`ROUTER_ROUNDS`], finds the
-//! units it needs only in transit (a transfer whose gateway died waits
-//! for a sweep): they are not sold, so "sold out" would be false. A
+//! units it needs only in transit on every look until its rounds run out,
+//! waiting [`TRANSIT_WAIT`] between looks (a transfer whose gateway died
+//! waits for a sweep; a live one lands in a moment, though a loaded
+//! machine may not run its task for milliseconds: the CI run of 9d91b21
+//! caught a buyer answered "try again" on its 13th round while a live
+//! transfer was in flight): they are not sold, so "sold out" would be
+//! false. A
 //! pass that found nothing left is remembered for [`SOLD_OUT_FRESH`]:
 //! within it a walk that finds nothing answers at once, so the storm of
 //! "sold out" after a sale costs a walk (one call per shard, which also
@@ -111,6 +116,12 @@ pub const ROUTER_ROUNDS: u32 = 12;
 /// [`crate::ReservationError::Contended`]: it could neither hold nor
 /// prove the event sold out (module docs, "Sold out").
 pub const ROUTER_ROUNDS_MAX: u32 = 4 * ROUTER_ROUNDS;
+
+/// How long a routed hold past [`ROUTER_ROUNDS`] waits before looking
+/// again when the units it needs are only in transit (module docs, "Sold
+/// out"): at most [`ROUTER_ROUNDS_MAX`] − [`ROUTER_ROUNDS`] waits, some
+/// 40 ms, before [`crate::ReservationError::Contended`].
+pub const TRANSIT_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How long a pass over every shard that found nothing left spares the
 /// next "sold out" answers of the event their reads (module docs).
@@ -531,11 +542,15 @@ impl<I: Inventory> Sharded<I> {
                         // Only units in transit (or landed at home since):
                         // the pull that moves them ends in a moment, or
                         // its gateway died and they wait for a sweep.
+                        // Past the patient rounds the puller may be a task
+                        // the OS has not run for a while: wait a moment
+                        // before looking again, until the rounds run out.
                         drop(turn);
-                        if !patient {
-                            return Err(crate::ReservationError::Contended { rounds: round + 1 });
+                        if patient {
+                            tokio::task::yield_now().await;
+                        } else {
+                            tokio::time::sleep(TRANSIT_WAIT).await;
                         }
-                        tokio::task::yield_now().await;
                         continue;
                     }
                     if patient {
