@@ -122,6 +122,8 @@ local cats = meta[3] or ''
 local now = now_ms()
 local s_now = int(now)
 local lazy = tonumber(ARGV[4])
+-- Read once per call (a number from text costs libc's strtod each time).
+local retention = tonumber(ARGV[6])
 -- The stock counter as last read or written, nil when a lapsed hold or a
 -- wave may have moved it since.
 local known = tonumber(stock)
@@ -184,16 +186,22 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   end
 
   if qty < 1 or qty > limit then return {'INVALID_QTY', limit} end
-  for _, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-    if tonumber(q) < 1 then return {'INVALID_QTY', limit} end
+  -- (Each loop over the items only when there are items: a bare hold
+  -- skips making three iterators.)
+  if items ~= '' then
+    for _, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+      if tonumber(q) < 1 then return {'INVALID_QTY', limit} end
+    end
   end
   local have = tonumber(redis.call('HGET', K_VISITORS, visitor) or '0')
   if have + qty > limit then return {'CART_LIMIT', limit, have} end
-  for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-    local climit = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':limit') or '0')
-    if climit > 0 then
-      local chave = tonumber(redis.call('HGET', K_VCATS, c .. ':' .. visitor) or '0')
-      if chave + tonumber(q) > climit then return {'CATEGORY_CART_LIMIT', c, climit, chave} end
+  if items ~= '' then
+    for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+      local climit = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':limit') or '0')
+      if climit > 0 then
+        local chave = tonumber(redis.call('HGET', K_VCATS, c .. ':' .. visitor) or '0')
+        if chave + tonumber(q) > climit then return {'CATEGORY_CART_LIMIT', c, climit, chave} end
+      end
     end
   end
 
@@ -227,19 +235,21 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   redis.call('HINCRBY', K_META, 'held', s_qty)
   redis.call('HINCRBY', K_VISITORS, visitor, s_qty)
   local head = suffix
-  for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-    redis.call('HINCRBY', K_META, 'c:' .. c .. ':avail', -tonumber(q))
-    redis.call('HINCRBY', K_META, 'c:' .. c .. ':held', tonumber(q))
-    redis.call('HINCRBY', K_VCATS, c .. ':' .. visitor, tonumber(q))
+  if items ~= '' then
+    for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+      redis.call('HINCRBY', K_META, 'c:' .. c .. ':avail', -tonumber(q))
+      redis.call('HINCRBY', K_META, 'c:' .. c .. ':held', tonumber(q))
+      redis.call('HINCRBY', K_VCATS, c .. ':' .. visitor, tonumber(q))
+    end
+    head = suffix .. '/' .. items
   end
-  if items ~= '' then head = suffix .. '/' .. items end
   local deadline = now + ttl
   -- Each number written more than once is formatted once.
   local s_deadline = int(deadline)
   local member = head .. ':' .. s_qty .. ':' .. visitor
   redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', s_qty, 'status', 'held',
     'deadline_ms', s_deadline, 'created_ms', s_now, 'member', member)
-  redis.call('PEXPIREAT', K_HOLD, int(deadline + tonumber(ARGV[6])))
+  redis.call('PEXPIREAT', K_HOLD, int(deadline + retention))
   redis.call('ZADD', K_DEADLINES, s_deadline, member)
   redis.call('ZADD', K_VHOLDS, s_deadline, member)
   local vttl = redis.call('PTTL', K_VHOLDS)
