@@ -817,6 +817,7 @@ async fn sharded_event_on_a_cluster() {
     conformance::sharded_stock_changes(&h).await;
     conformance::sharded_reshard_only_when_idle(&h).await;
     conformance::sharded_a_buyer_who_always_loses(&h).await;
+    conformance::sharded_a_transfer_in_flight_lands_for_a_buyer_past_its_patience(&h).await;
     for _ in 0..3 {
         conformance::shards::sharded_last_units_race(&h, 8, 50, 56).await;
     }

@@ -4,15 +4,18 @@
 //! loses, the router's answer is a hold, or "sold out" only when nothing
 //! is left, or "try again" ([`crate::ReservationError::Contended`]); never "sold out"
 //! while units are there (the CI run of a09a853 caught that after twelve
-//! lost rounds).
+//! lost rounds). And a buyer whose last units are in flight to its home
+//! past its patient rounds: it waits for them to land and holds them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{Harness, spec};
-use crate::observed::{Observed, Observer};
-use crate::sharded::{ROUTER_ROUNDS, ROUTER_ROUNDS_MAX, Sharded, TransferIn, home_shard};
+use crate::observed::{Call, Observed, Observer};
+use crate::sharded::{
+    ROUTER_ROUNDS, ROUTER_ROUNDS_MAX, Sharded, TransferIn, TransferOut, home_shard,
+};
 use crate::{EventId, HoldOutcome, Inventory, Result};
 
 /// A thief at one shard: after each transfer lands there, while `steals`
@@ -31,12 +34,17 @@ struct Thief {
 impl Thief {
     /// A fresh visitor whose home is the watched shard.
     fn rival(&self) -> String {
-        loop {
-            let n = self.names.fetch_add(1, Ordering::Relaxed);
-            let v = format!("rival-{n}");
-            if home_shard(&v, self.shards) == self.home {
-                return v;
-            }
+        rival_of(self.home, self.shards, &self.names)
+    }
+}
+
+/// A fresh visitor (numbered from `names`) whose home is shard `home`.
+fn rival_of(home: u32, shards: u32, names: &AtomicU64) -> String {
+    loop {
+        let n = names.fetch_add(1, Ordering::Relaxed);
+        let v = format!("rival-{n}");
+        if home_shard(&v, shards) == home {
+            return v;
         }
     }
 }
@@ -156,4 +164,101 @@ pub async fn sharded_a_buyer_who_always_loses(h: &Harness) {
             );
         }
     }
+}
+
+/// Counts the router's holds and wakes `lander` at the `at`-th.
+#[derive(Clone)]
+struct Patience {
+    holds: Arc<AtomicU32>,
+    at: u32,
+    lander: Arc<tokio::sync::Notify>,
+}
+
+impl Observer for Patience {
+    fn before(&self, call: Call) {
+        if call == Call::Hold && self.holds.fetch_add(1, Ordering::SeqCst) + 1 == self.at {
+            self.lander.notify_one();
+        }
+    }
+}
+
+/// The last 2 units of an event of 80 over 8 shards are in flight to a
+/// buyer's home (moved out of a neighbour, not landed yet: a live buyer's
+/// pull its task has not finished), every other unit held by rivals. The
+/// buyer asks for 2; the transfer lands only once the buyer is past its
+/// `ROUTER_ROUNDS` patient rounds. It holds its cart: never "sold out"
+/// (the units were never sold), and not "try again" either, which the
+/// router answered on its 13th round before it waited for transits (the
+/// CI run of 9d91b21 caught that in `sharded_last_units_race`).
+pub async fn sharded_a_transfer_in_flight_lands_for_a_buyer_past_its_patience(h: &Harness) {
+    let ev = h.event("inflight");
+    let shards = 8;
+    let buyer = "the-patient-one";
+    let home = home_shard(buyer, shards);
+    let (at_home, from) = (ev.shard(home), ev.shard((home + 1) % shards));
+    let patience = Patience {
+        holds: Arc::default(),
+        at: ROUTER_ROUNDS + 2,
+        lander: Arc::default(),
+    };
+    let s = Sharded::new(Observed {
+        inner: h.inv.clone(),
+        observer: patience.clone(),
+    });
+    s.set_sharded_stock(&ev, &spec(80, 4, Duration::from_secs(600), 1), shards)
+        .await
+        .unwrap();
+    assert!(matches!(
+        h.inv
+            .transfer_out(&from, &at_home, "in-flight", 2)
+            .await
+            .unwrap(),
+        TransferOut::Moved { qty: 2, .. }
+    ));
+    // Rivals of each home hold every unit left there.
+    let names = AtomicU64::new(0);
+    for k in 0..shards {
+        loop {
+            let rival = rival_of(k, shards, &names);
+            match h
+                .inv
+                .hold_in_layout(&ev.shard(k), &rival, 1, None, shards)
+                .await
+                .unwrap()
+            {
+                HoldOutcome::Held(_) => {}
+                HoldOutcome::SoldOut { available: 0 } => break,
+                other => panic!("emptying shard {k}: {other:?}"),
+            }
+        }
+    }
+    let st = s.read(&ev).await.unwrap().expect("the event");
+    assert_eq!((st.held, st.in_transit, st.available), (78, 2, Some(0)));
+    let lander = {
+        let (inv, wake) = (h.inv.clone(), patience.lander.clone());
+        let (from, to) = (from.clone(), at_home.clone());
+        tokio::spawn(async move {
+            wake.notified().await;
+            inv.transfer_in(&to, &from, "in-flight", 2).await.unwrap();
+            inv.transfer_done(&from, "in-flight").await.unwrap();
+        })
+    };
+    let answer = s.hold(&ev, buyer, 2, None).await;
+    let holds = patience.holds.load(Ordering::SeqCst);
+    // The mover finishes (its transfer landed and done) before the counts
+    // are read; woken here too if the buyer gave up before waking it.
+    patience.lander.notify_one();
+    lander.await.unwrap();
+    assert!(
+        matches!(answer, Ok(HoldOutcome::Held(ref v)) if v.qty == 2),
+        "{answer:?} after {holds} holds at home"
+    );
+    assert!(holds >= ROUTER_ROUNDS + 2, "{holds} holds at home");
+    let st = s.read(&ev).await.unwrap().expect("the event");
+    assert!(st.invariant_holds, "{st:#?}");
+    assert_eq!(
+        (st.held, st.in_transit, st.available),
+        (80, 0, Some(0)),
+        "{st:#?}"
+    );
 }

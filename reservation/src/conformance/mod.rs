@@ -26,7 +26,10 @@ pub use category_loss::{
     restore_with_categories_puts_back_each_tier, restore_with_categories_refuses_inexact_records,
 };
 pub use feeds::{feed_categories, feed_deltas_and_snapshots, feed_race};
-pub use losing::sharded_a_buyer_who_always_loses;
+pub use losing::{
+    sharded_a_buyer_who_always_loses,
+    sharded_a_transfer_in_flight_lands_for_a_buyer_past_its_patience,
+};
 pub use shards::{
     sharded_reshard_only_when_idle, sharded_routing_and_refusals, sharded_stock_changes,
     sharded_transfer_cut_in_half_lands_once,
@@ -1399,7 +1402,8 @@ macro_rules! conformance_tests {
             racing_callers_release_a_wave_once, a_due_wave_is_on_sale_for_a_bare_hold,
             sharded_routing_and_refusals,
             sharded_transfer_cut_in_half_lands_once, sharded_stock_changes,
-            sharded_reshard_only_when_idle, sharded_a_buyer_who_always_loses);
+            sharded_reshard_only_when_idle, sharded_a_buyer_who_always_loses,
+            sharded_a_transfer_in_flight_lands_for_a_buyer_past_its_patience);
         $crate::conformance_tests!(@each $make_short_retention;
             released_and_expired_holds_are_kept_for_their_retention,
             confirmed_holds_are_kept_for_their_retention);
