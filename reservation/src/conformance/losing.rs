@@ -49,6 +49,43 @@ fn rival_of(home: u32, shards: u32, names: &AtomicU64) -> String {
     }
 }
 
+/// `ev`: 80 units over `shards`, cart limit 4, behind a router whose
+/// calls `observer` hears.
+async fn observed_event<O: Observer + Clone>(
+    h: &Harness,
+    ev: &EventId,
+    shards: u32,
+    observer: &O,
+) -> Sharded<Observed<crate::InventoryBackend, O>> {
+    let s = Sharded::new(Observed {
+        inner: h.inv.clone(),
+        observer: observer.clone(),
+    });
+    s.set_sharded_stock(ev, &spec(80, 4, Duration::from_secs(600), 1), shards)
+        .await
+        .unwrap();
+    s
+}
+
+/// Rivals of shard `k` hold every unit left there, one each (names from
+/// `names`); returns how many.
+async fn empty_shard(h: &Harness, ev: &EventId, k: u32, shards: u32, names: &AtomicU64) -> u64 {
+    let mut emptied = 0;
+    loop {
+        let rival = rival_of(k, shards, names);
+        match h
+            .inv
+            .hold_in_layout(&ev.shard(k), &rival, 1, None, shards)
+            .await
+            .unwrap()
+        {
+            HoldOutcome::Held(_) => emptied += 1,
+            HoldOutcome::SoldOut { available: 0 } => return emptied,
+            other => panic!("emptying shard {k}: {other:?}"),
+        }
+    }
+}
+
 impl Observer for Thief {
     async fn landed<I: Inventory>(
         &self,
@@ -100,29 +137,9 @@ pub async fn sharded_a_buyer_who_always_loses(h: &Harness) {
             stolen: Arc::default(),
             names: Arc::default(),
         };
-        let s = Sharded::new(Observed {
-            inner: h.inv.clone(),
-            observer: thief.clone(),
-        });
-        s.set_sharded_stock(&ev, &spec(80, 4, Duration::from_secs(600), 1), shards)
-            .await
-            .unwrap();
+        let s = observed_event(h, &ev, shards, &thief).await;
         // Rivals of the same home empty it first.
-        let mut emptied = 0;
-        loop {
-            let rival = thief.rival();
-            match h
-                .inv
-                .hold_in_layout(&ev.shard(home), &rival, 1, None, shards)
-                .await
-                .unwrap()
-            {
-                HoldOutcome::Held(_) => emptied += 1,
-                HoldOutcome::SoldOut { available: 0 } => break,
-                other => panic!("emptying the home: {other:?}"),
-            }
-        }
-        assert_eq!(emptied, 10);
+        assert_eq!(empty_shard(h, &ev, home, shards, &thief.names).await, 10);
         thief.steals.store(steals, Ordering::SeqCst);
         let answer = match s.hold(&ev, buyer, 2, None).await {
             // "Try again": nothing held, nothing told falsely.
@@ -201,13 +218,7 @@ pub async fn sharded_a_transfer_in_flight_lands_for_a_buyer_past_its_patience(h:
         at: ROUTER_ROUNDS + 2,
         lander: Arc::default(),
     };
-    let s = Sharded::new(Observed {
-        inner: h.inv.clone(),
-        observer: patience.clone(),
-    });
-    s.set_sharded_stock(&ev, &spec(80, 4, Duration::from_secs(600), 1), shards)
-        .await
-        .unwrap();
+    let s = observed_event(h, &ev, shards, &patience).await;
     assert!(matches!(
         h.inv
             .transfer_out(&from, &at_home, "in-flight", 2)
@@ -218,19 +229,7 @@ pub async fn sharded_a_transfer_in_flight_lands_for_a_buyer_past_its_patience(h:
     // Rivals of each home hold every unit left there.
     let names = AtomicU64::new(0);
     for k in 0..shards {
-        loop {
-            let rival = rival_of(k, shards, &names);
-            match h
-                .inv
-                .hold_in_layout(&ev.shard(k), &rival, 1, None, shards)
-                .await
-                .unwrap()
-            {
-                HoldOutcome::Held(_) => {}
-                HoldOutcome::SoldOut { available: 0 } => break,
-                other => panic!("emptying shard {k}: {other:?}"),
-            }
-        }
+        empty_shard(h, &ev, k, shards, &names).await;
     }
     let st = s.read(&ev).await.unwrap().expect("the event");
     assert_eq!((st.held, st.in_transit, st.available), (78, 2, Some(0)));
