@@ -35,7 +35,10 @@
 //! span and `note_answer`'s word on a 5xx; its answer is the origin's,
 //! which the compression layer leaves alone anyway. Every other guarded
 //! request (no token, a bad one, a revoked session, a renewal due, an
-//! upgrade) takes the router and [`gate::guarded`].
+//! upgrade) takes the router and [`gate::guarded`]. A hold
+//! (`server.direct_holds`) goes on from the connection to its handler
+//! too, with what these layers do for it done in place
+//! ([`crate::reserve::direct`]).
 //!
 //! The in-flight bounds (store-bound requests, admin calls, forwards to
 //! the origin) are `tokio` semaphores tried without waiting, not tower's
@@ -155,15 +158,20 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
                         // leaves that layer, the answer moves through the
                         // layers above as a pointer, not copied at each one.
                         .map_response(past_streams::boxed)
-                        .layer(
-                            CompressionLayer::new()
-                                .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))
-                                .compress_when(compressible()),
-                        )
+                        .layer(compression())
                         .into_inner(),
                     span: request_span,
                 }),
         )
+}
+
+/// The compression layer of our own answers (br or gzip at
+/// [`COMPRESSION_QUALITY`], [`compressible`] ones only); a hold past the
+/// router is put through it where it could act ([`crate::reserve::direct`]).
+pub(crate) fn compression() -> CompressionLayer<impl Predicate> {
+    CompressionLayer::new()
+        .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))
+        .compress_when(compressible())
 }
 
 /// The span of a request through the router: method, path, request id.
@@ -187,7 +195,7 @@ const COMPRESSION_QUALITY: i32 = 4;
 /// answer (page faults, TLB shootdowns across the I/O threads): a join's
 /// answer (a queue token, some 600 bytes) cost more to compress than to
 /// make. README, "The opening surge".
-const COMPRESS_ABOVE: u64 = 1024;
+pub(crate) const COMPRESS_ABOVE: u64 = 1024;
 
 /// Which answers [`CompressionLayer`] compresses: text of ours of more than
 /// [`COMPRESS_ABOVE`] bytes (tower-http's default predicate: not already
@@ -251,7 +259,13 @@ pub(crate) fn note_answer(status: StatusCode, latency: std::time::Duration) {
 /// under its hashed name ([`visitor::assets::Immutable`]), which keeps its
 /// year-long caching unless it sets a cookie: an answer that sets one is
 /// never storable by a shared cache.
-async fn no_store(mut res: Response) -> Response {
+async fn no_store(res: Response) -> Response {
+    mark_no_store(res)
+}
+
+/// [`no_store`]'s work, for an answer made past the router
+/// ([`crate::reserve::direct`]).
+pub(crate) fn mark_no_store(mut res: Response) -> Response {
     let immutable = res
         .extensions()
         .get::<visitor::assets::Immutable>()
@@ -410,24 +424,46 @@ async fn store_bound(
         Ok(r) => r,
         Err(p) => return p.into_response(),
     };
+    let _permit = match store_permit(&state, admin) {
+        Ok(p) => p,
+        Err(p) => return p.into_response(),
+    };
+    next.run(req).await
+}
+
+/// A permit of the store-bound budget (`admin`: the admin API's own), or
+/// 503 `store_unavailable` (`"reason": "overloaded"`), counted in
+/// `sluice_shed_total`.
+pub(crate) fn store_permit(
+    state: &AppState,
+    admin: bool,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Problem> {
     let (slots, what) = if admin {
         (state.admin_slots(), "admin")
     } else {
         (state.store_slots(), "store")
     };
-    let Ok(_permit) = Arc::clone(slots).try_acquire_owned() else {
+    Arc::clone(slots).try_acquire_owned().map_err(|_| {
         state.telemetry().shed(what);
-        return Problem::store_overloaded().into_response();
-    };
-    next.run(req).await
+        Problem::store_overloaded()
+    })
 }
 
 /// The request with its body read into memory, within the body deadline
 /// and the control plane's size limit.
-async fn read_body(state: &AppState, req: Request) -> Result<Request, Problem> {
+pub(crate) async fn read_body(state: &AppState, req: Request) -> Result<Request, Problem> {
     if http_body::Body::is_end_stream(req.body()) {
         return Ok(req);
     }
+    let (parts, bytes) = read_bytes(state, req).await?;
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// [`read_body`]'s reading: the request's head and its body, whole.
+pub(crate) async fn read_bytes(
+    state: &AppState,
+    req: Request,
+) -> Result<(http::request::Parts, bytes::Bytes), Problem> {
     // A feed batch (`POST /_sluice/admin/events/{event}/feed`) has a limit
     // of its own (`feeds.max_body_bytes`): thousands of rows.
     let path = req.uri().path();
@@ -447,7 +483,7 @@ async fn read_body(state: &AppState, req: Request) -> Result<Request, Problem> {
         Ok(Err(_)) => return Err(Problem::body_too_large().with("limit_bytes", limit)),
         Ok(Ok(b)) => b,
     };
-    Ok(Request::from_parts(parts, Body::from(bytes)))
+    Ok((parts, bytes))
 }
 
 #[cfg(test)]

@@ -27,6 +27,14 @@ pub struct ServerConfig {
     /// "Measured"); at the first request that is not plain, hyper serves the
     /// connection. `false`: hyper serves every request.
     pub native_http1: bool,
+    /// A hold (`POST /_sluice/events/{event}/holds` asking a `qty`) is
+    /// answered from the connection, past the router's generic layers
+    /// (route lookup, the middlewares' boxed futures, the trace and
+    /// compression layers), with what they give it done in place: the same
+    /// request id, span, catch of a panic, body bounds, store budget and
+    /// `no-store` (`crate::reserve::direct`; README "Holds past the
+    /// router"). `false`: holds take the router as every other call.
+    pub direct_holds: bool,
     /// `[server.tls]`: when set, `listen` serves HTTPS (`--tls-cert`,
     /// `--tls-key`). None: plain HTTP.
     pub tls: Option<TlsConfig>,
@@ -131,6 +139,7 @@ impl Default for ServerConfig {
         ServerConfig {
             io_threads: 0,
             native_http1: true,
+            direct_holds: true,
             tls: None,
         }
     }

@@ -482,6 +482,7 @@ where
         watch: watch.clone(),
         hold,
         admit_memo: crate::gate::session::AdmitMemo::default(),
+        direct_holds: shared.state.config().server.direct_holds,
     });
     let Some(watch) = watch else {
         // HTTP/2 bounds its streams and pings of its own. Boxed, as
@@ -743,6 +744,8 @@ struct ConnCtx {
     hold: crate::proxy::ConnHold,
     /// The admission token the connection showed last, verified.
     admit_memo: crate::gate::session::AdmitMemo,
+    /// `server.direct_holds`: holds are answered past the router.
+    direct_holds: bool,
 }
 
 /// The answer to one request, whichever server read it: a request no room
@@ -776,6 +779,42 @@ fn answer(
     }
     if req.headers().contains_key(http::header::UPGRADE) {
         req.extensions_mut().insert(ctx.hold.clone());
+    }
+    // A hold (`server.direct_holds`): answered past the router, with what
+    // its layers give it done in place (`reserve::direct`): the request
+    // id, the span, the catch of a panic, the trace layer's word on a 5xx
+    // here, the body bounds, store budget, `no-store` and compression there.
+    if ctx.direct_holds
+        && req.method() == http::Method::POST
+        && !req.headers().contains_key(http::header::UPGRADE)
+        && let Some(event) = crate::reserve::direct::hold_path_event(req.uri().path())
+    {
+        use tracing::Instrument as _;
+        let event = event.to_owned();
+        let id = request_id(ctx, &mut req);
+        let span = tracing::info_span!(
+            "request",
+            method = %req.method(),
+            path = %req.uri().path(),
+            request_id = %id.to_str().unwrap_or(""),
+        );
+        let ctx = ctx.clone();
+        let started = std::time::Instant::now();
+        // Boxed, as the other paths past the router.
+        return Either::Left(Either::Left(Either::Right(boxed(
+            async move {
+                let hold = crate::reserve::direct::hold(&ctx.st, event, info, req);
+                let mut res = std::panic::AssertUnwindSafe(hold)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(panic_response);
+                crate::app::note_answer(res.status(), started.elapsed());
+                res.headers_mut().insert(REQUEST_ID, id);
+                crate::reserve::direct::content_length(&mut res);
+                res
+            }
+            .instrument(span),
+        ))));
     }
     // "Is this path guarded?" is decided here, once: `None` goes straight
     // to the origin; a guarded request carries its room to the gate.
@@ -828,7 +867,7 @@ fn answer(
         let ctx = ctx.clone();
         let started = std::time::Instant::now();
         // Boxed, as the unguarded path's.
-        return Either::Left(Either::Left(Either::Right(Box::pin(async move {
+        return Either::Left(Either::Left(Either::Right(boxed(async move {
             let answered = async {
                 let to_origin = crate::gate::to_origin(
                     &ctx.st,
@@ -871,6 +910,14 @@ fn answer(
         }
         res
     }))
+}
+
+/// A guarded or hold request's way past the router, one allocation: its
+/// state would otherwise be part of every connection's task.
+fn boxed(
+    answer: impl Future<Output = http::Response<axum::body::Body>> + Send + 'static,
+) -> std::pin::Pin<Box<dyn Future<Output = http::Response<axum::body::Body>> + Send>> {
+    Box::pin(answer)
 }
 
 /// An HTTP/1 connection answering with one of our event streams (a status

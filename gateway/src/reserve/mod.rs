@@ -74,6 +74,7 @@
 //!   `next_wave_at` while a wave is pending, and a `sold_out` refusal
 //!   then carries `next_wave_at` and `Retry-After`.
 
+pub(crate) mod direct;
 pub mod events;
 pub mod feeds;
 pub mod hold_limit;
