@@ -71,7 +71,13 @@ attack_min_solve = "0s"
 challenge_ttl = "10m"
 TOML
 }
-{ room bench; room direct; } >"$WORK/sluice.toml"
+# DIRECT_CALLS=false in the environment sends the joins through the router
+# (`server.direct_calls`), for a before and after with one build.
+{
+  printf '[server]\ndirect_calls = %s\n\n' "${DIRECT_CALLS:-true}"
+  room bench
+  room direct
+} >"$WORK/sluice.toml"
 start_sluice "$WORK/sluice.toml"
 tail_of() { admin "$BASE/_sluice/admin/rooms/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tail"])'; }
 

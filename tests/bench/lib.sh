@@ -99,12 +99,12 @@ cpu_ticks() {
 # The room of the hold benches: admits at once, asks for almost no work,
 # and no per-visitor hold limit (the load rotates through a few thousand
 # visitors at thousands of holds a second). Extra TOML may follow in $2.
-# DIRECT_HOLDS=false in the environment sends the holds through the router
-# (`server.direct_holds`), for a before and after with one build.
+# DIRECT_CALLS=false in the environment sends the holds through the router
+# (`server.direct_calls`), for a before and after with one build.
 holds_config() {
   cat >"$1" <<TOML
 [server]
-direct_holds = ${DIRECT_HOLDS:-true}
+direct_calls = ${DIRECT_CALLS:-true}
 
 # The load rotates through the tokens at thousands of holds a second: far
 # past the per-visitor limit (60 a minute by default) these benches do not

@@ -35,10 +35,9 @@
 //! span and `note_answer`'s word on a 5xx; its answer is the origin's,
 //! which the compression layer leaves alone anyway. Every other guarded
 //! request (no token, a bad one, a revoked session, a renewal due, an
-//! upgrade) takes the router and [`gate::guarded`]. A hold
-//! (`server.direct_holds`) goes on from the connection to its handler
-//! too, with what these layers do for it done in place
-//! ([`crate::reserve::direct`]).
+//! upgrade) takes the router and [`gate::guarded`]. A hold or a join
+//! (`server.direct_calls`) goes on from the connection to its handler
+//! too, with what these layers do for it done in place ([`direct`]).
 //!
 //! The in-flight bounds (store-bound requests, admin calls, forwards to
 //! the origin) are `tokio` semaphores tried without waiting, not tower's
@@ -48,6 +47,7 @@
 //! `sluice_shed_total`, where `LoadShed`'s error would be mapped back to it.
 
 pub mod clock;
+pub(crate) mod direct;
 pub mod extract;
 pub mod past_streams;
 pub mod problem;
@@ -167,7 +167,7 @@ pub(crate) fn build_with_ids(state: AppState, ids: RequestIds) -> Router {
 
 /// The compression layer of our own answers (br or gzip at
 /// [`COMPRESSION_QUALITY`], [`compressible`] ones only); a hold past the
-/// router is put through it where it could act ([`crate::reserve::direct`]).
+/// router is put through it where it could act ([`direct`]).
 pub(crate) fn compression() -> CompressionLayer<impl Predicate> {
     CompressionLayer::new()
         .quality(CompressionLevel::Precise(COMPRESSION_QUALITY))
@@ -264,7 +264,7 @@ async fn no_store(res: Response) -> Response {
 }
 
 /// [`no_store`]'s work, for an answer made past the router
-/// ([`crate::reserve::direct`]).
+/// ([`direct`]).
 pub(crate) fn mark_no_store(mut res: Response) -> Response {
     let immutable = res
         .extensions()

@@ -27,14 +27,15 @@ pub struct ServerConfig {
     /// "Measured"); at the first request that is not plain, hyper serves the
     /// connection. `false`: hyper serves every request.
     pub native_http1: bool,
-    /// A hold (`POST /_sluice/events/{event}/holds` asking a `qty`) is
-    /// answered from the connection, past the router's generic layers
-    /// (route lookup, the middlewares' boxed futures, the trace and
-    /// compression layers), with what they give it done in place: the same
-    /// request id, span, catch of a panic, body bounds, store budget and
-    /// `no-store` (`crate::reserve::direct`; README "Holds past the
-    /// router"). `false`: holds take the router as every other call.
-    pub direct_holds: bool,
+    /// A hold (`POST /_sluice/events/{event}/holds`) or a join (`POST
+    /// /_sluice/rooms/{room}/join`) is answered from the connection, past
+    /// the router's generic layers (route lookup, the middlewares' boxed
+    /// futures, the trace and compression layers), with what they do for
+    /// it done in place: the same request id, span, catch of a panic, body
+    /// bounds, store budget, `no-store` and compression
+    /// (`crate::app::direct`; README "Holds and joins past the router").
+    /// `false`: they take the router as every other call.
+    pub direct_calls: bool,
     /// `[server.tls]`: when set, `listen` serves HTTPS (`--tls-cert`,
     /// `--tls-key`). None: plain HTTP.
     pub tls: Option<TlsConfig>,
@@ -139,7 +140,7 @@ impl Default for ServerConfig {
         ServerConfig {
             io_threads: 0,
             native_http1: true,
-            direct_holds: true,
+            direct_calls: true,
             tls: None,
         }
     }

@@ -482,7 +482,7 @@ where
         watch: watch.clone(),
         hold,
         admit_memo: crate::gate::session::AdmitMemo::default(),
-        direct_holds: shared.state.config().server.direct_holds,
+        direct_calls: shared.state.config().server.direct_calls,
     });
     let Some(watch) = watch else {
         // HTTP/2 bounds its streams and pings of its own. Boxed, as
@@ -744,8 +744,8 @@ struct ConnCtx {
     hold: crate::proxy::ConnHold,
     /// The admission token the connection showed last, verified.
     admit_memo: crate::gate::session::AdmitMemo,
-    /// `server.direct_holds`: holds are answered past the router.
-    direct_holds: bool,
+    /// `server.direct_calls`: holds and joins are answered past the router.
+    direct_calls: bool,
 }
 
 /// The answer to one request, whichever server read it: a request no room
@@ -780,17 +780,18 @@ fn answer(
     if req.headers().contains_key(http::header::UPGRADE) {
         req.extensions_mut().insert(ctx.hold.clone());
     }
-    // A hold (`server.direct_holds`): answered past the router, with what
-    // its layers give it done in place (`reserve::direct`): the request
-    // id, the span, the catch of a panic, the trace layer's word on a 5xx
-    // here, the body bounds, store budget, `no-store` and compression there.
-    if ctx.direct_holds
+    // A hold or a join (`server.direct_calls`): answered past the router,
+    // with what its layers give it done in place (`app::direct`): the
+    // request id, the span, the catch of a panic, the trace layer's word
+    // on a 5xx and the `Content-Length` here, the body bounds, store
+    // budget, `no-store` and compression there.
+    if ctx.direct_calls
         && req.method() == http::Method::POST
         && !req.headers().contains_key(http::header::UPGRADE)
-        && let Some(event) = crate::reserve::direct::hold_path_event(req.uri().path())
+        && let Some((call, segment)) = crate::app::direct::call_of(req.uri().path())
     {
         use tracing::Instrument as _;
-        let event = event.to_owned();
+        let segment = segment.to_owned();
         let id = request_id(ctx, &mut req);
         let span = tracing::info_span!(
             "request",
@@ -803,14 +804,14 @@ fn answer(
         // Boxed, as the other paths past the router.
         return Either::Left(Either::Left(Either::Right(boxed(
             async move {
-                let hold = crate::reserve::direct::hold(&ctx.st, event, info, req);
-                let mut res = std::panic::AssertUnwindSafe(hold)
+                let call = crate::app::direct::answer(&ctx.st, call, segment, info, req);
+                let mut res = std::panic::AssertUnwindSafe(call)
                     .catch_unwind()
                     .await
                     .unwrap_or_else(panic_response);
                 crate::app::note_answer(res.status(), started.elapsed());
                 res.headers_mut().insert(REQUEST_ID, id);
-                crate::reserve::direct::content_length(&mut res);
+                crate::app::direct::content_length(&mut res);
                 res
             }
             .instrument(span),
@@ -912,7 +913,7 @@ fn answer(
     }))
 }
 
-/// A guarded or hold request's way past the router, one allocation: its
+/// A guarded request's, a hold's or a join's way past the router, one allocation: its
 /// state would otherwise be part of every connection's task.
 fn boxed(
     answer: impl Future<Output = http::Response<axum::body::Body>> + Send + 'static,

@@ -74,7 +74,6 @@
 //!   `next_wave_at` while a wave is pending, and a `sold_out` refusal
 //!   then carries `next_wave_at` and `Retry-After`.
 
-pub(crate) mod direct;
 pub mod events;
 pub mod feeds;
 pub mod hold_limit;
@@ -415,7 +414,7 @@ fn event_json(id: &str, s: &sluice_reservation::EventState) -> Option<Value> {
     Some(v)
 }
 
-async fn create_hold(
+pub(crate) async fn create_hold(
     State(state): State<AppState>,
     Path(id): Path<String>,
     axum::Extension(client): axum::Extension<ClientInfo>,
