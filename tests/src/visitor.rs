@@ -214,3 +214,17 @@ pub async fn join_body(challenge: &Answer, return_to: &str) -> Value {
         .expect("solver");
     json!({"challenge": ch, "solutions": solutions, "return_to": return_to})
 }
+
+/// Joins `room` at the gateway `base` and returns the admission token
+/// (passthrough, or after a short wait in line, at most a minute).
+pub async fn admit(base: &str, room: &str) -> String {
+    let mut v = Visitor::new(base, room);
+    let res = v.join("/").await;
+    assert!(res.status.is_success(), "join: {}", res.text());
+    assert!(
+        v.wait_admitted(std::time::Duration::from_secs(60), 50)
+            .await,
+        "never admitted"
+    );
+    v.admission_token.expect("admission token")
+}

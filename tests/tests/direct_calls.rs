@@ -24,11 +24,11 @@ use std::io::Read as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use sluice_gateway::config::EventConfig;
 use sluice_gateway::config::event::CategoryConfig;
-use sluice_gateway::config::{EventConfig, RoomConfig};
-use sluice_tests::TestGateway;
 use sluice_tests::origin::TestOrigin;
-use sluice_tests::visitor::Visitor;
+use sluice_tests::visitor::{Visitor, admit};
+use sluice_tests::{TestGateway, easy_room};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Categories of the event `cats`: an items hold naming all of them is
@@ -40,18 +40,6 @@ fn category(i: usize) -> String {
 }
 
 async fn gateway(origin: &TestOrigin, direct: bool) -> TestGateway {
-    let room = |id: &str, paths: Vec<String>| RoomConfig {
-        id: id.into(),
-        paths,
-        rate_per_sec: 10_000.0,
-        burst: 10_000.0,
-        puzzles: 1,
-        difficulty_floor_bits: 1,
-        difficulty_ceiling_bits: 2,
-        join_limit_per_prefix_per_min: 0,
-        attack_min_solve: Duration::ZERO,
-        ..RoomConfig::default()
-    };
     TestGateway::builder()
         .origin(origin.url())
         .config(move |c| {
@@ -59,14 +47,10 @@ async fn gateway(origin: &TestOrigin, direct: bool) -> TestGateway {
             c.limits.holds_per_visitor_per_min = 30;
             c.limits.control_body_bytes = 2048;
             c.rooms = vec![
-                room("default", vec![]),
-                room("vip", vec!["/vip".into()]),
+                easy_room("default", 10_000.0, 10_000.0, &[]),
+                easy_room("vip", 10_000.0, 10_000.0, &["/vip"]),
                 // a line: one place admitted at once, the rest wait
-                RoomConfig {
-                    rate_per_sec: 0.01,
-                    burst: 1.0,
-                    ..room("line", vec!["/line".into()])
-                },
+                easy_room("line", 0.0, 1.0, &["/line"]),
             ];
             c.events = vec![
                 EventConfig {
@@ -99,17 +83,6 @@ async fn gateway(origin: &TestOrigin, direct: bool) -> TestGateway {
         })
         .spawn()
         .await
-}
-
-async fn admit(base: &str, room: &str) -> String {
-    let mut v = Visitor::new(base, room);
-    let res = v.join("/").await;
-    assert!(res.status.is_success(), "join: {}", res.text());
-    assert!(
-        v.wait_admitted(Duration::from_secs(30), 50).await,
-        "never admitted"
-    );
-    v.admission_token.expect("admission token")
 }
 
 /// Whose token a request carries.
@@ -639,23 +612,13 @@ async fn join_walk(gw: &TestGateway) -> Vec<Answer> {
     // a visitor already in line, asking again with its token
     let again = proof(&base, "line").await.to_string();
     let bearer = format!("Bearer {token}");
-    out.push(
-        send(post(
-            join,
-            again.as_bytes(),
-            &[json_ct, ("authorization", &bearer)],
-        ))
-        .await,
-    );
     let cookie = format!("sluice_q_line={token}");
-    out.push(
-        send(post(
-            join,
-            again.as_bytes(),
-            &[json_ct, ("cookie", &cookie)],
-        ))
-        .await,
-    );
+    for shown in [
+        ("authorization", bearer.as_str()),
+        ("cookie", cookie.as_str()),
+    ] {
+        out.push(send(post(join, again.as_bytes(), &[json_ct, shown])).await);
+    }
     // fields of other rooms' kinds
     let mut invite = proof(&base, "line").await;
     invite["invite"] = json!("not-a-code");

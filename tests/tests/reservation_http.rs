@@ -22,7 +22,7 @@ use sluice_reservation::Inventory;
 use sluice_tests::client::{Answer, TestClient, body, empty};
 use sluice_tests::origin::TestOrigin;
 use sluice_tests::redis_server::RedisServer;
-use sluice_tests::visitor::Visitor;
+use sluice_tests::visitor::admit;
 use sluice_tests::{ADMIN_TOKEN, TestGateway};
 
 const WEBHOOK_SECRET: &str = "whsec-reservation-0123456789";
@@ -137,19 +137,6 @@ async fn wait_stock(base: &str, event: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Joins `room` and returns the admission token (passthrough, or after a
-/// short wait in line).
-async fn admit(base: &str, room: &str) -> String {
-    let mut v = Visitor::new(base, room);
-    let res = v.join("/").await;
-    assert!(res.status.is_success(), "join: {}", res.text());
-    assert!(
-        v.wait_admitted(Duration::from_secs(60), 50).await,
-        "never admitted"
-    );
-    v.admission_token.expect("admission token")
 }
 
 /// `n` admission tokens of `room`, 32 joins in flight.

@@ -793,12 +793,7 @@ fn answer(
         use tracing::Instrument as _;
         let segment = segment.to_owned();
         let id = request_id(ctx, &mut req);
-        let span = tracing::info_span!(
-            "request",
-            method = %req.method(),
-            path = %req.uri().path(),
-            request_id = %id.to_str().unwrap_or(""),
-        );
+        let span = edge_span(&req, &id);
         let ctx = ctx.clone();
         let started = std::time::Instant::now();
         // Boxed, as the other paths past the router.
@@ -859,12 +854,7 @@ fn answer(
     {
         use tracing::Instrument as _;
         let id = request_id(ctx, &mut req);
-        let span = tracing::info_span!(
-            "request",
-            method = %req.method(),
-            path = %req.uri().path(),
-            request_id = %id.to_str().unwrap_or(""),
-        );
+        let span = edge_span(&req, &id);
         let ctx = ctx.clone();
         let started = std::time::Instant::now();
         // Boxed, as the unguarded path's.
@@ -911,6 +901,17 @@ fn answer(
         }
         res
     }))
+}
+
+/// The span of a request the edge answers past the router: the trace
+/// layer's (`app::request_span`), method, path and request id.
+fn edge_span(req: &http::Request<axum::body::Body>, id: &http::HeaderValue) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        request_id = %id.to_str().unwrap_or(""),
+    )
 }
 
 /// A guarded request's, a hold's or a join's way past the router, one allocation: its
