@@ -14,7 +14,9 @@
 //! the same proof or with the queue token, proofs that are wrong, forged
 //! or of another room, bodies with unknown fields, malformed, too large or
 //! not JSON, unknown rooms, return URLs off the site, every
-//! `Accept-Encoding`. What differs by nature is normalised: the date,
+//! `Accept-Encoding`. Then generated calls of both kinds (any bytes as
+//! the body, content types, encodings, tokens, paths and near misses).
+//! What differs by nature is normalised: the date,
 //! request ids, tokens, cookies' values, hold ids, deadlines, positions
 //! and `Retry-After`.
 
@@ -446,8 +448,9 @@ fn normalised(body: &[u8]) -> String {
     v.to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holds_past_the_router_are_answered_as_through_it() {
+/// The two gateways (past the router, through it) in front of one origin,
+/// and each one's tokens: eight fans of `default`, one visitor of `vip`.
+async fn pair() -> (TestOrigin, TestGateway, TestGateway, Vec<Tokens>) {
     let origin = TestOrigin::start().await;
     let direct = gateway(&origin, true).await;
     let routed = gateway(&origin, false).await;
@@ -458,6 +461,12 @@ async fn holds_past_the_router_are_answered_as_through_it() {
         let vip = admit(&url, "vip").await;
         tokens.push(Tokens { fans, vip });
     }
+    (origin, direct, routed, tokens)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_past_the_router_are_answered_as_through_it() {
+    let (_origin, direct, routed, tokens) = pair().await;
     let asks = asks();
     let mut compressed = 0;
     let mut statuses = std::collections::BTreeMap::new();
@@ -665,4 +674,103 @@ async fn joins_past_the_router_are_answered_as_through_it() {
     }
     direct.shutdown().await;
     routed.shutdown().await;
+}
+
+/// Generated hold and join requests: any bytes or near-JSON as the body,
+/// any of a few content types, encodings, tokens and paths (the direct
+/// ones and their near misses).
+fn gen_ask() -> impl proptest::strategy::Strategy<Value = Ask> {
+    use proptest::prelude::*;
+    let body = prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..64),
+        (any::<i64>(), any::<bool>()).prop_map(|(q, items)| {
+            if items {
+                format!(
+                    r#"{{"items":[{{"category":"{}","qty":{q}}}]}}"#,
+                    category(0)
+                )
+                .into_bytes()
+            } else {
+                format!(r#"{{"qty":{q}}}"#).into_bytes()
+            }
+        }),
+        (1u32..3).prop_map(|q| format!(r#"{{"qty":{q}}}"#).into_bytes()),
+        Just(br#"{"challenge":"x","solutions":[]}"#.to_vec()),
+    ];
+    let path = prop_oneof![
+        Just("/_sluice/events/demo/holds"),
+        Just("/_sluice/events/cats/holds"),
+        Just("/_sluice/events/nope/holds"),
+        Just("/_sluice/events/de%6Do/holds"),
+        Just("/_sluice/rooms/line/join"),
+        Just("/_sluice/rooms/nope/join"),
+    ];
+    let who = prop_oneof![
+        Just(Who::Nobody),
+        Just(Who::Forged),
+        (0usize..8).prop_map(Who::Fan),
+        Just(Who::Vip),
+    ];
+    let content_type = prop_oneof![
+        Just(None),
+        Just(Some("application/json")),
+        Just(Some("text/plain")),
+    ];
+    let coding = prop_oneof![
+        Just(None),
+        Just(Some("br")),
+        Just(Some("gzip")),
+        Just(Some("identity;q=0")),
+    ];
+    (body, path, who, content_type, coding, any::<bool>()).prop_map(
+        |(body, path, who, content_type, coding, chunked)| {
+            let mut headers = Vec::new();
+            if let Some(ct) = content_type {
+                headers.push(("content-type".to_owned(), ct.to_owned()));
+            }
+            if let Some(c) = coding {
+                headers.push(("accept-encoding".to_owned(), c.to_owned()));
+            }
+            Ask {
+                method: "POST",
+                path: path.to_owned(),
+                who,
+                headers,
+                body: Some(body),
+                chunked,
+            }
+        },
+    )
+}
+
+/// Any generated hold or join request gets the same answer past the router
+/// as through it (the gateways' stores walk in step: each case goes to
+/// both, in the same order).
+#[test]
+fn generated_calls_are_answered_alike() {
+    use proptest::prelude::*;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (origin, direct, routed, tokens) = rt.block_on(pair());
+    let config = ProptestConfig {
+        cases: 200,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(a in gen_ask())| {
+        let (d, r) = rt.block_on(async {
+            let d = answer(&exchange(direct.addr, &a.wire(&tokens[0])).await);
+            let r = answer(&exchange(routed.addr, &a.wire(&tokens[1])).await);
+            (d, r)
+        });
+        prop_assert_eq!(d, r, "{:?}", a);
+    });
+    rt.block_on(async {
+        direct.shutdown().await;
+        routed.shutdown().await;
+        drop(origin);
+    });
 }
