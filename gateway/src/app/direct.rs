@@ -96,14 +96,9 @@ where
     Fut: Future<Output = Result<Response, Problem>>,
 {
     // As `store_bound`: the body whole, then the permit.
-    let (parts, bytes) = if http_body::Body::is_end_stream(req.body()) {
-        let (parts, _) = req.into_parts();
-        (parts, bytes::Bytes::new())
-    } else {
-        match read_bytes(state, req).await {
-            Ok(read) => read,
-            Err(p) => return finish(p.into_response(), None).await,
-        }
+    let (parts, bytes) = match read_bytes(state, req).await {
+        Ok(read) => read,
+        Err(p) => return finish(p.into_response(), None).await,
     };
     let mut accept = None;
     if parts.headers.contains_key(header::ACCEPT_ENCODING) {

@@ -459,11 +459,16 @@ pub(crate) async fn read_body(state: &AppState, req: Request) -> Result<Request,
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
-/// [`read_body`]'s reading: the request's head and its body, whole.
+/// [`read_body`]'s reading: the request's head and its body, whole
+/// (empty when the request has none).
 pub(crate) async fn read_bytes(
     state: &AppState,
     req: Request,
 ) -> Result<(http::request::Parts, bytes::Bytes), Problem> {
+    if http_body::Body::is_end_stream(req.body()) {
+        let (parts, _) = req.into_parts();
+        return Ok((parts, bytes::Bytes::new()));
+    }
     // A feed batch (`POST /_sluice/admin/events/{event}/feed`) has a limit
     // of its own (`feeds.max_body_bytes`): thousands of rows.
     let path = req.uri().path();

@@ -790,27 +790,18 @@ fn answer(
         && !req.headers().contains_key(http::header::UPGRADE)
         && let Some((call, segment)) = crate::app::direct::call_of(req.uri().path())
     {
-        use tracing::Instrument as _;
         let segment = segment.to_owned();
         let id = request_id(ctx, &mut req);
         let span = edge_span(&req, &id);
         let ctx = ctx.clone();
         let started = std::time::Instant::now();
         // Boxed, as the other paths past the router.
-        return Either::Left(Either::Left(Either::Right(boxed(
-            async move {
-                let call = crate::app::direct::answer(&ctx.st, call, segment, info, req);
-                let mut res = std::panic::AssertUnwindSafe(call)
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(panic_response);
-                crate::app::note_answer(res.status(), started.elapsed());
-                res.headers_mut().insert(REQUEST_ID, id);
-                crate::app::direct::content_length(&mut res);
-                res
-            }
-            .instrument(span),
-        ))));
+        return Either::Left(Either::Left(Either::Right(boxed(async move {
+            let call = crate::app::direct::answer(&ctx.st, call, segment, info, req);
+            let mut res = outer_layers(call, id, span, started).await;
+            crate::app::direct::content_length(&mut res);
+            res
+        }))));
     }
     // "Is this path guarded?" is decided here, once: `None` goes straight
     // to the origin; a guarded request carries its room to the gate.
@@ -852,35 +843,21 @@ fn answer(
         && let Some(admission) =
             crate::gate::settled(&ctx.st, room.clone(), req.headers(), &info, &ctx.admit_memo)
     {
-        use tracing::Instrument as _;
         let id = request_id(ctx, &mut req);
         let span = edge_span(&req, &id);
         let ctx = ctx.clone();
         let started = std::time::Instant::now();
         // Boxed, as the unguarded path's.
         return Either::Left(Either::Left(Either::Right(boxed(async move {
-            let answered = async {
-                let to_origin = crate::gate::to_origin(
-                    &ctx.st,
-                    admission,
-                    req,
-                    &info,
-                    ctx.watch.as_deref(),
-                    started,
-                );
-                let res = std::panic::AssertUnwindSafe(to_origin)
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(panic_response);
-                crate::app::note_answer(res.status(), started.elapsed());
-                res
-            };
-            let mut res = answered.instrument(span).await;
-            // As the router's layer: an id the origin answered with stays.
-            if !res.headers().contains_key(&REQUEST_ID) {
-                res.headers_mut().insert(REQUEST_ID, id);
-            }
-            res
+            let to_origin = crate::gate::to_origin(
+                &ctx.st,
+                admission,
+                req,
+                &info,
+                ctx.watch.as_deref(),
+                started,
+            );
+            outer_layers(to_origin, id, span, started).await
         }))));
     }
     if let Some(guard) = guard {
@@ -912,6 +889,34 @@ fn edge_span(req: &http::Request<axum::body::Body>, id: &http::HeaderValue) -> t
         path = %req.uri().path(),
         request_id = %id.to_str().unwrap_or(""),
     )
+}
+
+/// What the router's outer layers do around a request the edge answers
+/// past it: within the request's span, the catch of a panic (a 500) and
+/// the trace layer's word on a 5xx; then the request id on the answer,
+/// unless it has one already (an origin's stays), as
+/// `PropagateRequestIdLayer` does.
+async fn outer_layers(
+    answer: impl Future<Output = http::Response<axum::body::Body>>,
+    id: http::HeaderValue,
+    span: tracing::Span,
+    started: std::time::Instant,
+) -> http::Response<axum::body::Body> {
+    use futures_util::FutureExt as _;
+    use tracing::Instrument as _;
+    let answered = async {
+        let res = std::panic::AssertUnwindSafe(answer)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(panic_response);
+        crate::app::note_answer(res.status(), started.elapsed());
+        res
+    };
+    let mut res = answered.instrument(span).await;
+    if !res.headers().contains_key(&REQUEST_ID) {
+        res.headers_mut().insert(REQUEST_ID, id);
+    }
+    res
 }
 
 /// A guarded request's, a hold's or a join's way past the router, one allocation: its
