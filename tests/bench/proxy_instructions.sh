@@ -17,6 +17,7 @@
 # (the loopback TCP, most of a proxied request's cost) is not counted.
 #
 # Usage: tests/bench/proxy_instructions.sh [seconds=8]
+#   SLUICE_BIN=path counts that build of `sluice` and builds nothing.
 # Needs: valgrind, nginx, wrk (apt-get install valgrind nginx-light wrk).
 # Loopback only; stops by itself.
 set -euo pipefail
@@ -26,7 +27,13 @@ for tool in valgrind callgrind_control callgrind_annotate nginx wrk; do
   command -v "$tool" >/dev/null || { echo "$tool missing: apt-get install valgrind nginx-light wrk" >&2; exit 2; }
 done
 
-cargo build --release -q -p sluice-gateway
+# The workspace's feature set, as tests/bench/lib.sh builds it (building
+# `-p sluice-gateway` alone would build the shared crates a second time).
+# SLUICE_BIN=path: count that build of `sluice` (an older commit's, for a
+# before and after in one sitting) and build nothing.
+if [ -z "${SLUICE_BIN:-}" ]; then
+  cargo build --release -q --workspace --all-features --bin sluice
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -119,7 +126,7 @@ count() { # name port path command... (WRK_HEADER: one extra request header)
   printf '%-8s %8d requests under callgrind  %6.0f instructions/request\n' "$name" "$n" "$(awk -v ir="$ir" -v n="$n" 'BEGIN { print ir / n }')" >&2
 }
 
-SLUICE_BIN="${CARGO_TARGET_DIR:-./target}/release/sluice"
+SLUICE_BIN="${SLUICE_BIN:-${CARGO_TARGET_DIR:-./target}/release/sluice}"
 n_ir=$(count nginx "$NGINX" / nginx -c "$work/proxy.conf" -p "$work/proxy")
 s_ir=$(SLUICE_LOG=warn SLUICE_IO_THREADS=2 count sluice "$SLUICE" / "$SLUICE_BIN" serve \
   --listen "127.0.0.1:$SLUICE" --origin "http://127.0.0.1:$ORIGIN" --config "$work/sluice.toml")

@@ -63,15 +63,15 @@ pub(crate) fn call_of(path: &str) -> Option<(Call, &str)> {
 /// Answers `call` (its path read by [`call_of`], `segment` its event or
 /// room) as the router's layers and its handler would.
 pub(crate) async fn answer(
-    state: &AppState,
+    state: AppState,
     call: Call,
     segment: String,
     client: ClientInfo,
     req: Request,
 ) -> Response {
     match call {
-        Call::Hold => json_call(state, segment, client, req, crate::reserve::create_hold).await,
-        Call::Join => json_call(state, segment, client, req, crate::visitor::join).await,
+        Call::Hold => json_call(&state, segment, client, req, crate::reserve::create_hold).await,
+        Call::Join => json_call(&state, segment, client, req, crate::visitor::join).await,
     }
 }
 

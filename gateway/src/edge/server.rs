@@ -793,15 +793,12 @@ fn answer(
         let segment = segment.to_owned();
         let id = request_id(ctx, &mut req);
         let span = edge_span(&req, &id);
-        let ctx = ctx.clone();
         let started = std::time::Instant::now();
+        let call = crate::app::direct::answer(ctx.st.clone(), call, segment, info, req);
         // Boxed, as the other paths past the router.
-        return Either::Left(Either::Left(Either::Right(boxed(async move {
-            let call = crate::app::direct::answer(&ctx.st, call, segment, info, req);
-            let mut res = outer_layers(call, id, span, started).await;
-            crate::app::direct::content_length(&mut res);
-            res
-        }))));
+        return Either::Left(Either::Left(Either::Right(boxed(with_content_length(
+            outer_layers(call, id, span, started),
+        )))));
     }
     // "Is this path guarded?" is decided here, once: `None` goes straight
     // to the origin; a guarded request carries its room to the gate.
@@ -896,27 +893,54 @@ fn edge_span(req: &http::Request<axum::body::Body>, id: &http::HeaderValue) -> t
 /// the trace layer's word on a 5xx; then the request id on the answer,
 /// unless it has one already (an origin's stays), as
 /// `PropagateRequestIdLayer` does.
-async fn outer_layers(
-    answer: impl Future<Output = http::Response<axum::body::Body>>,
+///
+/// Made of combinators, not an `async fn`: an `async fn` keeps its future
+/// argument in its state and again each time it is moved into an inner
+/// future (the catch, the span), and a boxed hold's state had grown to
+/// 44 KB, all copied into the box on every hold (README, "A hold's state
+/// copied once").
+fn outer_layers<F>(
+    answer: F,
     id: http::HeaderValue,
     span: tracing::Span,
     started: std::time::Instant,
-) -> http::Response<axum::body::Body> {
+) -> impl Future<Output = http::Response<axum::body::Body>> + use<F>
+where
+    F: Future<Output = http::Response<axum::body::Body>>,
+{
     use futures_util::FutureExt as _;
     use tracing::Instrument as _;
-    let answered = async {
-        let res = std::panic::AssertUnwindSafe(answer)
-            .catch_unwind()
-            .await
-            .unwrap_or_else(panic_response);
-        crate::app::note_answer(res.status(), started.elapsed());
+    std::panic::AssertUnwindSafe(answer)
+        .catch_unwind()
+        .map(move |res| {
+            let res = res.unwrap_or_else(panic_response);
+            crate::app::note_answer(res.status(), started.elapsed());
+            res
+        })
+        .instrument(span)
+        .map(move |mut res| {
+            if !res.headers().contains_key(&REQUEST_ID) {
+                res.headers_mut().insert(REQUEST_ID, id);
+            }
+            res
+        })
+}
+
+/// A hold's or a join's answer past the router, once its outer layers
+/// are done: the `Content-Length` axum's route sets last. What it wraps is
+/// copied whole into its box on every hold: no bigger than the call itself
+/// (unit test).
+fn with_content_length<F>(
+    layered: F,
+) -> impl Future<Output = http::Response<axum::body::Body>> + use<F>
+where
+    F: Future<Output = http::Response<axum::body::Body>>,
+{
+    use futures_util::FutureExt as _;
+    layered.map(|mut res| {
+        crate::app::direct::content_length(&mut res);
         res
-    };
-    let mut res = answered.instrument(span).await;
-    if !res.headers().contains_key(&REQUEST_ID) {
-        res.headers_mut().insert(REQUEST_ID, id);
-    }
-    res
+    })
 }
 
 /// A guarded request's, a hold's or a join's way past the router, one allocation: its
@@ -1132,4 +1156,81 @@ fn guard_of<B>(
     }
     crate::gate::guarding_room(state, req, client.ip)
         .map(|room| Some(crate::gate::GuardedBy(room.clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A future whose state is `N` bytes held across an await.
+    async fn weighing<const N: usize>() -> http::Response<axum::body::Body> {
+        let state = [7u8; N];
+        tokio::task::yield_now().await;
+        http::Response::new(axum::body::Body::from(state.to_vec()))
+    }
+
+    fn layers_of<F>(call: F) -> impl Future<Output = http::Response<axum::body::Body>> + use<F>
+    where
+        F: Future<Output = http::Response<axum::body::Body>>,
+    {
+        outer_layers(
+            call,
+            http::HeaderValue::from_static("id"),
+            tracing::Span::none(),
+            std::time::Instant::now(),
+        )
+    }
+
+    /// Whatever wraps a call past the router holds the call's state once:
+    /// as an `async fn`, `outer_layers` held it three times (a hold's boxed
+    /// state grew to 44 KB, all copied into its box on every hold).
+    #[test]
+    fn the_outer_layers_hold_a_call_once() {
+        let call = weighing::<16_384>();
+        let alone = std::mem::size_of_val(&call);
+        assert!(alone >= 16_384);
+        let layered = std::mem::size_of_val(&layers_of(weighing::<16_384>()));
+        assert!(
+            layered <= alone + 256,
+            "{layered} bytes around a call of {alone}"
+        );
+    }
+
+    /// The same for a real hold, as the edge builds it: the boxed state is
+    /// the handler's and a few words more.
+    #[tokio::test]
+    async fn a_hold_past_the_router_holds_its_handler_once() {
+        let config = crate::config::Config {
+            origin: Some("http://127.0.0.1:9".into()),
+            ..crate::config::Config::default()
+        }
+        .with_defaults();
+        let st = AppState::new(config).await.unwrap();
+        let info = ClientInfo::resolve(
+            SocketAddr::from(([127, 0, 0, 1], 9)),
+            &http::HeaderMap::new(),
+            &[],
+        );
+        let req = || {
+            http::Request::post("/_sluice/events/demo/holds")
+                .body(axum::body::Body::from("{\"qty\":1}"))
+                .unwrap()
+        };
+        let call = || {
+            crate::app::direct::answer(
+                st.clone(),
+                crate::app::direct::Call::Hold,
+                "demo".into(),
+                info.clone(),
+                req(),
+            )
+        };
+        let alone = std::mem::size_of_val(&call());
+        let whole = std::mem::size_of_val(&with_content_length(layers_of(call())));
+        assert!(
+            whole <= alone + 256,
+            "{whole} bytes around a hold of {alone}"
+        );
+    }
 }
