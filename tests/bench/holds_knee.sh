@@ -21,7 +21,9 @@
 # never trips (every answer is a 201: the successful-hold path, the
 # costliest), warms up for 2 s at 2,000/s, then steps the offered rate,
 # each step for S seconds, and stops stepping after two steps in a row
-# over the 200 ms line (20,000/s always runs). Per step it prints offered
+# over the 200 ms line (20,000/s always runs). The knee is the highest
+# rate up to which every step ran under the line (since 2026-12-07; a
+# step under it after one over it is printed apart, not counted). Per step it prints offered
 # and achieved rate, p50/p99/max, the gateway's, Redis's and the load
 # generator's own CPU per hold (utime + stime from /proc/PID/stat: the
 # three share the machine's cores). Then reservation/bench/hold_script.sh
@@ -123,9 +125,20 @@ steps = []
 for line in open(steps_file):
     steps.append(dict(kv.split("=", 1) for kv in line.split()[1:]))
 warm = dict(kv.split("=", 1) for kv in open(warm_file).read().split()[1:])
-knee = max((float(s["offered"]) for s in steps if float(s["p99_ms"]) < 200), default=0)
+# The knee: the highest rate up to which every step, in the order run,
+# kept its p99 under the line. A step under the line after one over it
+# (the noise of a shared machine) does not raise the knee; it is printed
+# apart as the highest passing step.
+knee = 0
+for s in steps:
+    if float(s["p99_ms"]) >= 200:
+        break
+    knee = max(knee, float(s["offered"]))
+best = max((float(s["offered"]) for s in steps if float(s["p99_ms"]) < 200), default=0)
 at20 = [s for s in steps if float(s["offered"]) == 20000]
-print(f"knee (highest offered rate with p99 < 200 ms): {knee:,.0f}/s  (target >= 30,000)")
+print(f"knee (every step up to it with p99 < 200 ms): {knee:,.0f}/s  (target >= 30,000)")
+if best != knee:
+    print(f"highest step with p99 < 200 ms, past one over: {best:,.0f}/s")
 if at20:
     print(f"p99 at 20,000/s                              : {float(at20[0]['p99_ms']):.2f} ms  (target < 10)")
 print(f"hold.lua directly (redis-benchmark, 50 clients): {direct:,.0f}/s")
