@@ -810,7 +810,7 @@ fn answer(
         // would be part of every connection's task for the connection's
         // whole life (an idle status stream's too; see [`serve_http1`]).
         // One allocation per proxied request.
-        return Either::Left(Either::Left(Either::Left(Box::pin(async move {
+        return Either::Left(Either::Left(Either::Left(weighed(async move {
             let forward = ctx
                 .st
                 .proxy()
@@ -948,6 +948,24 @@ where
 fn boxed(
     answer: impl Future<Output = http::Response<axum::body::Body>> + Send + 'static,
 ) -> std::pin::Pin<Box<dyn Future<Output = http::Response<axum::body::Body>> + Send>> {
+    weighed(answer)
+}
+
+/// The most state a request's future boxed by the edge may have: the
+/// largest today, a hold's, is about 6 KB; a call's future kept twice or
+/// three times over (README, "A hold's state copied once": 44 KB) is
+/// caught when the gateway is built, not in a profile weeks later.
+const MAX_BOXED_STATE: usize = 16 * 1024;
+
+/// `Box::pin`, with the future's size checked at compile time against
+/// [`MAX_BOXED_STATE`] (a build error, for every path that boxes).
+fn weighed<F: Future>(answer: F) -> std::pin::Pin<Box<F>> {
+    const {
+        assert!(
+            std::mem::size_of::<F>() <= MAX_BOXED_STATE,
+            "a request's boxed future outgrew MAX_BOXED_STATE (an async fn keeping a future argument?)"
+        );
+    }
     Box::pin(answer)
 }
 
