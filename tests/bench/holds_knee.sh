@@ -26,8 +26,9 @@
 # step under it after one over it is printed apart, not counted). Per
 # step it prints offered and achieved rate, p50/p99/max, the gateway's,
 # Redis's and the load generator's own CPU per hold (utime + stime from
-# /proc/PID/stat: the three share the machine's cores). Then reservation/bench/hold_script.sh
-# (redis-benchmark EVALSHA of hold.lua, 50 clients, no pipelining) runs on
+# /proc/PID/stat: the three share the machine's cores). Then
+# reservation/bench/hold_script.sh (redis-benchmark EVALSHA of hold.lua,
+# 50 clients, no pipelining) runs on
 # the same Redis with a stock that never sells out either: the ratio is
 # knee / direct. The checks: every answer a 201, no error, the store's
 # invariant holds, units held = 201s answered. It also prints the mean
