@@ -54,8 +54,9 @@
 -- every item passed.
 -- Writes on HELD: DECRBY stock, meta.held += qty, visitors[visitor] += qty,
 -- per item c:{cat}:avail -= q, c:{cat}:held += q, vcats[cat:visitor] += q,
--- the hold hash (PEXPIREAT deadline + retention), ZADD deadlines, ZADD the
--- visitor's index, the idempotency key (PX ttl), XADD type=held.
+-- the hold hash (expiring retention after the deadline), ZADD deadlines,
+-- ZADD the visitor's index (expiring a second after its latest deadline),
+-- the idempotency key (PX ttl), XADD type=held.
 --
 -- Due waves (common.lua's release_waves) are released first, after the
 -- LAZY_REAP_MAX lapsed holds: a sold-out answer never stands while a
@@ -124,6 +125,12 @@ local s_now = int(now)
 local lazy = tonumber(ARGV[4])
 -- Read once per call (a number from text costs libc's strtod each time).
 local retention = tonumber(ARGV[6])
+-- How long a new hold's hash and its visitor's index live, from now: a
+-- relative expiry (PEXPIRE) formatted once per call, by its first hold
+-- made, where an absolute one was formatted once per hold. Redis counts
+-- it from its own clock at the call, microseconds from `now` (TIME, read
+-- above).
+local s_hold_keep, s_index_keep
 -- The stock counter as last read or written, nil when a lapsed hold or a
 -- wave may have moved it since.
 local known = tonumber(stock)
@@ -147,13 +154,24 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
     if release_waves(now, meta[5]) > 0 then known = nil end
   end
 
-  -- This visitor's lapsed holds no longer count against the cart.
-  local lapsed = redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
-  if #lapsed > 0 then
-    for _, member in ipairs(lapsed) do
-      if expire_member(member, now) then known = nil end
+  -- This visitor's lapsed holds no longer count against the cart. The
+  -- whole index is read (a short list, above), oldest deadline first: its
+  -- latest deadline also tells how long it must live (below), so its TTL
+  -- need not be read.
+  local index = redis.call('ZRANGE', K_VHOLDS, '0', '-1', 'WITHSCORES')
+  -- The latest deadline among the members left (0: none).
+  local latest = 0
+  if #index > 0 then
+    local lapsed = 0
+    for i = 1, #index, 2 do
+      if tonumber(index[i + 1]) > now then
+        latest = tonumber(index[#index])
+        break
+      end
+      lapsed = lapsed + 1
+      if expire_member(index[i], now) then known = nil end
     end
-    redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
+    if lapsed > 0 then redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', s_now) end
   end
 
   if K_IDEM then
@@ -193,7 +211,8 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
       if tonumber(q) < 1 then return {'INVALID_QTY', limit} end
     end
   end
-  local have = tonumber(redis.call('HGET', K_VISITORS, visitor) or '0')
+  local have = redis.call('HGET', K_VISITORS, visitor)
+  have = have and tonumber(have) or 0
   if have + qty > limit then return {'CART_LIMIT', limit, have} end
   if items ~= '' then
     for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
@@ -249,19 +268,25 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   local member = head .. ':' .. s_qty .. ':' .. visitor
   redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', s_qty, 'status', 'held',
     'deadline_ms', s_deadline, 'created_ms', s_now, 'member', member)
-  redis.call('PEXPIREAT', K_HOLD, int(deadline + retention))
+  if not s_hold_keep then s_hold_keep, s_index_keep = int(ttl + retention), int(ttl + 1000) end
+  redis.call('PEXPIRE', K_HOLD, s_hold_keep)
   redis.call('ZADD', K_DEADLINES, s_deadline, member)
   redis.call('ZADD', K_VHOLDS, s_deadline, member)
-  local vttl = redis.call('PTTL', K_VHOLDS)
-  if vttl < 0 or now + vttl < deadline then
-    redis.call('PEXPIREAT', K_VHOLDS, int(deadline + 1000))
+  -- The index lives a second past its latest deadline: set each time
+  -- (one call, where reading the TTL first was two), never before a
+  -- member's deadline.
+  if latest > deadline then
+    redis.call('PEXPIREAT', K_VHOLDS, int(latest + 1000))
+  else
+    redis.call('PEXPIRE', K_VHOLDS, s_index_keep)
   end
   if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
-  emit('held', suffix, visitor, s_qty, available, s_now, with_items({'expires_at_ms', s_deadline}, items))
+  local s_available = int(available)
+  emit('held', suffix, visitor, s_qty, s_available, s_now, with_items({'expires_at_ms', s_deadline}, items))
   -- One bulk string, not a table of six: the gateway's client parses a
   -- reply one value at a time, and a success is most of what it reads
   -- (redis.rs's `hold_reply` turns it back into the fields).
-  return 'HELD ' .. s_qty .. ' ' .. s_deadline .. ' ' .. int(available) .. ' ' .. items
+  return 'HELD ' .. s_qty .. ' ' .. s_deadline .. ' ' .. s_available .. ' ' .. items
 end
 
 if not many then

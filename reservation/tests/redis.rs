@@ -1306,6 +1306,117 @@ async fn a_batch_that_raises_half_way_keeps_the_counters_of_its_holds() {
     assert_eq!((state.held, state.available), (9, Some(1)), "{state:?}");
 }
 
+/// A visitor's index (`vholds`) must live until its latest deadline has
+/// passed: while it has a member whose deadline is ahead, a later hold of
+/// the visitor reads it to expire the visitor's lapsed holds before the
+/// cart check. hold.lua sets its expiry on every hold to a second past
+/// the latest deadline among the members it read and the new one (it no
+/// longer reads the TTL first), so an operator who shortens the hold TTL
+/// must not shorten the index under an older, longer hold: a hold with a
+/// 600 s TTL, then the TTL cut to 1 s, then two more holds of the same
+/// visitor (the first of them lapses before the second), alone and in a
+/// batch. A visitor whose only hold has the short TTL gets an index that
+/// lives about a second past it.
+#[tokio::test]
+async fn a_visitors_index_outlives_its_latest_deadline() {
+    use sluice_reservation::redis::RawHold;
+    use sluice_reservation::{EventId, StockSpec};
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let inv = connect(&server).await;
+    let mut conn = raw(&server).await;
+    let ev = EventId::parse("index").unwrap();
+    let mut spec = StockSpec {
+        total: 10,
+        cart_limit: 4,
+        hold_ttl: Duration::from_secs(600),
+        version: 1,
+        room: "r".into(),
+    };
+    inv.set_stock(&ev, &spec).await.unwrap();
+    let hold = |visitor: &str, i: usize| RawHold {
+        visitor: visitor.into(),
+        qty: 1,
+        items: None,
+        idempotency_key: None,
+        suffix: format!("I{i:020}A"),
+        named: None,
+    };
+    let pttl = |conn: &mut redis::aio::MultiplexedConnection, visitor: &str| {
+        let key = format!("sluice:{{index}}:vholds:{}:{visitor}", visitor.len());
+        let mut conn = conn.clone();
+        async move {
+            let ms: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            ms
+        }
+    };
+    let kinds = |answers: Vec<sluice_reservation::Result<Vec<String>>>| -> Vec<String> {
+        answers.into_iter().map(|a| a.unwrap()[0].clone()).collect()
+    };
+    assert_eq!(
+        kinds(inv.hold_raw(&ev, &[hold("a", 0)], false).await.unwrap()),
+        ["HELD"]
+    );
+    let long = pttl(&mut conn, "a").await;
+    assert!(
+        long > 595_000 && long <= 601_000,
+        "the first hold's index: {long} ms"
+    );
+
+    spec.hold_ttl = Duration::from_secs(1);
+    spec.version = 2;
+    inv.set_stock(&ev, &spec).await.unwrap();
+    assert_eq!(
+        kinds(inv.hold_raw(&ev, &[hold("a", 1)], false).await.unwrap()),
+        ["HELD"]
+    );
+    let after = pttl(&mut conn, "a").await;
+    assert!(
+        after > 590_000,
+        "a 1 s hold shortened the index to {after} ms"
+    );
+
+    // The 1 s hold lapses; the next hold of the visitor expires it (the
+    // cart counts the 600 s hold and the new one) and keeps the index.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let answers = inv
+        .hold_raw(&ev, &[hold("b", 2), hold("a", 3)], true)
+        .await
+        .unwrap();
+    assert_eq!(kinds(answers), ["HELD", "HELD"]);
+    let after = pttl(&mut conn, "a").await;
+    assert!(after > 590_000, "a batch shortened the index to {after} ms");
+    let cart: String = redis::cmd("HGET")
+        .arg("sluice:{index}:visitors")
+        .arg("a")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(cart, "2", "the lapsed hold left the cart");
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg("sluice:{index}:vholds:1:a")
+        .arg("0")
+        .arg("-1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 2, "the lapsed member dropped: {members:?}");
+
+    let short = pttl(&mut conn, "b").await;
+    assert!(
+        short > 0 && short <= 2_000,
+        "a 1 s hold's index: {short} ms"
+    );
+    let state = inv.read(&ev).await.unwrap().unwrap();
+    assert!(state.invariant_holds, "{state:?}");
+    assert_eq!((state.held, state.available), (3, Some(7)), "{state:?}");
+}
+
 /// A storm of holds gathered into batches (500 at once over 40 visitors,
 /// 150 units, a cart limit of 4, some requests repeating an idempotency
 /// key): no unit is held twice or past the stock, no cart passes its
