@@ -4,9 +4,12 @@
 # reservation/bench/hold_script.sh.
 #
 # Usage: reservation/bench/hold_compare.sh [base-rev=HEAD] [requests=60000] [rounds=3]
+#   (COUNT_ONLY=1: the instruction counts alone; HOLD_BATCH=n: n holds a call)
 #
 # Two measures, each for the successful-hold path (a stock that never
-# sells out) and the sold-out path (stock 0):
+# sells out) and the sold-out path (stock 0); the count also for holds by
+# 50 returning visitors (hold_script.sh's HOLD_VISITORS), whose indexes
+# grow (the knee's load):
 #   * instructions per call inside redis-server, under valgrind's
 #     callgrind: (instructions after 2,500 calls - after 500) / 2,000, so
 #     start-up and loading cancel out. Counted, not timed: the same on a
@@ -44,11 +47,11 @@ start() {
   PID=$REDIS_PID
 }
 
-# instructions VARIANT CALLS STOCK -> total instructions of a redis-server
-# that ran CALLS holds
+# instructions VARIANT CALLS STOCK [VISITORS] -> total instructions of a
+# redis-server that ran CALLS calls (by VISITORS returning visitors)
 instructions() {
   start valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out"
-  HOLD_LUA_DIR="$WORK/$1" "$HERE/hold_script.sh" 127.0.0.1 "$PORT" "$2" 10 1 "$3" >/dev/null 2>"$WORK/hs.err"
+  HOLD_VISITORS=${4:-} HOLD_LUA_DIR="$WORK/$1" "$HERE/hold_script.sh" 127.0.0.1 "$PORT" "$2" 10 1 "$3" >/dev/null 2>"$WORK/hs.err"
   redis-cli -p "$PORT" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
   wait "$PID" 2>/dev/null || true
   sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$WORK/cg.out" | head -1
@@ -69,6 +72,18 @@ for stock in 1000000000 0; do
   python3 -c "import sys; b,a=int(sys.argv[1]),int(sys.argv[2]); print(f'  {sys.argv[3]}: before {b:,}  after {a:,}  after/before {a/b:.3f}')" \
     "${IR[before.$stock]}" "${IR[after.$stock]}" "$path"
 done
+# Returning visitors: 50 of them, so each visitor's index grows to 50
+# holds by the 2,500th call of one hold (HOLD_BATCH: times the batch).
+for v in before after; do
+  a=$(instructions "$v" 500 1000000000 50)
+  b=$(instructions "$v" 2500 1000000000 50)
+  IR[$v.returning]=$(((b - a) / 2000))
+done
+python3 -c "import sys; b,a=int(sys.argv[1]),int(sys.argv[2]); print(f'  held by 50 returning visitors: before {b:,}  after {a:,}  after/before {a/b:.3f}')" \
+  "${IR[before.returning]}" "${IR[after.returning]}"
+
+# COUNT_ONLY=1: the counts alone, no timed rounds.
+[ -n "${COUNT_ONLY:-}" ] && exit 0
 
 echo "== redis-benchmark, $N calls, 50 clients, alternating ($ROUNDS rounds)"
 start

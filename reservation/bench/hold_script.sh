@@ -23,6 +23,13 @@
 # HOLD_BATCH=n (default 1) sends n holds per call in hold.lua's mode
 # 'many' (the gateway's holds sent together): requests/s are then calls/s,
 # and a last line `CPU usec_per_hold=…` divides Redis's time per call by n.
+# HOLD_VISITORS=n: returning visitors instead, for counting (not timed):
+# the REQUESTS calls (mode 'many', HOLD_BATCH holds each) go through
+# `redis-cli --pipe`, each hold by one of n visitors, with a cart limit
+# that never trips, so each visitor's index grows to REQUESTS x
+# HOLD_BATCH / n holds (the knee's load, tests/bench/holds_knee.sh: 2,000
+# visitors holding hundreds of times each). Every visitor above is new:
+# a cost that grows with a visitor's index does not show there.
 # HOLD_LUA_DIR (default reservation/lua) drives another copy of the
 # scripts: a before/after comparison in one run (a copy of the old
 # scripts from `git show`).
@@ -40,10 +47,12 @@ EV=bench
 K=("sluice:{$EV}:stock" "sluice:{$EV}:meta" "sluice:{$EV}:deadlines" "sluice:{$EV}:visitors" "sluice:{$EV}:stream" "sluice:{$EV}:ledgered" "sluice:{$EV}:vcats")
 
 "${CLI[@]}" DEL "${K[@]}" "sluice:loaded:{$EV}" >/dev/null
-# Stock: $STOCK units, cart limit 4, hold TTL 10 min, version now, no
-# categories.
+# Stock: $STOCK units, cart limit 4 (with HOLD_VISITORS: a million),
+# hold TTL 10 min, version now, no categories.
+CART=4
+[ -n "${HOLD_VISITORS:-}" ] && CART=1000000
 "${CLI[@]}" EVAL "$(cat "$LUA/common.lua" "$LUA/set_stock.lua")" 8 "${K[@]}" "sluice:loaded:{$EV}" \
-  100000 "$EV" "$STOCK" 4 600000 "$(date +%s)" default 0 0 0 >/dev/null
+  100000 "$EV" "$STOCK" "$CART" 600000 "$(date +%s)" default 0 0 0 >/dev/null
 SHA=$("${CLI[@]}" SCRIPT LOAD "$(cat "$LUA/common.lua" "$LUA/hold.lua")")
 echo "hold.lua sha1 $SHA" >&2
 
@@ -54,7 +63,28 @@ echo "hold.lua sha1 $SHA" >&2
 # caller routed by ('1': a plain event). Without that last one hold.lua
 # answers RESHARDED before doing anything: the figure measured nothing.
 "${CLI[@]}" CONFIG RESETSTAT >/dev/null
-if [ "$BATCH" -le 1 ]; then
+if [ -n "${HOLD_VISITORS:-}" ]; then
+  python3 - "$SHA" "$N" "$BATCH" "$HOLD_VISITORS" "$EV" <<'PY' | "${CLI[@]}" --pipe >/dev/null
+import random, sys
+sha, calls, batch, visitors, ev = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rng = random.Random(1)
+common = [f"sluice:{{{ev}}}:{k}" for k in ("stock", "meta", "deadlines", "visitors", "stream", "ledgered", "vcats")]
+out = sys.stdout.buffer
+n = 0
+for _ in range(calls):
+    keys, args = list(common), ["100000", ev, "many", "64", "86400000", "604800000", str(batch), "", "1"]
+    for _ in range(batch):
+        n += 1
+        v = f"visitor-{rng.randrange(visitors):012d}"
+        keys += [f"sluice:{{{ev}}}:hold:AAAAAAAAAA{n:012d}", f"sluice:{{{ev}}}:vholds:{len(v)}:{v}"]
+        args += ["1", "q", "", "2"]
+    cmd = ["EVALSHA", sha, str(len(keys))] + keys + args
+    out.write(b"*%d\r\n" % len(cmd))
+    for a in cmd:
+        a = a.encode()
+        out.write(b"$%d\r\n%s\r\n" % (len(a), a))
+PY
+elif [ "$BATCH" -le 1 ]; then
   redis-benchmark -h "$HOST" -p "$PORT" -n "$N" -c "$C" -P "$P" -r 100000000 --csv \
     EVALSHA "$SHA" 9 "${K[@]}" "sluice:{$EV}:hold:AAAAAAAAAA__rand_int__" \
     "sluice:{$EV}:vholds:20:visitor-__rand_int__" \

@@ -154,24 +154,13 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
     if release_waves(now, meta[5]) > 0 then known = nil end
   end
 
-  -- This visitor's lapsed holds no longer count against the cart. The
-  -- whole index is read (a short list, above), oldest deadline first: its
-  -- latest deadline also tells how long it must live (below), so its TTL
-  -- need not be read.
-  local index = redis.call('ZRANGE', K_VHOLDS, '0', '-1', 'WITHSCORES')
-  -- The latest deadline among the members left (0: none).
-  local latest = 0
-  if #index > 0 then
-    local lapsed = 0
-    for i = 1, #index, 2 do
-      if tonumber(index[i + 1]) > now then
-        latest = tonumber(index[#index])
-        break
-      end
-      lapsed = lapsed + 1
-      if expire_member(index[i], now) then known = nil end
+  -- This visitor's lapsed holds no longer count against the cart.
+  local lapsed = redis.call('ZRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
+  if #lapsed > 0 then
+    for _, member in ipairs(lapsed) do
+      if expire_member(member, now) then known = nil end
     end
-    if lapsed > 0 then redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', s_now) end
+    redis.call('ZREMRANGEBYSCORE', K_VHOLDS, '-inf', s_now)
   end
 
   if K_IDEM then
@@ -211,9 +200,24 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
       if tonumber(q) < 1 then return {'INVALID_QTY', limit} end
     end
   end
-  local have = redis.call('HGET', K_VISITORS, visitor)
-  have = have and tonumber(have) or 0
-  if have + qty > limit then return {'CART_LIMIT', limit, have} end
+  -- The cart. A bare hold on a stock counter known to have its units is
+  -- made unless the cart is full (the stock is not read again below: no
+  -- lapsed hold is searched while `known` covers qty), so it counts its
+  -- units into the cart first and takes them back on a refusal: one call
+  -- where reading the cart and then adding to it was two.
+  local counted = false
+  if items == '' and known and known >= qty then
+    local now_have = redis.call('HINCRBY', K_VISITORS, visitor, s_qty)
+    if now_have > limit then
+      visitor_sub(visitor, qty)
+      return {'CART_LIMIT', limit, now_have - qty}
+    end
+    counted = true
+  else
+    local have = redis.call('HGET', K_VISITORS, visitor)
+    have = have and tonumber(have) or 0
+    if have + qty > limit then return {'CART_LIMIT', limit, have} end
+  end
   if items ~= '' then
     for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
       local climit = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':limit') or '0')
@@ -252,7 +256,7 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   available = redis.call('DECRBY', K_STOCK, s_qty)
   known = available
   redis.call('HINCRBY', K_META, 'held', s_qty)
-  redis.call('HINCRBY', K_VISITORS, visitor, s_qty)
+  if not counted then redis.call('HINCRBY', K_VISITORS, visitor, s_qty) end
   local head = suffix
   if items ~= '' then
     for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
@@ -272,13 +276,15 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   redis.call('PEXPIRE', K_HOLD, s_hold_keep)
   redis.call('ZADD', K_DEADLINES, s_deadline, member)
   redis.call('ZADD', K_VHOLDS, s_deadline, member)
-  -- The index lives a second past its latest deadline: set each time
-  -- (one call, where reading the TTL first was two), never before a
-  -- member's deadline.
-  if latest > deadline then
-    redis.call('PEXPIREAT', K_VHOLDS, int(latest + 1000))
-  else
-    redis.call('PEXPIRE', K_VHOLDS, s_index_keep)
+  -- The index lives a second past its latest deadline: an index without
+  -- an expiry (new) gets one (NX), an index with one is only ever extended
+  -- (GT), so a shorter TTL set since never cuts an older hold's index
+  -- short. A visitor's first hold, most of a sale's, makes one call
+  -- where reading the TTL first made two. (The index itself is never
+  -- read whole: a visitor may have many holds out, under a large cart
+  -- limit.)
+  if redis.call('PEXPIRE', K_VHOLDS, s_index_keep, 'NX') == 0 then
+    redis.call('PEXPIRE', K_VHOLDS, s_index_keep, 'GT')
   end
   if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
   local s_available = int(available)

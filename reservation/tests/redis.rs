@@ -1309,10 +1309,11 @@ async fn a_batch_that_raises_half_way_keeps_the_counters_of_its_holds() {
 /// A visitor's index (`vholds`) must live until its latest deadline has
 /// passed: while it has a member whose deadline is ahead, a later hold of
 /// the visitor reads it to expire the visitor's lapsed holds before the
-/// cart check. hold.lua sets its expiry on every hold to a second past
-/// the latest deadline among the members it read and the new one (it no
-/// longer reads the TTL first), so an operator who shortens the hold TTL
-/// must not shorten the index under an older, longer hold: a hold with a
+/// cart check. hold.lua no longer reads the index's TTL before it sets
+/// one: it sets an expiry a second past the new deadline only where there
+/// is none (`NX`) or where it is later (`GT`), so an operator who shortens
+/// the hold TTL must not shorten the index under an older, longer hold
+/// (an unconditional `PEXPIRE` fails this test): a hold with a
 /// 600 s TTL, then the TTL cut to 1 s, then two more holds of the same
 /// visitor (the first of them lapses before the second), alone and in a
 /// batch. A visitor whose only hold has the short TTL gets an index that
@@ -1415,6 +1416,110 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
     let state = inv.read(&ev).await.unwrap().unwrap();
     assert!(state.invariant_holds, "{state:?}");
     assert_eq!((state.held, state.available), (3, Some(7)), "{state:?}");
+}
+
+/// A bare hold on a stock known to have its units counts them into the
+/// cart before it checks the cart, and takes them back when the cart
+/// turns out full (hold.lua, one call a hold fewer). A visitor who keeps
+/// asking past a full cart, alone and in batches with other visitors'
+/// holds, must leave the cart exactly as it was: every refusal answers
+/// the cart as it stood, no unit leaves the stock, no entry reaches the
+/// stream, and the cart's count reaches the limit and stays there.
+#[tokio::test]
+async fn a_full_cart_asked_again_is_left_as_it_was() {
+    use sluice_reservation::redis::RawHold;
+    use sluice_reservation::{EventId, StockSpec};
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let inv = connect(&server).await;
+    let mut conn = raw(&server).await;
+    let ev = EventId::parse("cart").unwrap();
+    let spec = StockSpec {
+        total: 100,
+        cart_limit: 4,
+        hold_ttl: Duration::from_secs(600),
+        version: 1,
+        room: "r".into(),
+    };
+    inv.set_stock(&ev, &spec).await.unwrap();
+    let mut n = 0;
+    let mut hold = |visitor: &str, qty: u32| {
+        n += 1;
+        RawHold {
+            visitor: visitor.into(),
+            qty,
+            items: None,
+            idempotency_key: None,
+            suffix: format!("C{n:020}A"),
+            named: None,
+        }
+    };
+    let answers = |v: Vec<sluice_reservation::Result<Vec<String>>>| -> Vec<String> {
+        v.into_iter().map(|a| a.unwrap().join(" ")).collect()
+    };
+    assert_eq!(
+        answers(inv.hold_raw(&ev, &[hold("a", 3)], false).await.unwrap())[0]
+            .split(' ')
+            .next(),
+        Some("HELD")
+    );
+    let entries = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let n: u64 = redis::cmd("XLEN")
+                .arg("sluice:{cart}:stream")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    let before = entries(&mut conn).await;
+    for round in 0..3 {
+        let alone = answers(inv.hold_raw(&ev, &[hold("a", 2)], false).await.unwrap());
+        assert_eq!(alone, ["CART_LIMIT 4 3"], "round {round}");
+        let batch = [hold("a", 2), hold("a", 4), hold("a", 2)];
+        let together = answers(inv.hold_raw(&ev, &batch, true).await.unwrap());
+        assert_eq!(
+            together,
+            ["CART_LIMIT 4 3", "CART_LIMIT 4 3", "CART_LIMIT 4 3"],
+            "round {round}"
+        );
+    }
+    assert_eq!(
+        entries(&mut conn).await,
+        before,
+        "a refusal wrote to the stream"
+    );
+    // One more unit fits; then every ask is refused at 4, beside another
+    // visitor's holds that are made.
+    let batch = [
+        hold("a", 1),
+        hold("b", 2),
+        hold("a", 1),
+        hold("b", 2),
+        hold("a", 3),
+    ];
+    let got = answers(inv.hold_raw(&ev, &batch, true).await.unwrap());
+    let kinds: Vec<&str> = got.iter().map(|a| a.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["HELD", "HELD", "CART_LIMIT", "HELD", "CART_LIMIT"],
+        "{got:?}"
+    );
+    assert_eq!(got[2], "CART_LIMIT 4 4");
+    assert_eq!(got[4], "CART_LIMIT 4 4");
+    let mut carts: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg("sluice:{cart}:visitors")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    carts.sort();
+    assert_eq!(carts, [("a".into(), "4".into()), ("b".into(), "4".into())]);
+    let state = inv.read(&ev).await.unwrap().unwrap();
+    assert!(state.invariant_holds, "{state:?}");
+    assert_eq!((state.held, state.available), (8, Some(92)), "{state:?}");
 }
 
 /// A storm of holds gathered into batches (500 at once over 40 visitors,
