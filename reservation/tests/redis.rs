@@ -1230,6 +1230,47 @@ async fn a_batch_of_holds_answers_what_its_holds_one_by_one_would() {
     assert!(batched_steps > 24);
 }
 
+/// A `redis-server` of the test's own with one bare event (no
+/// categories) of `total` units, a cart limit of 4 and a 600 s hold TTL
+/// loaded: the server, the store, a raw connection, the event and its
+/// spec. None when `redis-server` is missing (see `RedisServer::start`).
+async fn one_bare_event(
+    name: &str,
+    total: u64,
+) -> Option<(
+    RedisServer,
+    RedisInventory,
+    redis::aio::MultiplexedConnection,
+    sluice_reservation::EventId,
+    sluice_reservation::StockSpec,
+)> {
+    let server = RedisServer::start()?;
+    let inv = connect(&server).await;
+    let conn = raw(&server).await;
+    let ev = sluice_reservation::EventId::parse(name).unwrap();
+    let spec = sluice_reservation::StockSpec {
+        total,
+        cart_limit: 4,
+        hold_ttl: Duration::from_secs(600),
+        version: 1,
+        room: "r".into(),
+    };
+    inv.set_stock(&ev, &spec).await.unwrap();
+    Some((server, inv, conn, ev, spec))
+}
+
+/// A bare hold of `qty` by `visitor`, under the suffix `{tag}{i:020}A`.
+fn bare_hold(visitor: &str, qty: u32, tag: char, i: usize) -> sluice_reservation::redis::RawHold {
+    sluice_reservation::redis::RawHold {
+        visitor: visitor.into(),
+        qty,
+        items: None,
+        idempotency_key: None,
+        suffix: format!("{tag}{i:020}A"),
+        named: None,
+    }
+}
+
 /// A batch that raises half-way (hold.lua's mode `many`): Redis keeps what
 /// a script wrote before it raised, so the holds made before the raise
 /// must have their counters written with them: the stock, the held units
@@ -1242,30 +1283,10 @@ async fn a_batch_of_holds_answers_what_its_holds_one_by_one_would() {
 /// and cost 4% on a hold alone, and was not kept.)
 #[tokio::test]
 async fn a_batch_that_raises_half_way_keeps_the_counters_of_its_holds() {
-    use sluice_reservation::redis::RawHold;
-    use sluice_reservation::{EventId, StockSpec};
-    let Some(server) = RedisServer::start() else {
+    let Some((_server, inv, mut conn, ev, _)) = one_bare_event("raises", 10).await else {
         return;
     };
-    let inv = connect(&server).await;
-    let mut conn = raw(&server).await;
-    let ev = EventId::parse("raises").unwrap();
-    let spec = StockSpec {
-        total: 10,
-        cart_limit: 4,
-        hold_ttl: Duration::from_secs(600),
-        version: 1,
-        room: "r".into(),
-    };
-    inv.set_stock(&ev, &spec).await.unwrap();
-    let hold = |visitor: &str, qty: u32, i: usize| RawHold {
-        visitor: visitor.into(),
-        qty,
-        items: None,
-        idempotency_key: None,
-        suffix: format!("R{i:020}A"),
-        named: None,
-    };
+    let hold = |visitor: &str, qty: u32, i: usize| bare_hold(visitor, qty, 'R', i);
     let _: () = redis::cmd("SET")
         .arg("sluice:{raises}:vholds:3:bad")
         .arg("not a zset")
@@ -1320,30 +1341,10 @@ async fn a_batch_that_raises_half_way_keeps_the_counters_of_its_holds() {
 /// lives about a second past it.
 #[tokio::test]
 async fn a_visitors_index_outlives_its_latest_deadline() {
-    use sluice_reservation::redis::RawHold;
-    use sluice_reservation::{EventId, StockSpec};
-    let Some(server) = RedisServer::start() else {
+    let Some((_server, inv, mut conn, ev, mut spec)) = one_bare_event("index", 10).await else {
         return;
     };
-    let inv = connect(&server).await;
-    let mut conn = raw(&server).await;
-    let ev = EventId::parse("index").unwrap();
-    let mut spec = StockSpec {
-        total: 10,
-        cart_limit: 4,
-        hold_ttl: Duration::from_secs(600),
-        version: 1,
-        room: "r".into(),
-    };
-    inv.set_stock(&ev, &spec).await.unwrap();
-    let hold = |visitor: &str, i: usize| RawHold {
-        visitor: visitor.into(),
-        qty: 1,
-        items: None,
-        idempotency_key: None,
-        suffix: format!("I{i:020}A"),
-        named: None,
-    };
+    let hold = |visitor: &str, i: usize| bare_hold(visitor, 1, 'I', i);
     let pttl = |conn: &mut redis::aio::MultiplexedConnection, visitor: &str| {
         let key = format!("sluice:{{index}}:vholds:{}:{visitor}", visitor.len());
         let mut conn = conn.clone();
@@ -1427,33 +1428,13 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
 /// stream, and the cart's count reaches the limit and stays there.
 #[tokio::test]
 async fn a_full_cart_asked_again_is_left_as_it_was() {
-    use sluice_reservation::redis::RawHold;
-    use sluice_reservation::{EventId, StockSpec};
-    let Some(server) = RedisServer::start() else {
+    let Some((_server, inv, mut conn, ev, _)) = one_bare_event("cart", 100).await else {
         return;
     };
-    let inv = connect(&server).await;
-    let mut conn = raw(&server).await;
-    let ev = EventId::parse("cart").unwrap();
-    let spec = StockSpec {
-        total: 100,
-        cart_limit: 4,
-        hold_ttl: Duration::from_secs(600),
-        version: 1,
-        room: "r".into(),
-    };
-    inv.set_stock(&ev, &spec).await.unwrap();
     let mut n = 0;
     let mut hold = |visitor: &str, qty: u32| {
         n += 1;
-        RawHold {
-            visitor: visitor.into(),
-            qty,
-            items: None,
-            idempotency_key: None,
-            suffix: format!("C{n:020}A"),
-            named: None,
-        }
+        bare_hold(visitor, qty, 'C', n)
     };
     let answers = |v: Vec<sluice_reservation::Result<Vec<String>>>| -> Vec<String> {
         v.into_iter().map(|a| a.unwrap().join(" ")).collect()
