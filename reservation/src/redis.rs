@@ -523,6 +523,7 @@ impl RedisInventory {
     /// Connects (within `config.timeout`) and prepares the scripts.
     pub async fn connect(config: &RedisConfig) -> Result<Self> {
         let conn = Self::open(config).await?;
+        Self::refuse_an_old_server(&conn, config.timeout).await?;
         let url =
             RedisUrl::parse(&config.url).map_err(|e| ReservationError::Config(e.to_string()))?;
         let conns = ThreadConns::new(conn, &url, &config.tls, config.timeout);
@@ -558,6 +559,31 @@ impl RedisInventory {
                 get_hold: Script::new(source::GET_HOLD),
             }),
         })
+    }
+
+    /// Refuses a server older than [`MIN_REDIS_MAJOR`] (by `INFO
+    /// server`; on a Cluster its oldest node), at start rather than at
+    /// the first hold. A server that does not answer `INFO` (renamed or
+    /// denied by an ACL) is not refused: its scripts fail as they would.
+    async fn refuse_an_old_server(conn: &RedisConn, timeout: Duration) -> Result<()> {
+        let mut conn = conn.clone();
+        let info = tokio::time::timeout(
+            timeout,
+            redis::cmd("INFO")
+                .arg("server")
+                .query_async::<Value>(&mut conn),
+        )
+        .await;
+        if let Ok(Ok(info)) = info
+            && let Some((major, version)) = lowest_version(&info)
+            && major < MIN_REDIS_MAJOR
+        {
+            return Err(ReservationError::Config(format!(
+                "Redis {version} is too old: sluice needs Redis {MIN_REDIS_MAJOR}.0 or later \
+                 (hold.lua sets expiries with PEXPIRE NX and GT)"
+            )));
+        }
+        Ok(())
     }
 
     /// One connection as `config.url` says ([`RedisUrl`]), within
@@ -2028,6 +2054,50 @@ fn categories_add_up(
         && sum(|c| c.confirmed) == confirmed
 }
 
+/// The oldest Redis the scripts run on: hold.lua sets a visitor index's
+/// expiry with `PEXPIRE … NX` and `… GT`, which came in Redis 7.0.
+pub const MIN_REDIS_MAJOR: u32 = 7;
+
+/// The lowest `redis_version` in an `INFO server` answer (a Cluster
+/// answers with one text per node), as its major number and its text;
+/// `None` when no version can be read.
+fn lowest_version(info: &Value) -> Option<(u32, String)> {
+    let mut lowest: Option<(u32, String)> = None;
+    let mut texts = vec![info];
+    while let Some(v) = texts.pop() {
+        let text = match v {
+            Value::BulkString(b) => String::from_utf8_lossy(b),
+            Value::SimpleString(t) => t.as_str().into(),
+            Value::VerbatimString { text, .. } => text.as_str().into(),
+            Value::Array(items) | Value::Set(items) => {
+                texts.extend(items);
+                continue;
+            }
+            Value::Map(pairs) => {
+                texts.extend(pairs.iter().map(|(_, v)| v));
+                continue;
+            }
+            _ => continue,
+        };
+        for line in text.lines() {
+            let Some(version) = line.trim().strip_prefix("redis_version:") else {
+                continue;
+            };
+            let Some(major) = version
+                .split('.')
+                .next()
+                .and_then(|m| m.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if lowest.as_ref().is_none_or(|(m, _)| major < *m) {
+                lowest = Some((major, version.to_owned()));
+            }
+        }
+    }
+    lowest
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -2035,6 +2105,28 @@ mod tests {
 
     /// The key names the module docs' table gives, byte for byte (a
     /// store written by an older build must be read by this one).
+    #[test]
+    fn an_old_server_is_told_by_its_lowest_version() {
+        let info = |v: &str| {
+            Value::BulkString(
+                format!("# Server\r\nredis_version:{v}\r\nredis_mode:standalone\r\n").into_bytes(),
+            )
+        };
+        assert_eq!(lowest_version(&info("7.0.15")), Some((7, "7.0.15".into())));
+        assert_eq!(lowest_version(&info("6.2.14")), Some((6, "6.2.14".into())));
+        assert_eq!(lowest_version(&info("10.0.1")), Some((10, "10.0.1".into())));
+        // A Cluster's answer: one text per node; the oldest counts.
+        let nodes = Value::Map(vec![
+            (Value::SimpleString("a:1".into()), info("7.2.4")),
+            (Value::SimpleString("b:2".into()), info("6.0.9")),
+        ]);
+        assert_eq!(lowest_version(&nodes), Some((6, "6.0.9".into())));
+        // Nothing readable: not refused.
+        assert_eq!(lowest_version(&Value::Nil), None);
+        assert_eq!(lowest_version(&info("x.y")), None);
+        assert_eq!(lowest_version(&Value::SimpleString("OK".into())), None);
+    }
+
     #[test]
     fn key_names_are_the_documented_layout() {
         let keys = Keys::new(&EventId::parse("show-1").unwrap());
