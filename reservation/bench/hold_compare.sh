@@ -58,6 +58,11 @@ instructions() {
   rm -f "$WORK/cg.out"
 }
 
+# ratio LABEL BEFORE AFTER: one line of the counts
+ratio() {
+  python3 -c "import sys; b,a=int(sys.argv[2]),int(sys.argv[3]); print(f'  {sys.argv[1]}: before {b:,}  after {a:,}  after/before {a/b:.3f}')" "$@"
+}
+
 echo "hold.lua: $BASE (before) against the working tree (after)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== instructions per call inside redis-server (callgrind)"
@@ -69,8 +74,7 @@ for stock in 1000000000 0; do
     IR[$v.$stock]=$(((b - a) / 2000))
   done
   path=$([ "$stock" = 0 ] && echo "sold out" || echo "held    ")
-  python3 -c "import sys; b,a=int(sys.argv[1]),int(sys.argv[2]); print(f'  {sys.argv[3]}: before {b:,}  after {a:,}  after/before {a/b:.3f}')" \
-    "${IR[before.$stock]}" "${IR[after.$stock]}" "$path"
+  ratio "$path" "${IR[before.$stock]}" "${IR[after.$stock]}"
 done
 # Returning visitors: 50 of them, so each visitor's index grows to 50
 # holds by the 2,500th call of one hold (HOLD_BATCH: times the batch).
@@ -79,8 +83,7 @@ for v in before after; do
   b=$(instructions "$v" 2500 1000000000 50)
   IR[$v.returning]=$(((b - a) / 2000))
 done
-python3 -c "import sys; b,a=int(sys.argv[1]),int(sys.argv[2]); print(f'  held by 50 returning visitors: before {b:,}  after {a:,}  after/before {a/b:.3f}')" \
-  "${IR[before.returning]}" "${IR[after.returning]}"
+ratio "held by 50 returning visitors" "${IR[before.returning]}" "${IR[after.returning]}"
 
 # COUNT_ONLY=1: the counts alone, no timed rounds.
 [ -n "${COUNT_ONLY:-}" ] && exit 0

@@ -2103,8 +2103,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// The key names the module docs' table gives, byte for byte (a
-    /// store written by an older build must be read by this one).
     #[test]
     fn an_old_server_is_told_by_its_lowest_version() {
         let info = |v: &str| {
@@ -2127,6 +2125,8 @@ mod tests {
         assert_eq!(lowest_version(&Value::SimpleString("OK".into())), None);
     }
 
+    /// The key names the module docs' table gives, byte for byte (a
+    /// store written by an older build must be read by this one).
     #[test]
     fn key_names_are_the_documented_layout() {
         let keys = Keys::new(&EventId::parse("show-1").unwrap());

@@ -28,13 +28,12 @@
 # Redis's and the load generator's own CPU per hold (utime + stime from
 # /proc/PID/stat: the three share the machine's cores). Then
 # reservation/bench/hold_script.sh (redis-benchmark EVALSHA of hold.lua,
-# 50 clients, no pipelining) runs on
-# the same Redis with a stock that never sells out either: the ratio is
-# knee / direct. The checks: every answer a 201, no error, the store's
-# invariant holds, units held = 201s answered. It also prints the mean
-# batch of holds sent to Redis together (SLUICE_HOLD_BATCH=0 in the
-# environment turns the batching off, for a before and after with one
-# build).
+# 50 clients, no pipelining) runs on the same Redis with a stock that
+# never sells out either: the ratio is knee / direct. The checks: every
+# answer a 201, no error, the store's invariant holds, units held = 201s
+# answered. It also prints the mean batch of holds sent to Redis together
+# (SLUICE_HOLD_BATCH=0 in the environment turns the batching off, for a
+# before and after with one build).
 # On a shared machine, load from other processes moves the figures: the
 # script prints the load average before and after.
 # Needs: cargo, redis-server, redis-cli, redis-benchmark, curl, python3.
