@@ -131,6 +131,20 @@ local retention = tonumber(ARGV[6])
 -- it from its own clock at the call, microseconds from `now` (TIME, read
 -- above).
 local s_hold_keep, s_index_keep
+-- A batch's holds repeat the same few numbers, so in mode 'many' each is
+-- converted once per call and looked up after: the text of a qty, of a
+-- visitor key's length and of a hold's count of keys to a number
+-- (`tonumber` goes through libc's strtod), a qty to its text (`int`
+-- through string.format). One table both ways: text keys to numbers,
+-- number keys to text. Not for a hold alone, which converts each once
+-- anyway: the table and its growing cost it more than the lookups saved
+-- (counted), and so would a function for the lookups (every function of
+-- the script is made again on every call), which is why they are written
+-- out.
+local memo = many and {} or nil
+-- Every new hold of the call has the same deadline (`now` + the TTL):
+-- formatted by the first.
+local s_deadline
 -- The stock counter as last read or written, nil when a lapsed hold or a
 -- wave may have moved it since.
 local known = tonumber(stock)
@@ -140,11 +154,30 @@ local waves_checked = false
 local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items_arg)
   local suffix = string.match(K_HOLD, ':hold:([^:]*)$')
   local vlen, visitor = string.match(K_VHOLDS, ':vholds:(%d+):(.*)$')
-  if not suffix or not visitor or #visitor ~= tonumber(vlen) then
+  local len, qty, s_qty
+  if memo then
+    len, qty = memo[vlen], memo[qty_text]
+    if len == nil and vlen then
+      len = tonumber(vlen)
+      memo[vlen] = len
+    end
+    if qty == nil then
+      qty = tonumber(qty_text)
+      if qty ~= nil then memo[qty_text] = qty end
+    end
+    s_qty = memo[qty]
+    if s_qty == nil and qty ~= nil then
+      s_qty = int(qty)
+      -- (NaN, from text such as 'nan', is no table key.)
+      if qty == qty then memo[qty] = s_qty end
+    end
+  else
+    len, qty = tonumber(vlen), tonumber(qty_text)
+    s_qty = qty and int(qty)
+  end
+  if not suffix or not visitor or #visitor ~= len then
     return redis.error_reply('hold.lua: malformed hold or visitor key')
   end
-  local qty = tonumber(qty_text)
-  local s_qty = qty and int(qty)
   -- Lapsed holds of anyone; none left to find once every one lapsed by
   -- this TIME was reaped.
   if lapsed_drained_at ~= now and reap_expired(now, lazy) > 0 then known = nil end
@@ -206,17 +239,20 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   -- units into the cart first and takes them back on a refusal: one call
   -- where reading the cart and then adding to it was two.
   local counted = false
+  -- The units in the visitor's cart before this hold.
+  local had
   if items == '' and known and known >= qty then
     local now_have = redis.call('HINCRBY', K_VISITORS, visitor, s_qty)
+    had = now_have - qty
     if now_have > limit then
       visitor_sub(visitor, qty)
-      return {'CART_LIMIT', limit, now_have - qty}
+      return {'CART_LIMIT', limit, had}
     end
     counted = true
   else
     local have = redis.call('HGET', K_VISITORS, visitor)
-    have = have and tonumber(have) or 0
-    if have + qty > limit then return {'CART_LIMIT', limit, have} end
+    had = have and tonumber(have) or 0
+    if had + qty > limit then return {'CART_LIMIT', limit, had} end
   end
   if items ~= '' then
     for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
@@ -228,21 +264,21 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
     end
   end
 
-  -- The first item whose category lacks its units: cat, available.
-  local function short_item()
-    for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
-      local a = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':avail') or '0')
-      if a < tonumber(q) then return c, a end
-    end
-    return nil
-  end
-
   local available
   if items == '' then
     available = reap_until_available(now, qty, known)
     known = available
     if available < qty then return {'SOLD_OUT', available} end
   else
+    -- The first item whose category lacks its units: cat, available.
+    -- (Made here: a bare hold does not make the closure.)
+    local function short_item()
+      for c, q in string.gmatch(items, '([^=/]+)=(%d+)') do
+        local a = tonumber(redis.call('HGET', K_META, 'c:' .. c .. ':avail') or '0')
+        if a < tonumber(q) then return c, a end
+      end
+      return nil
+    end
     local c, a = short_item()
     while c do
       local due = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', 0, 1)
@@ -266,9 +302,9 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
     end
     head = suffix .. '/' .. items
   end
-  local deadline = now + ttl
-  -- Each number written more than once is formatted once.
-  local s_deadline = int(deadline)
+  -- Each number written more than once is formatted once (the deadline,
+  -- the same for every hold of the call, once per call).
+  if not s_deadline then s_deadline = int(now + ttl) end
   local member = head .. ':' .. s_qty .. ':' .. visitor
   redis.call('HSET', K_HOLD, 'visitor', visitor, 'qty', s_qty, 'status', 'held',
     'deadline_ms', s_deadline, 'created_ms', s_now, 'member', member)
@@ -279,12 +315,18 @@ local function hold_one(K_HOLD, K_VHOLDS, K_IDEM, K_NAMED, qty_text, kind, items
   -- The index lives a second past its latest deadline: an index without
   -- an expiry (new) gets one (NX), an index with one is only ever extended
   -- (GT), so a shorter TTL set since never cuts an older hold's index
-  -- short. A visitor's first hold, most of a sale's, makes one call
-  -- where reading the TTL first made two. (The index itself is never
-  -- read whole: a visitor may have many holds out, under a large cart
-  -- limit.)
-  if redis.call('PEXPIRE', K_VHOLDS, s_index_keep, 'NX') == 0 then
-    redis.call('PEXPIRE', K_VHOLDS, s_index_keep, 'GT')
+  -- short. Whichever is tried first, the other follows only when the
+  -- first set nothing, and the end is the same: the first that is likely
+  -- to set it is tried first, so most holds make one call where reading
+  -- the TTL first made two. A visitor with nothing in the cart (a first
+  -- hold, most of a sale's) has no index or one without a live hold:
+  -- NX. A visitor with units in the cart has an index that one of them
+  -- gave an expiry: GT. (The index itself is never read whole: a visitor
+  -- may have many holds out, under a large cart limit.)
+  local first, second = 'NX', 'GT'
+  if had > 0 then first, second = 'GT', 'NX' end
+  if redis.call('PEXPIRE', K_VHOLDS, s_index_keep, first) == 0 then
+    redis.call('PEXPIRE', K_VHOLDS, s_index_keep, second)
   end
   if K_IDEM then redis.call('SET', K_IDEM, suffix, 'PX', ARGV[5]) end
   local s_available = int(available)
@@ -302,7 +344,12 @@ local out = {}
 local k = 8
 for i = 1, n do
   local a = 10 + 4 * (i - 1)
-  local nk = tonumber(ARGV[a + 3])
+  local nk_text = ARGV[a + 3]
+  local nk = memo[nk_text]
+  if nk == nil then
+    nk = tonumber(nk_text)
+    if nk ~= nil then memo[nk_text] = nk end
+  end
   local r = hold_one(KEYS[k], KEYS[k + 1], nk >= 3 and KEYS[k + 2] or nil, nk >= 4 and KEYS[k + 3] or nil,
     ARGV[a], ARGV[a + 1], ARGV[a + 2])
   -- A malformed key fails its own hold only (an error reply in an array

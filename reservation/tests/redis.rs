@@ -1009,7 +1009,8 @@ async fn written(conn: &mut redis::aio::MultiplexedConnection, ev: &str) -> Vec<
 /// behind. Two events set up alike (with and without categories, stock
 /// that runs out, lapsed holds of other visitors, more than one reaping's
 /// worth of them in some cases), then the same holds: from a few visitors
-/// (carts that fill), quantities from 0 to past the cart limit, items
+/// (carts that fill; names of different lengths, whose index keys the
+/// script reads and checks hold by hold), quantities from 0 to past the cart limit, items
 /// naming unknown categories or none, idempotency keys used again (a
 /// REDIRECT) and named back (a replay), a visitor whose own holds lapsed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1100,11 +1101,13 @@ async fn a_batch_of_holds_answers_what_its_holds_one_by_one_would() {
                 }]),
             }
         };
+        // The four visitors, "v0" to "v3" as far as the comments go.
+        let visitor_name = |k: u64| ["v0", "v1-x", "v2", "v3-longer-name"][k as usize].to_owned();
         let lapsing_holds: Vec<RawHold> = (0..lapsing)
             .map(|i| RawHold {
                 // the newest two are visitors of the holds below too
                 visitor: if i + 2 >= lapsing {
-                    format!("v{}", lapsing - 1 - i)
+                    visitor_name(lapsing - 1 - i)
                 } else {
                     format!("gone{i}")
                 },
@@ -1129,9 +1132,9 @@ async fn a_batch_of_holds_answers_what_its_holds_one_by_one_would() {
         for i in 0..40usize {
             let forced = opening && i < 3;
             let visitor = if forced {
-                ["v2", "v3", "v0"][i].to_owned()
+                [visitor_name(2), visitor_name(3), visitor_name(0)][i].clone()
             } else {
-                format!("v{}", rng.random_range(0..4))
+                visitor_name(rng.random_range(0..4))
             };
             let qty = if forced {
                 1
@@ -1417,6 +1420,97 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
     let state = inv.read(&ev).await.unwrap().unwrap();
     assert!(state.invariant_holds, "{state:?}");
     assert_eq!((state.held, state.available), (3, Some(7)), "{state:?}");
+}
+
+/// hold.lua tries `PEXPIRE … GT` first on the index of a visitor with
+/// units in the cart (its index has an expiry one of them gave it) and
+/// `NX` only when GT set nothing. A visitor whose paid hold's index has
+/// expired (a second past its deadline) has units in the cart and no
+/// index: the next hold makes the index again, without an expiry, which
+/// GT does not give (a key without one counts as never expiring). Such an
+/// index must still get an expiry, alone and in a batch: a GT alone
+/// would leave it for ever (fails this test).
+#[tokio::test]
+async fn an_index_made_again_for_a_paying_visitor_still_expires() {
+    let Some((_server, inv, mut conn, ev, mut spec)) = one_bare_event("paid", 10).await else {
+        return;
+    };
+    spec.hold_ttl = Duration::from_secs(1);
+    spec.version = 2;
+    inv.set_stock(&ev, &spec).await.unwrap();
+    for visitor in ["a", "b"] {
+        let HoldOutcome::Held(v) = inv.hold(&ev, visitor, 2, None).await.unwrap() else {
+            panic!("{visitor}'s first hold")
+        };
+        inv.confirm(&v.hold_id, &format!("pay-{visitor}"), true)
+            .await
+            .unwrap();
+    }
+    let index = |visitor: &str| format!("sluice:{{paid}}:vholds:{}:{visitor}", visitor.len());
+    let pttl = |conn: &mut redis::aio::MultiplexedConnection, visitor: &str| {
+        let key = index(visitor);
+        let mut conn = conn.clone();
+        async move {
+            let ms: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            ms
+        }
+    };
+    // Both indexes expire a second after the 1 s deadline.
+    let mut waited = 0;
+    while pttl(&mut conn, "a").await != -2 || pttl(&mut conn, "b").await != -2 {
+        waited += 1;
+        assert!(waited < 100, "the indexes never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let kinds = |answers: Vec<sluice_reservation::Result<Vec<String>>>| -> Vec<String> {
+        answers.into_iter().map(|a| a.unwrap()[0].clone()).collect()
+    };
+    assert_eq!(
+        kinds(
+            inv.hold_raw(&ev, &[bare_hold("a", 1, 'P', 0)], false)
+                .await
+                .unwrap()
+        ),
+        ["HELD"]
+    );
+    assert_eq!(
+        kinds(
+            inv.hold_raw(
+                &ev,
+                &[bare_hold("c", 1, 'P', 1), bare_hold("b", 1, 'P', 2)],
+                true
+            )
+            .await
+            .unwrap()
+        ),
+        ["HELD", "HELD"]
+    );
+    for visitor in ["a", "b", "c"] {
+        let ms = pttl(&mut conn, visitor).await;
+        assert!(
+            ms > 0 && ms <= 2_000,
+            "{visitor}'s index after a 1 s hold: PTTL {ms}"
+        );
+    }
+    let carts: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg("sluice:{paid}:visitors")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut carts = carts;
+    carts.sort();
+    assert_eq!(
+        carts,
+        [
+            ("a".into(), "3".into()),
+            ("b".into(), "3".into()),
+            ("c".into(), "1".into())
+        ]
+    );
 }
 
 /// A bare hold on a stock known to have its units counts them into the
