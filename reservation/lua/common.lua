@@ -81,19 +81,10 @@ local function emit(kind, suffix, visitor, qty, available, now, extra)
   local hold_id = ''
   if suffix ~= '' then hold_id = EVENT .. '.' .. suffix end
   if ledgered == nil then ledgered = redis.call('EXISTS', K_LEDGERED) == 1 end
-  -- The entry's fields in one constructor, `extra` (no holes: every
-  -- caller builds it of strings) unpacked into it: a table grown field by
-  -- field was reallocated four times an entry.
+  -- `extra` (no holes: every caller builds a fresh one of strings) takes
+  -- the category fields, then goes into the call unpacked after the
+  -- fixed fields: no table is made of the whole entry.
   local e = extra or {}
-  local args
-  if ledgered then
-    args = {'XADD', K_STREAM, '*', 'type', kind, 'event', EVENT, 'hold_id', hold_id,
-      'visitor', visitor, 'qty', int(qty), 'available', int(available), 'ts_ms', int(now), unpack(e)}
-  else
-    args = {'XADD', K_STREAM, 'MAXLEN', '~', MAXLEN, '*', 'type', kind, 'event', EVENT,
-      'hold_id', hold_id, 'visitor', visitor, 'qty', int(qty), 'available', int(available),
-      'ts_ms', int(now), unpack(e)}
-  end
   -- Each category's available units after the change, so a consumer can
   -- reconcile per category at this entry as it does for the event.
   local cats = known_cats
@@ -107,9 +98,16 @@ local function emit(kind, suffix, visitor, qty, available, now, extra)
       i = i + 1
       parts[i] = c .. '=' .. (got[i] or '0')
     end
-    args[#args + 1] = 'category_available'; args[#args + 1] = table.concat(parts, ',')
+    e[#e + 1] = 'category_available'; e[#e + 1] = table.concat(parts, ',')
   end
-  redis.call(unpack(args))
+  if ledgered then
+    redis.call('XADD', K_STREAM, '*', 'type', kind, 'event', EVENT, 'hold_id', hold_id,
+      'visitor', visitor, 'qty', int(qty), 'available', int(available), 'ts_ms', int(now), unpack(e))
+  else
+    redis.call('XADD', K_STREAM, 'MAXLEN', '~', MAXLEN, '*', 'type', kind, 'event', EVENT,
+      'hold_id', hold_id, 'visitor', visitor, 'qty', int(qty), 'available', int(available),
+      'ts_ms', int(now), unpack(e))
+  end
 end
 
 -- A hold of `qty` units ends without a sale: its units leave `held` and go
