@@ -1274,6 +1274,20 @@ fn bare_hold(visitor: &str, qty: u32, tag: char, i: usize) -> sluice_reservation
     }
 }
 
+/// The PTTL of `visitor`'s hold index (`vholds`) on `event`, in ms (-2:
+/// no index, -1: one without an expiry).
+async fn index_pttl(conn: &redis::aio::MultiplexedConnection, event: &str, visitor: &str) -> i64 {
+    let mut conn = conn.clone();
+    redis::cmd("PTTL")
+        .arg(format!(
+            "sluice:{{{event}}}:vholds:{}:{visitor}",
+            visitor.len()
+        ))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
 /// A batch that raises half-way (hold.lua's mode `many`): Redis keeps what
 /// a script wrote before it raised, so the holds made before the raise
 /// must have their counters written with them: the stock, the held units
@@ -1348,18 +1362,6 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
         return;
     };
     let hold = |visitor: &str, i: usize| bare_hold(visitor, 1, 'I', i);
-    let pttl = |conn: &mut redis::aio::MultiplexedConnection, visitor: &str| {
-        let key = format!("sluice:{{index}}:vholds:{}:{visitor}", visitor.len());
-        let mut conn = conn.clone();
-        async move {
-            let ms: i64 = redis::cmd("PTTL")
-                .arg(key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            ms
-        }
-    };
     let kinds = |answers: Vec<sluice_reservation::Result<Vec<String>>>| -> Vec<String> {
         answers.into_iter().map(|a| a.unwrap()[0].clone()).collect()
     };
@@ -1367,7 +1369,7 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
         kinds(inv.hold_raw(&ev, &[hold("a", 0)], false).await.unwrap()),
         ["HELD"]
     );
-    let long = pttl(&mut conn, "a").await;
+    let long = index_pttl(&conn, "index", "a").await;
     assert!(
         long > 595_000 && long <= 601_000,
         "the first hold's index: {long} ms"
@@ -1380,7 +1382,7 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
         kinds(inv.hold_raw(&ev, &[hold("a", 1)], false).await.unwrap()),
         ["HELD"]
     );
-    let after = pttl(&mut conn, "a").await;
+    let after = index_pttl(&conn, "index", "a").await;
     assert!(
         after > 590_000,
         "a 1 s hold shortened the index to {after} ms"
@@ -1394,7 +1396,7 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
         .await
         .unwrap();
     assert_eq!(kinds(answers), ["HELD", "HELD"]);
-    let after = pttl(&mut conn, "a").await;
+    let after = index_pttl(&conn, "index", "a").await;
     assert!(after > 590_000, "a batch shortened the index to {after} ms");
     let cart: String = redis::cmd("HGET")
         .arg("sluice:{index}:visitors")
@@ -1412,7 +1414,7 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
         .unwrap();
     assert_eq!(members.len(), 2, "the lapsed member dropped: {members:?}");
 
-    let short = pttl(&mut conn, "b").await;
+    let short = index_pttl(&conn, "index", "b").await;
     assert!(
         short > 0 && short <= 2_000,
         "a 1 s hold's index: {short} ms"
@@ -1446,22 +1448,9 @@ async fn an_index_made_again_for_a_paying_visitor_still_expires() {
             .await
             .unwrap();
     }
-    let index = |visitor: &str| format!("sluice:{{paid}}:vholds:{}:{visitor}", visitor.len());
-    let pttl = |conn: &mut redis::aio::MultiplexedConnection, visitor: &str| {
-        let key = index(visitor);
-        let mut conn = conn.clone();
-        async move {
-            let ms: i64 = redis::cmd("PTTL")
-                .arg(key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            ms
-        }
-    };
     // Both indexes expire a second after the 1 s deadline.
     let mut waited = 0;
-    while pttl(&mut conn, "a").await != -2 || pttl(&mut conn, "b").await != -2 {
+    while index_pttl(&conn, "paid", "a").await != -2 || index_pttl(&conn, "paid", "b").await != -2 {
         waited += 1;
         assert!(waited < 100, "the indexes never expired");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1490,7 +1479,7 @@ async fn an_index_made_again_for_a_paying_visitor_still_expires() {
         ["HELD", "HELD"]
     );
     for visitor in ["a", "b", "c"] {
-        let ms = pttl(&mut conn, visitor).await;
+        let ms = index_pttl(&conn, "paid", visitor).await;
         assert!(
             ms > 0 && ms <= 2_000,
             "{visitor}'s index after a 1 s hold: PTTL {ms}"
