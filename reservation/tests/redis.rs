@@ -1274,6 +1274,22 @@ fn bare_hold(visitor: &str, qty: u32, tag: char, i: usize) -> sluice_reservation
     }
 }
 
+/// The carts of `event` (`visitors`: visitor -> units held and paid),
+/// sorted by visitor.
+async fn sorted_carts(
+    conn: &redis::aio::MultiplexedConnection,
+    event: &str,
+) -> Vec<(String, String)> {
+    let mut conn = conn.clone();
+    let mut carts: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(format!("sluice:{{{event}}}:visitors"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    carts.sort();
+    carts
+}
+
 /// The PTTL of `visitor`'s hold index (`vholds`) on `event`, in ms (-2:
 /// no index, -1: one without an expiry).
 async fn index_pttl(conn: &redis::aio::MultiplexedConnection, event: &str, visitor: &str) -> i64 {
@@ -1321,13 +1337,7 @@ async fn a_batch_that_raises_half_way_keeps_the_counters_of_its_holds() {
     let state = inv.read(&ev).await.unwrap().unwrap();
     assert!(state.invariant_holds, "{state:?}");
     assert_eq!((state.held, state.available), (5, Some(5)), "{state:?}");
-    let carts: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg("sluice:{raises}:visitors")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut carts = carts;
-    carts.sort();
+    let carts = sorted_carts(&conn, "raises").await;
     assert_eq!(carts, [("a".into(), "3".into()), ("b".into(), "2".into())]);
     // The rest of the stock sells once.
     let after = inv
@@ -1434,7 +1444,7 @@ async fn a_visitors_index_outlives_its_latest_deadline() {
 /// would leave it for ever (fails this test).
 #[tokio::test]
 async fn an_index_made_again_for_a_paying_visitor_still_expires() {
-    let Some((_server, inv, mut conn, ev, mut spec)) = one_bare_event("paid", 10).await else {
+    let Some((_server, inv, conn, ev, mut spec)) = one_bare_event("paid", 10).await else {
         return;
     };
     spec.hold_ttl = Duration::from_secs(1);
@@ -1485,13 +1495,7 @@ async fn an_index_made_again_for_a_paying_visitor_still_expires() {
             "{visitor}'s index after a 1 s hold: PTTL {ms}"
         );
     }
-    let carts: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg("sluice:{paid}:visitors")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let mut carts = carts;
-    carts.sort();
+    let carts = sorted_carts(&conn, "paid").await;
     assert_eq!(
         carts,
         [
@@ -1574,12 +1578,7 @@ async fn a_full_cart_asked_again_is_left_as_it_was() {
     );
     assert_eq!(got[2], "CART_LIMIT 4 4");
     assert_eq!(got[4], "CART_LIMIT 4 4");
-    let mut carts: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg("sluice:{cart}:visitors")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    carts.sort();
+    let carts = sorted_carts(&conn, "cart").await;
     assert_eq!(carts, [("a".into(), "4".into()), ("b".into(), "4".into())]);
     let state = inv.read(&ev).await.unwrap().unwrap();
     assert!(state.invariant_holds, "{state:?}");
